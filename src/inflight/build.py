@@ -1,0 +1,197 @@
+"""``inflight build-models``: write configs and artifacts into the model repository.
+
+For each model: ``<model>_inflight``, ``<model>_sync`` and ``<model>_trt`` with a generated
+config.pbtxt; a ``torch.export`` artifact ``<model>_inflight/1/model.pt2`` (hard-linked into
+``<model>_sync/1/``) for the Torch engine; an ONNX file ``<model>_trt/1/model.onnx`` that
+``scripts/build_engine.py`` turns into ``model.plan`` with TensorRT. Artifacts are generated, never
+committed; weights are seeded, so every build of a model is identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from inflight.errors import ConfigError
+from inflight.model_config import BackendParameters, BatchingConfig, Kind, VariantConfig
+from inflight.models.registry import MODELS, ModelSpec
+
+LOGGER = logging.getLogger(__name__)
+
+
+def export_torch(spec: ModelSpec, module: Any, path: Path) -> None:
+    """Save ``module`` as a ``torch.export`` program with dynamic batch (and sequence) axes."""
+    import torch
+
+    args = _example_args(spec)
+    dims = _dims(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = torch.export.export(module, args, dynamic_shapes=dims)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.export.save(ep, str(path))
+
+
+def export_onnx(spec: ModelSpec, module: Any, path: Path) -> None:
+    """Save ``module`` as ONNX (torch's dynamo exporter) with the same dynamic axes."""
+    import torch
+
+    args = _example_args(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            module,
+            args,
+            dynamic_shapes=_dims(spec),
+            input_names=[t.name for t in spec.inputs],
+            output_names=[t.name for t in spec.outputs],
+            dynamo=True,
+            verbose=False,
+        )
+    assert program is not None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    program.save(str(path))
+
+
+def _example_args(spec: ModelSpec) -> tuple[Any, ...]:
+    import torch
+
+    x = spec.example_inputs(4, seq_len=16 if spec.variable_seq else None)
+    return tuple(torch.from_numpy(x[t.name]) for t in spec.inputs)
+
+
+def _dims(spec: ModelSpec) -> dict[str, dict[int, Any]]:
+    import torch
+
+    batch = torch.export.Dim("batch", min=1, max=spec.max_batch_size)
+    seq = torch.export.Dim("seq", min=1, max=spec.max_seq_len or 512)
+    return {
+        name: {axis: batch if label == "batch" else seq for axis, label in axes.items()}
+        for name, axes in spec.dynamic_shapes().items()
+    }
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists():
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_configs(
+    repository: Path,
+    spec: ModelSpec,
+    *,
+    batching: BatchingConfig | None = None,
+    params: BackendParameters | None = None,
+) -> list[Path]:
+    """Write the three variants' config.pbtxt (and empty version folders)."""
+    out = []
+    for variant in ("inflight", "sync", "trt"):
+        vc = VariantConfig(
+            model=spec.name,
+            variant=variant,  # type: ignore[arg-type]
+            batching=batching or BatchingConfig(),
+            params=params or BackendParameters(warmup_seq_len=spec.default_seq_len or 64),
+        )
+        d = vc.write(repository)
+        (d / "1" / ".gitkeep").touch()
+        out.append(d)
+    return out
+
+
+def build_model(
+    repository: Path,
+    name: str,
+    *,
+    seed: int = 0,
+    onnx: bool = True,
+    batching: BatchingConfig | None = None,
+    params: BackendParameters | None = None,
+    configs_only: bool = False,
+) -> dict[str, Any]:
+    """Build one model's configs and artifacts; return a summary.
+
+    Raises:
+        ConfigError: for an unknown model name.
+    """
+    if name not in MODELS:
+        raise ConfigError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
+    spec = MODELS[name]
+    t0 = time.perf_counter()
+    write_configs(repository, spec, batching=batching, params=params)
+    summary: dict[str, Any] = {"model": name, "configs": [f"{name}_{v}" for v in ("inflight", "sync", "trt")]}
+    if configs_only:
+        return summary
+    module = spec.make_module(seed)
+    pt2 = repository / f"{name}_inflight" / "1" / "model.pt2"
+    export_torch(spec, module, pt2)
+    _link_or_copy(pt2, repository / f"{name}_sync" / "1" / "model.pt2")
+    summary["torch_artifact"] = str(pt2)
+    meta = {
+        "model": name,
+        "seed": seed,
+        "parameters": int(sum(p.numel() for p in module.parameters())),
+        "sha256": _sha256(pt2),
+    }
+    if onnx:
+        path = repository / f"{name}_trt" / "1" / "model.onnx"
+        export_onnx(spec, module, path)
+        summary["onnx"] = str(path)
+        meta["onnx_sha256"] = _sha256(path)
+    (pt2.parent / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
+    summary.update(meta)
+    summary["seconds"] = round(time.perf_counter() - t0, 1)
+    LOGGER.info("built %s in %.1f s", name, summary["seconds"])
+    return summary
+
+
+def build_models(
+    repository: Path,
+    models: Sequence[str] | None = None,
+    *,
+    kind: Kind = "auto",
+    instances: int = 1,
+    seed: int = 0,
+    onnx: bool = True,
+    configs_only: bool = False,
+) -> list[dict[str, Any]]:
+    """Build several models (all by default)."""
+    batching = BatchingConfig(kind=kind, instances=instances)
+    names = list(models) if models else list(MODELS)
+    return [
+        build_model(
+            repository,
+            n,
+            seed=seed,
+            onnx=onnx,
+            batching=batching,
+            params=BackendParameters(warmup_seq_len=MODELS[n].default_seq_len or 64),
+            configs_only=configs_only,
+        )
+        for n in names
+    ]
+
+
+def artifacts_present(repository: Path, name: str) -> bool:
+    """True when ``name``'s Torch artifact exists in both our variants."""
+    return all((repository / f"{name}_{v}" / "1" / "model.pt2").is_file() for v in ("inflight", "sync"))

@@ -1,0 +1,120 @@
+"""The ``inflight`` command line (typer)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from inflight.errors import InflightError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="inflight: serve small models on Triton with several batches in flight, and measure it.",
+)
+
+REPO_DEFAULT = Path("model_repository")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _fail(e: Exception) -> None:
+    typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+@app.command("build-models")
+def build_models_cmd(
+    models: Annotated[Optional[list[str]], typer.Argument(help="Models to build (default: all).")] = None,  # noqa: UP045
+    repository: Annotated[Path, typer.Option(help="Model repository to write.")] = REPO_DEFAULT,
+    kind: Annotated[str, typer.Option(help="Instance kind: auto (GPU when present), gpu or cpu.")] = "auto",
+    instances: Annotated[int, typer.Option(help="Instances per variant.")] = 1,
+    seed: Annotated[int, typer.Option(help="Weight seed.")] = 0,
+    onnx: Annotated[bool, typer.Option(help="Also export ONNX for TensorRT.")] = True,
+    configs_only: Annotated[bool, typer.Option(help="Write config.pbtxt files only.")] = False,
+    verbose: bool = False,
+) -> None:
+    """Write configs (inflight, sync, trt variants) and the Torch/ONNX artifacts."""
+    _setup_logging(verbose)
+    from inflight.build import build_models
+
+    if kind not in ("auto", "gpu", "cpu"):
+        _fail(ValueError(f"--kind {kind!r}: choose auto, gpu or cpu"))
+    try:
+        out = build_models(
+            repository, models, kind=kind, instances=instances, seed=seed, onnx=onnx, configs_only=configs_only  # type: ignore[arg-type]
+        )
+    except InflightError as e:
+        _fail(e)
+    for s in out:
+        typer.echo(json.dumps(s))
+
+
+@app.command("serve")
+def serve_cmd(
+    repository: Annotated[Path, typer.Option(help="Model repository.")] = REPO_DEFAULT,
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Models to load (default: all).")] = None,  # noqa: UP045
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    workdir: Annotated[Path, typer.Option(help="Backend folder and server log.")] = Path("runs/serve"),
+    tritonserver: Annotated[Optional[str], typer.Option(help="tritonserver binary (default: PATH, then the wheel).")] = None,  # noqa: UP045
+    log_verbose: int = 0,
+    verbose: bool = False,
+) -> None:
+    """Start tritonserver with the inflight backend; stop cleanly on Ctrl+C / SIGTERM."""
+    _setup_logging(verbose)
+    from inflight.server.launcher import ServerConfig, TritonServer
+
+    cfg = ServerConfig(
+        model_repository=repository,
+        workdir=workdir,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        models=model,
+        tritonserver=tritonserver,
+        log_verbose=log_verbose,
+    )
+    server = TritonServer(cfg)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        server.start()
+    except InflightError as e:
+        _fail(e)
+    typer.echo(
+        f"serving {repository} (HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}); "
+        f"log: {server.log_path}; Ctrl+C stops"
+    )
+    try:
+        while not stop.wait(0.5):
+            if not server.is_alive():
+                typer.secho(f"tritonserver exited:\n{server.log_tail()}", fg=typer.colors.RED, err=True)
+                raise typer.Exit(1)
+    finally:
+        code = server.stop()
+        typer.echo(f"tritonserver stopped (exit code {code})")
+
+
+def main() -> None:
+    """Entry point of the ``inflight`` script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""One exception tree for the whole project.
+
+Every message says what was wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class InflightError(Exception):
+    """Base class of every error raised by inflight."""
+
+
+class ValidationError(InflightError):
+    """A request (or a configuration value) is not acceptable; only that request fails."""
+
+
+class ConfigError(InflightError):
+    """A model configuration or a parameter in config.pbtxt is wrong."""
+
+
+class EngineError(InflightError):
+    """An engine could not be loaded, captured or run."""
+
+
+class NoGPUError(EngineError):
+    """A GPU was required (KIND_GPU, TensorRT, CUDA graphs) but none is usable."""
+
+
+class ServerError(InflightError):
+    """The Triton server could not be found, started or reached."""
+
+
+class ShuttingDownError(InflightError):
+    """The model is being unloaded; in-flight work that cannot finish is failed with this."""

@@ -1,0 +1,369 @@
+"""Typed model configurations: generate config.pbtxt, parse it back, and override it.
+
+config.pbtxt is produced from tritonclient's ``model_config_pb2.ModelConfig`` with protobuf's
+``text_format``, never from string templates. Three variants exist per model:
+
+* ``<model>_inflight``: our backend, pipelined mode (several batches in flight per instance);
+* ``<model>_sync``: our backend, stock-equivalent mode (one batch at a time, wait after each);
+* ``<model>_trt``: the stock TensorRT backend (``platform: "tensorrt_plan"``), for NGC containers.
+
+The same object also yields the JSON that Triton's model-control API accepts as a config
+override, which is how the A/B runner loads a variant with other instance counts or batching.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from inflight.errors import ConfigError
+from inflight.models.registry import ModelSpec, get_model
+
+Variant = Literal["inflight", "sync", "trt"]
+Kind = Literal["auto", "gpu", "cpu"]
+VARIANTS: tuple[Variant, ...] = ("inflight", "sync", "trt")
+
+_KINDS = {
+    "auto": mc.ModelInstanceGroup.KIND_AUTO,
+    "gpu": mc.ModelInstanceGroup.KIND_GPU,
+    "cpu": mc.ModelInstanceGroup.KIND_CPU,
+}
+
+
+@dataclass(kw_only=True)
+class BatchingConfig:
+    """Dynamic batching and instance placement, shared by all three variants.
+
+    Attributes:
+        instances: Model instances (one stub process each for our backend).
+        kind: ``auto`` (GPU when the server sees one, else CPU), ``gpu`` or ``cpu``.
+        max_queue_delay_us: Dynamic batcher queue delay.
+        preferred_batch_sizes: Preferred batch sizes; empty for none.
+        cuda_graphs: For ``_trt``: TensorRT backend CUDA graphs (``optimization.cuda.graphs``).
+    """
+
+    instances: int = 1
+    kind: Kind = "auto"
+    max_queue_delay_us: int = 500
+    preferred_batch_sizes: tuple[int, ...] = ()
+    cuda_graphs: bool = False
+
+
+@dataclass(kw_only=True)
+class BackendParameters:
+    """Parameters of the ``inflight`` backend (the ``parameters`` map of config.pbtxt).
+
+    Attributes:
+        mode: ``pipelined`` (execute returns once the batch is enqueued) or ``sync``
+            (stock-equivalent: wait for the GPU after each batch, return the responses).
+        engine: ``torch``, ``tensorrt`` or ``auto`` (TensorRT when a plan exists and runs here).
+        slots: Batches in flight per instance (ring size), pipelined mode.
+        response_threads: Threads that send responses concurrently (pipelined mode).
+        completion_wait: ``blocking`` (blocking-sync events) or ``poll`` (cudaEventQuery).
+        precision: ``fp16`` or ``fp32`` on the GPU (the CPU always runs fp32).
+        cuda_graphs: Capture and replay CUDA graphs per batch bucket.
+        batch_buckets: Batch sizes graphs are captured for; batches are padded up to one.
+            Empty means powers of two up to max_batch_size.
+        seq_buckets: Sequence lengths graphs are captured for (variable-length models).
+        max_graphs: Cap on captured graphs per instance (lazily captured beyond warm-up).
+        warmup_seq_len: Sequence bucket captured at initialize (others lazily).
+        artifact: Torch artifact, relative to the model version folder.
+        plan: TensorRT plan, relative to the model version folder.
+        metrics: Export live metrics at Triton's metrics endpoint.
+        cupti: Measure GPU temporal activity and sync share live with CUPTI.
+        nvtx: Emit NVTX ranges (free when no profiler is attached).
+        drain_timeout_s: How long finalize() waits for in-flight batches before failing them.
+    """
+
+    mode: Literal["pipelined", "sync"] = "pipelined"
+    engine: Literal["torch", "tensorrt", "auto"] = "torch"
+    slots: int = 4
+    response_threads: int = 8
+    completion_wait: Literal["blocking", "poll"] = "blocking"
+    precision: Literal["fp16", "fp32"] = "fp16"
+    cuda_graphs: bool = True
+    batch_buckets: tuple[int, ...] = ()
+    seq_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
+    max_graphs: int = 64
+    warmup_seq_len: int = 64
+    artifact: str = "model.pt2"
+    plan: str = "model.plan"
+    metrics: bool = True
+    cupti: bool = False
+    nvtx: bool = True
+    drain_timeout_s: float = 10.0
+
+    def to_parameters(self, *, full: bool = True) -> dict[str, str]:
+        """The parameters as strings, as config.pbtxt stores them.
+
+        Args:
+            full: All parameters; otherwise the main knobs and those that differ from the defaults.
+        """
+        out: dict[str, str] = {}
+        default = BackendParameters()
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not full and f.name not in _SHOWN and v == getattr(default, f.name):
+                continue
+            if isinstance(v, bool):
+                out[f.name] = "true" if v else "false"
+            elif isinstance(v, tuple):
+                out[f.name] = ",".join(str(x) for x in v)
+            else:
+                out[f.name] = str(v)
+        return out
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, str]) -> BackendParameters:
+        """Parse the config's parameters map, with errors that name the bad key and its choices.
+
+        Raises:
+            ConfigError: on an unknown key or a value of the wrong form.
+        """
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - set(fields))
+        if unknown:
+            raise ConfigError(f"unknown inflight parameter(s) {unknown}; known: {sorted(fields)}")
+        kwargs: dict[str, Any] = {}
+        default = cls()
+        choices = {
+            "mode": ("pipelined", "sync"),
+            "engine": ("torch", "tensorrt", "auto"),
+            "completion_wait": ("blocking", "poll"),
+            "precision": ("fp16", "fp32"),
+        }
+        for key, raw in params.items():
+            raw = raw.strip()
+            current = getattr(default, key)
+            try:
+                if key in choices:
+                    if raw not in choices[key]:
+                        raise ValueError(f"choose one of {list(choices[key])}")
+                    kwargs[key] = raw
+                elif isinstance(current, bool):
+                    if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                        raise ValueError("use true or false")
+                    kwargs[key] = raw.lower() in ("true", "1", "yes")
+                elif isinstance(current, int):
+                    kwargs[key] = int(raw)
+                elif isinstance(current, float):
+                    kwargs[key] = float(raw)
+                elif isinstance(current, tuple):
+                    kwargs[key] = tuple(int(x) for x in raw.replace(" ", "").split(",") if x)
+                else:
+                    kwargs[key] = raw
+            except ValueError as e:
+                raise ConfigError(f"parameter {key}={raw!r} is invalid: {e}") from None
+        p = cls(**kwargs)
+        p.check()
+        return p
+
+    def check(self) -> None:
+        """Reject values out of range.
+
+        Raises:
+            ConfigError: naming the parameter and the accepted range.
+        """
+        if self.slots < 1 or self.slots > 64:
+            raise ConfigError(f"slots={self.slots}: use 1..64 batches in flight per instance")
+        if self.response_threads < 1 or self.response_threads > 256:
+            raise ConfigError(f"response_threads={self.response_threads}: use 1..256")
+        if any(b < 1 for b in self.batch_buckets) or list(self.batch_buckets) != sorted(set(self.batch_buckets)):
+            raise ConfigError(f"batch_buckets={self.batch_buckets}: use increasing positive sizes")
+        if any(s < 1 for s in self.seq_buckets) or list(self.seq_buckets) != sorted(set(self.seq_buckets)):
+            raise ConfigError(f"seq_buckets={self.seq_buckets}: use increasing positive lengths")
+        if self.max_graphs < 1:
+            raise ConfigError(f"max_graphs={self.max_graphs}: must be at least 1")
+        if self.drain_timeout_s < 0:
+            raise ConfigError(f"drain_timeout_s={self.drain_timeout_s}: must be >= 0")
+
+
+@dataclass(kw_only=True)
+class VariantConfig:
+    """One model variant: which model, which execution path, batching and parameters."""
+
+    model: str
+    variant: Variant
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    params: BackendParameters = field(default_factory=BackendParameters)
+    max_batch_size: int | None = None
+    name: str | None = None
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model's registry entry."""
+        return get_model(self.model)
+
+    @property
+    def model_name(self) -> str:
+        """The name Triton serves this variant under."""
+        return self.name or f"{self.model}_{self.variant}"
+
+    def to_proto(self) -> mc.ModelConfig:
+        """Build the ``ModelConfig`` protobuf."""
+        spec = self.spec
+        cfg = mc.ModelConfig(name=self.model_name, max_batch_size=self.max_batch_size or spec.max_batch_size)
+        if self.variant == "trt":
+            cfg.platform = "tensorrt_plan"
+        else:
+            cfg.backend = "inflight"
+        for t in spec.inputs:
+            cfg.input.add(name=t.name, data_type=mc.DataType.Value(t.triton_type), dims=list(t.dims))
+        for t in spec.outputs:
+            cfg.output.add(name=t.name, data_type=mc.DataType.Value(t.triton_type), dims=list(t.dims))
+        b = self.batching
+        cfg.dynamic_batching.max_queue_delay_microseconds = b.max_queue_delay_us
+        cfg.dynamic_batching.preferred_batch_size.extend(b.preferred_batch_sizes)
+        kind = "gpu" if self.variant == "trt" else b.kind
+        cfg.instance_group.add(count=b.instances, kind=_KINDS[kind])
+        if self.variant == "trt":
+            if b.cuda_graphs:
+                cfg.optimization.cuda.graphs = True
+        else:
+            p = dataclasses.replace(self.params, mode="sync" if self.variant == "sync" else "pipelined")
+            for k, v in p.to_parameters(full=False).items():
+                cfg.parameters[k].string_value = v
+        return cfg
+
+    def to_pbtxt(self) -> str:
+        """config.pbtxt text."""
+        return _HEADER + text_format.MessageToString(self.to_proto())
+
+    def to_json(self) -> str:
+        """The JSON form Triton's model-control ``load`` accepts as a ``config`` override."""
+        return json_format.MessageToJson(self.to_proto(), preserving_proto_field_name=True, indent=None)
+
+    def write(self, repository: Path) -> Path:
+        """Write ``<repository>/<name>/config.pbtxt`` and the version folder ``1/``."""
+        d = repository / self.model_name
+        (d / "1").mkdir(parents=True, exist_ok=True)
+        (d / "config.pbtxt").write_text(self.to_pbtxt())
+        return d
+
+
+_SHOWN = frozenset({"mode", "engine", "slots", "response_threads", "precision", "cuda_graphs"})
+_HEADER = "# Generated by `inflight build-models` from inflight.model_config; edit the generator, not this file.\n"
+
+
+def parse_pbtxt(text: str) -> mc.ModelConfig:
+    """Parse config.pbtxt text into a ``ModelConfig``.
+
+    Raises:
+        ConfigError: with protobuf's position of the syntax error.
+    """
+    try:
+        return text_format.Parse(text, mc.ModelConfig())
+    except text_format.ParseError as e:
+        raise ConfigError(f"config.pbtxt does not parse: {e}") from None
+
+
+def proto_from_json(config_json: str | Mapping[str, Any]) -> mc.ModelConfig:
+    """Parse the JSON model config Triton hands the backend (``args["model_config"]``)."""
+    text = config_json if isinstance(config_json, str) else json.dumps(config_json)
+    return json_format.Parse(text, mc.ModelConfig(), ignore_unknown_fields=True)
+
+
+def parameters_of(cfg: mc.ModelConfig) -> dict[str, str]:
+    """The ``parameters`` map as plain strings."""
+    return {k: v.string_value for k, v in cfg.parameters.items()}
+
+
+def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
+    """Rebuild a ``VariantConfig`` from a parsed config (inverse of ``to_proto``)."""
+    spec = get_model(cfg.name)
+    variant: Variant
+    if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":
+        variant = "trt"
+    else:
+        params = BackendParameters.from_parameters(parameters_of(cfg))
+        variant = "sync" if params.mode == "sync" else "inflight"
+    kinds = {v: k for k, v in _KINDS.items()}
+    group = cfg.instance_group[0] if cfg.instance_group else mc.ModelInstanceGroup(count=1)
+    batching = BatchingConfig(
+        instances=group.count or 1,
+        kind=kinds.get(group.kind, "auto"),  # type: ignore[arg-type]
+        max_queue_delay_us=cfg.dynamic_batching.max_queue_delay_microseconds,
+        preferred_batch_sizes=tuple(cfg.dynamic_batching.preferred_batch_size),
+        cuda_graphs=cfg.optimization.cuda.graphs,
+    )
+    vc = VariantConfig(
+        model=spec.name,
+        variant=variant,
+        batching=batching,
+        max_batch_size=cfg.max_batch_size,
+        name=cfg.name,
+    )
+    if variant != "trt":
+        vc.params = BackendParameters.from_parameters(parameters_of(cfg))
+    return vc
+
+
+def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantConfig:
+    """Return a copy of ``vc`` with ``key=value`` overrides applied.
+
+    Keys: ``instances``, ``kind``, ``delay_us``, ``preferred`` (``512/1024/2000``), ``graphs``
+    (TensorRT backend CUDA graphs), ``name``, and any backend parameter (``slots``,
+    ``response_threads``, ``cuda_graphs``...).
+
+    Raises:
+        ConfigError: for an unknown key or a bad value.
+    """
+    b = dataclasses.replace(vc.batching)
+    params = dict(vc.params.to_parameters())
+    name = vc.name
+    for key, value in overrides.items():
+        try:
+            if key == "instances":
+                b.instances = int(value)
+            elif key == "kind":
+                if value not in _KINDS:
+                    raise ValueError(f"choose one of {list(_KINDS)}")
+                b.kind = value  # type: ignore[assignment]
+            elif key in ("delay_us", "max_queue_delay_us"):
+                b.max_queue_delay_us = int(value)
+            elif key == "preferred":
+                b.preferred_batch_sizes = tuple(int(x) for x in value.replace(",", "/").split("/") if x)
+            elif key == "graphs":
+                b.cuda_graphs = value.lower() in ("true", "1", "yes")
+            elif key == "name":
+                name = value
+            elif key in params:
+                params[key] = value
+            else:
+                raise ValueError(
+                    "unknown key; use instances, kind, delay_us, preferred, graphs, name or a backend "
+                    f"parameter ({', '.join(sorted(params))})"
+                )
+        except ValueError as e:
+            raise ConfigError(f"override {key}={value!r}: {e}") from None
+    return VariantConfig(
+        model=vc.model,
+        variant=vc.variant,
+        batching=b,
+        params=BackendParameters.from_parameters(params),
+        max_batch_size=vc.max_batch_size,
+        name=name,
+    )
+
+
+def parse_variant_arg(arg: str) -> tuple[str, dict[str, str]]:
+    """Split ``bert_tiny_sync@instances=4,delay_us=500`` into the model name and overrides.
+
+    Raises:
+        ConfigError: when an override is not ``key=value``.
+    """
+    name, _, rest = arg.partition("@")
+    overrides: dict[str, str] = {}
+    for part in filter(None, rest.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq:
+            raise ConfigError(f"variant {arg!r}: override {part!r} is not key=value")
+        overrides[key.strip()] = value.strip()
+    return name, overrides

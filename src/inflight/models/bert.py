@@ -1,0 +1,92 @@
+"""bert-tiny: the prajjwal1/bert-tiny architecture with seeded random weights.
+
+BERT encoder, 2 layers, hidden 128, 2 attention heads, FFN 512, vocabulary 30522, 512 positions
+(4.4M parameters). The model hub is unreachable here and throughput does not depend on weight
+values, so weights are drawn from a seeded generator. Output: the CLS token's final hidden state.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inflight.models.registry import ModelSpec, TensorSpec
+
+if TYPE_CHECKING:
+    import torch
+
+VOCAB = 30522
+HIDDEN = 128
+LAYERS = 2
+HEADS = 2
+FFN = 512
+POSITIONS = 512
+
+
+def make_module(seed: int = 0) -> torch.nn.Module:
+    """Build bert-tiny in fp32 on the CPU, eval mode, weights from ``seed``."""
+    import torch
+    from torch import nn
+    from torch.nn import functional as F  # noqa: N812
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(HIDDEN, 3 * HIDDEN)
+            self.attn_out = nn.Linear(HIDDEN, HIDDEN)
+            self.ln1 = nn.LayerNorm(HIDDEN, eps=1e-12)
+            self.ffn_in = nn.Linear(HIDDEN, FFN)
+            self.ffn_out = nn.Linear(FFN, HIDDEN)
+            self.ln2 = nn.LayerNorm(HIDDEN, eps=1e-12)
+
+        def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+            b, s, h = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, HEADS, h // HEADS).permute(2, 0, 3, 1, 4).unbind(0)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+            x = self.ln1(x + self.attn_out(a.transpose(1, 2).reshape(b, s, h)))
+            return self.ln2(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+
+    class BertTiny(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.word = nn.Embedding(VOCAB, HIDDEN)
+            self.position = nn.Embedding(POSITIONS, HIDDEN)
+            self.token_type = nn.Embedding(2, HIDDEN)
+            self.ln = nn.LayerNorm(HIDDEN, eps=1e-12)
+            self.layers = nn.ModuleList([Layer() for _ in range(LAYERS)])
+            # a buffer, not torch.arange(device=...): export would bake the device into the graph
+            self.register_buffer("position_ids", torch.arange(POSITIONS), persistent=False)
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            s = input_ids.shape[1]
+            pos = self.position_ids[:s]
+            x = self.word(input_ids) + self.position(pos)[None] + self.token_type.weight[0]
+            x = self.ln(x)
+            keep = attention_mask[:, None, None, :].bool()
+            for layer in self.layers:
+                x = layer(x, keep)
+            return x[:, 0].float()
+
+    torch.manual_seed(seed)
+    m = BertTiny()
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.02)
+    return m.eval()
+
+
+SPEC = ModelSpec(
+    name="bert_tiny",
+    description="bert-tiny encoder (2 layers, hidden 128), CLS embedding",
+    inputs=(
+        TensorSpec(name="input_ids", dtype="int64", dims=(-1,)),
+        TensorSpec(name="attention_mask", dtype="int64", dims=(-1,)),
+    ),
+    outputs=(TensorSpec(name="cls", dtype="float32", dims=(HIDDEN,)),),
+    max_batch_size=2048,
+    make_module=make_module,
+    default_seq_len=64,
+    max_seq_len=POSITIONS,
+    vocab_size=VOCAB,
+    seq_input="input_ids",
+)

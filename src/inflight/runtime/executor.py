@@ -1,0 +1,334 @@
+"""Executors: the stock-equivalent sync loop and the pipelined ring of slots.
+
+``SyncExecutor`` (the baseline): gather, launch, wait for the device, return the outputs;
+one batch at a time, the caller blocked throughout, like Triton's stock backends.
+
+``PipelinedExecutor``: ``submit`` gathers a batch into a free slot, launches it and returns at
+once; several batches are in flight. A completion thread waits for slots in launch order and
+hands each request's outputs to a pool of sender threads, because every Python-backend
+``send()`` is a blocking round trip to the server process (see FACTS.md: sent one after
+another they made a pipelined instance slower than the sync one). A slot is freed when its
+last response has been sent. When every slot is busy, ``submit`` waits for one (back-pressure),
+and the wait is counted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from inflight.errors import EngineError, ShuttingDownError
+from inflight.runtime.batch import Batch, Item, Layout, Slot, gather, outputs_for
+from inflight.runtime.runners import Runner
+
+LOGGER = logging.getLogger(__name__)
+
+
+class ResponseSink(Protocol):
+    """Where responses go: the Triton response sender, or a test's collector."""
+
+    def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
+        """Send exactly one final response (outputs, or an error) for the request ``handle``; may block."""
+
+
+class Ranges(Protocol):
+    """NVTX-style named ranges (a no-op object when profiling is off)."""
+
+    def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """A context manager that marks ``name`` on the timeline."""
+
+
+class _NoRanges:
+    def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+
+@dataclass
+class ExecutorStats:
+    """Counters of one executor (cumulative; read by the metrics publisher on the execute thread).
+
+    Attributes:
+        batches: Batches launched.
+        requests: Requests launched.
+        items: Items (rows) launched, without padding.
+        padded_items: Rows launched including bucket padding.
+        failed_batches: Batches that failed on the device.
+        responses: Responses sent (outputs).
+        error_responses: Error responses sent.
+        depth_launches: How many launches found k batches in flight (index k = depth incl. itself).
+        max_depth: Deepest pipeline seen.
+        slot_waits: Times ``submit`` found no free slot.
+        slot_wait_s: Total time spent waiting for a slot.
+        send_s: Total time inside ``send()`` (summed over sender threads).
+        device_wait_s: Total time the completion side spent waiting for the device.
+        batch_sizes: Real rows of recent batches (bounded; drained by the metrics publisher).
+    """
+
+    batches: int = 0
+    requests: int = 0
+    items: int = 0
+    padded_items: int = 0
+    failed_batches: int = 0
+    responses: int = 0
+    error_responses: int = 0
+    depth_launches: list[int] = field(default_factory=lambda: [0] * 65)
+    max_depth: int = 0
+    slot_waits: int = 0
+    slot_wait_s: float = 0.0
+    send_s: float = 0.0
+    device_wait_s: float = 0.0
+    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
+
+    def snapshot(self) -> dict[str, Any]:
+        """A plain-dict copy (for logs and tests)."""
+        d = {k: v for k, v in self.__dict__.items() if k not in ("batch_sizes", "depth_launches")}
+        d["depth_launches"] = {i: n for i, n in enumerate(self.depth_launches) if n}
+        return d
+
+
+class _Base:
+    def __init__(self, runner: Runner, ranges: Ranges | None = None) -> None:
+        self.runner = runner
+        self.layout: Layout = runner.layout
+        self.stats = ExecutorStats()
+        self.ranges: Ranges = ranges or _NoRanges()
+        self._lock = threading.Lock()
+
+    def _prepare(self, slot: Slot, batch: Batch) -> None:
+        rows = batch.rows
+        bucket = self.runner.buckets.pick(rows, batch.seq)
+        with self.ranges.range("gather"):
+            gather(self.layout, slot, batch, bucket)
+        with self._lock:
+            self.stats.batches += 1
+            self.stats.requests += len(batch.items)
+            self.stats.items += rows
+            self.stats.padded_items += bucket[0]
+            self.stats.batch_sizes.append(rows)
+
+
+class SyncExecutor(_Base):
+    """Stock-equivalent: one slot, wait for the device after each batch."""
+
+    def __init__(self, runner: Runner, ranges: Ranges | None = None) -> None:
+        super().__init__(runner, ranges)
+        (self.slot,) = runner.make_slots(1)
+
+    def run(self, batch: Batch) -> list[dict[str, np.ndarray]]:
+        """Execute ``batch`` and return per-request output views (valid until the next ``run``).
+
+        Raises:
+            EngineError: when the batch failed on the device.
+        """
+        self._prepare(self.slot, batch)
+        with self.ranges.range("enqueue"):
+            self.runner.launch(self.slot)
+        t0 = time.perf_counter()
+        with self.ranges.range("wait"):
+            self.runner.wait(self.slot)
+        with self._lock:
+            self.stats.device_wait_s += time.perf_counter() - t0
+            self.stats.depth_launches[1] += 1
+            self.stats.max_depth = 1
+        return outputs_for(self.layout, self.slot)
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Release the runner (nothing is in flight between calls); always drained."""
+        self.runner.close()
+        return True
+
+
+class PipelinedExecutor(_Base):
+    """A ring of slots; ``submit`` returns once the batch is enqueued.
+
+    Args:
+        runner: Device resources.
+        sink: Sends responses.
+        slots: Ring size (batches in flight).
+        response_threads: Threads that call ``sink.send`` concurrently.
+        ranges: NVTX ranges.
+    """
+
+    def __init__(
+        self, runner: Runner, sink: ResponseSink, *, slots: int, response_threads: int, ranges: Ranges | None = None
+    ) -> None:
+        super().__init__(runner, ranges)
+        self.sink = sink
+        self.slots = runner.make_slots(slots)
+        self._free: deque[Slot] = deque(self.slots)
+        self._busy: set[int] = set()
+        self._cond = threading.Condition(self._lock)
+        self._closing = False
+        self._inflight: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
+        self._sends: queue.SimpleQueue[tuple[Slot, int, Item, Mapping[str, np.ndarray] | None, str | None] | None] = (
+            queue.SimpleQueue()
+        )
+        self._abandoned: set[int] = set()
+        self._completion = threading.Thread(target=self._complete_loop, name="inflight-completion", daemon=True)
+        self._senders = [
+            threading.Thread(target=self._send_loop, name=f"inflight-send-{i}", daemon=True) for i in range(response_threads)
+        ]
+        self._completion.start()
+        for t in self._senders:
+            t.start()
+
+    # -- issue path (execute thread) ---------------------------------------------------------
+    def in_flight(self) -> int:
+        """Slots currently holding a batch."""
+        with self._lock:
+            return len(self._busy)
+
+    def _acquire(self) -> Slot:
+        with self._cond:
+            if not self._free and not self._closing:
+                t0 = time.perf_counter()
+                self.stats.slot_waits += 1
+                with self.ranges.range("slot_wait"):
+                    while not self._free and not self._closing:
+                        self._cond.wait()
+                self.stats.slot_wait_s += time.perf_counter() - t0
+            if self._closing:
+                raise ShuttingDownError("the model is being unloaded; retry on another instance or after reload")
+            slot = self._free.popleft()
+            self._busy.add(slot.index)
+            depth = len(self._busy)
+            self.stats.depth_launches[min(depth, 64)] += 1
+            self.stats.max_depth = max(self.stats.max_depth, depth)
+            return slot
+
+    def submit(self, batch: Batch) -> None:
+        """Gather ``batch`` into a free slot, launch it, hand it to the completion thread.
+
+        Raises:
+            ShuttingDownError: when the executor is closing (the caller fails the requests).
+        """
+        slot = self._acquire()
+        try:
+            self._prepare(slot, batch)
+            slot.generation += 1
+            slot.t_submit = time.perf_counter()
+            with self.ranges.range("enqueue"):
+                self.runner.launch(slot)
+        except Exception as e:
+            LOGGER.error("batch of %d requests failed to launch: %s", len(batch.items), e)
+            self._fail_slot(slot, batch, f"batch failed to launch on the device: {e}")
+            return
+        self._inflight.put(slot)
+
+    # -- completion side ---------------------------------------------------------------------
+    def _complete_loop(self) -> None:
+        while True:
+            slot = self._inflight.get()
+            if slot is None:
+                return
+            batch = slot.batch
+            assert batch is not None
+            t0 = time.perf_counter()
+            try:
+                with self.ranges.range("complete"):
+                    self.runner.wait(slot)
+            except Exception as e:
+                LOGGER.error("batch of %d requests failed on the device: %s", len(batch.items), e)
+                with self._lock:
+                    self.stats.failed_batches += 1
+                self._fail_slot(slot, batch, f"batch failed on the device: {e}")
+                continue
+            with self._lock:
+                self.stats.device_wait_s += time.perf_counter() - t0
+                if slot.index in self._abandoned:
+                    continue
+            outs = outputs_for(self.layout, slot)
+            slot.pending = len(batch.items)
+            gen = slot.generation
+            for item, out in zip(batch.items, outs):
+                self._sends.put((slot, gen, item, out, None))
+
+    def _fail_slot(self, slot: Slot, batch: Batch, message: str) -> None:
+        slot.pending = len(batch.items)
+        for item in batch.items:
+            self._sends.put((slot, slot.generation, item, None, message))
+
+    def _send_loop(self) -> None:
+        while True:
+            job = self._sends.get()
+            if job is None:
+                return
+            slot, gen, item, out, error = job
+            t0 = time.perf_counter()
+            try:
+                with self.ranges.range("respond"):
+                    self.sink.send(item.handle, out, error)
+            except Exception as e:  # the request is lost to the client only if the server refused it
+                LOGGER.error("sending a response failed: %s: %s", type(e).__name__, e)
+            dt = time.perf_counter() - t0
+            with self._cond:
+                self.stats.send_s += dt
+                if error is None:
+                    self.stats.responses += 1
+                else:
+                    self.stats.error_responses += 1
+                if gen != slot.generation or slot.index in self._abandoned:
+                    continue
+                slot.pending -= 1
+                if slot.pending == 0:
+                    self._release(slot)
+
+    def _release(self, slot: Slot) -> None:
+        # caller holds self._cond
+        slot.batch = None
+        self._busy.discard(slot.index)
+        self._free.append(slot)
+        self._cond.notify()
+
+    # -- shutdown ----------------------------------------------------------------------------
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Stop accepting batches, drain in-flight ones, fail what cannot finish, free everything.
+
+        Returns:
+            True when every in-flight batch completed normally.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            while self._busy and time.monotonic() < deadline:
+                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
+            stuck = [s for s in self.slots if s.index in self._busy]
+            for s in stuck:
+                self._abandoned.add(s.index)
+        drained = not stuck
+        if stuck:
+            LOGGER.error(
+                "%d batch(es) still in flight after %.1f s; failing their requests explicitly", len(stuck), timeout_s
+            )
+            for s in stuck:
+                if s.batch is not None:
+                    for item in s.batch.items:
+                        with contextlib.suppress(Exception):
+                            self.sink.send(item.handle, None, "the model was unloaded before this batch completed")
+        self._inflight.put(None)
+        for _ in self._senders:
+            self._sends.put(None)
+        self._completion.join(timeout=max(1.0, deadline - time.monotonic()))
+        for t in self._senders:
+            t.join(timeout=5.0)
+        alive = [t.name for t in (self._completion, *self._senders) if t.is_alive()]
+        if alive:
+            LOGGER.error("threads still running at close (blocked on the device?): %s", alive)
+        if drained and not alive:
+            self.runner.close()
+        else:
+            LOGGER.error("device resources left to the process exit because work is still queued on the device")
+        return drained
+
+
+__all__ = ["EngineError", "ExecutorStats", "PipelinedExecutor", "ResponseSink", "SyncExecutor"]

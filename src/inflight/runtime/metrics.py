@@ -1,0 +1,132 @@
+"""Live metrics at Triton's metrics endpoint, published from the execute thread only.
+
+FACTS.md: ``pb_utils`` custom metrics called from background threads segfaulted the 2.51 server
+under load; calls from the execute thread were fine. So the executor's threads only bump plain
+counters (``ExecutorStats``), and ``MetricsPublisher.publish()``, called at the start of each
+``execute()``, turns their change since the last call into metric updates, at most every
+``interval_s`` (each update is a round trip to the server process).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from inflight.runtime.executor import ExecutorStats
+
+LOGGER = logging.getLogger(__name__)
+
+#: A provider of live GPU figures: returns ``{"gpu_activity": f, "sync_share": f}`` or None.
+GpuFigures = Callable[[], "dict[str, float] | None"]
+
+
+class MetricsPublisher:
+    """Owns the metric families of one model instance and updates them from ``ExecutorStats``.
+
+    Args:
+        pb_utils: The ``triton_python_backend_utils`` module.
+        model: Model name (label).
+        instance: Instance name (label).
+        stats: The executor's counters.
+        in_flight: Returns the current number of busy slots.
+        slots: Ring size (histogram buckets of the in-flight depth).
+        gpu_figures: Live GPU activity / sync share (CUPTI), or None.
+        interval_s: Minimum time between two publications.
+    """
+
+    def __init__(
+        self,
+        pb_utils: Any,
+        *,
+        model: str,
+        instance: str,
+        stats: ExecutorStats,
+        in_flight: Callable[[], int],
+        slots: int,
+        gpu_figures: GpuFigures | None = None,
+        interval_s: float = 0.1,
+    ) -> None:
+        mf = pb_utils.MetricFamily
+        labels = {"model": model, "instance": instance}
+        self.stats = stats
+        self.in_flight = in_flight
+        self.gpu_figures = gpu_figures
+        self.interval_s = interval_s
+        self._last = 0.0
+        self._seen: dict[str, float] = {}
+        self._depth_seen = [0] * len(stats.depth_launches)
+        self._families: list[Any] = []
+
+        def family(name: str, desc: str, kind: Any) -> Any:
+            f = mf(name=name, description=desc, kind=kind)
+            self._families.append(f)
+            return f
+
+        self.m_inflight = family("inflight_in_flight", "Batches in flight in this instance now", mf.GAUGE).Metric(
+            labels=labels
+        )
+        self.m_depth = family(
+            "inflight_launch_depth", "Batches in flight (incl. the new one) at each launch", mf.HISTOGRAM
+        ).Metric(labels=labels, buckets=[float(i) for i in range(1, slots + 1)])
+        self.m_batch = family("inflight_batch_size", "Items per executed batch (before padding)", mf.HISTOGRAM).Metric(
+            labels=labels, buckets=[float(1 << k) for k in range(12)]
+        )
+        counters = {
+            "batches": ("inflight_batches_total", "Batches launched"),
+            "items": ("inflight_items_total", "Items launched (without padding)"),
+            "padded_items": ("inflight_padded_items_total", "Items launched including bucket padding"),
+            "slot_waits": ("inflight_slot_waits_total", "Times execute() found every slot busy"),
+            "slot_wait_s": ("inflight_slot_wait_seconds_total", "Time execute() waited for a free slot"),
+            "send_s": ("inflight_send_seconds_total", "Time spent in response send() calls (all threads)"),
+            "device_wait_s": ("inflight_device_wait_seconds_total", "Time the completion side waited for the device"),
+            "error_responses": ("inflight_error_responses_total", "Error responses sent"),
+            "failed_batches": ("inflight_failed_batches_total", "Batches that failed on the device"),
+        }
+        self.m_counters = {
+            attr: family(name, desc, mf.COUNTER).Metric(labels=labels) for attr, (name, desc) in counters.items()
+        }
+        self.m_gpu: dict[str, Any] = {}
+        if gpu_figures is not None:
+            self.m_gpu = {
+                "gpu_activity": family(
+                    "inflight_gpu_activity", "GPU temporal activity (union of kernel+copy time / wall), CUPTI window", mf.GAUGE
+                ).Metric(labels=labels),
+                "sync_share": family(
+                    "inflight_sync_share", "Share of CUDA API time in *Synchronize calls, CUPTI window", mf.GAUGE
+                ).Metric(labels=labels),
+            }
+
+    def publish(self, force: bool = False) -> None:
+        """Push the change since the last call (execute thread only)."""
+        now = time.monotonic()
+        if not force and now - self._last < self.interval_s:
+            return
+        self._last = now
+        s = self.stats
+        for attr, metric in self.m_counters.items():
+            value = float(getattr(s, attr))
+            delta = value - self._seen.get(attr, 0.0)
+            if delta > 0:
+                metric.increment(delta)
+                self._seen[attr] = value
+        for depth, n in enumerate(s.depth_launches):
+            for _ in range(min(n - self._depth_seen[depth], 1000)):
+                self.m_depth.observe(float(depth))
+            self._depth_seen[depth] = n
+        sizes = s.batch_sizes
+        for _ in range(min(len(sizes), 1000)):
+            self.m_batch.observe(float(sizes.popleft()))
+        sizes.clear()
+        self.m_inflight.set(float(self.in_flight()))
+        if self.gpu_figures is not None:
+            figures = self.gpu_figures()
+            if figures:
+                for key, metric in self.m_gpu.items():
+                    if key in figures:
+                        metric.set(float(figures[key]))
+
+    def close(self) -> None:
+        """Drop the metric families (they are removed from the endpoint)."""
+        self._families.clear()

@@ -1,0 +1,334 @@
+"""The plain Python object behind ``backends/inflight/model.py``.
+
+It parses ``args["model_config"]`` once, builds the engine, the runner and the executor, and
+turns Triton requests into batches:
+
+* **sync** mode returns the batch's responses from ``execute()`` after waiting for the device
+  (the stock-equivalent baseline);
+* **pipelined** mode returns ``None`` as soon as the batch is enqueued; each request later gets
+  exactly one response (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``) through its response sender,
+  from the executor's sender threads. The default transaction policy is kept, so plain HTTP and
+  gRPC clients work (decoupled models would be refused by them).
+
+Requests are validated before anything is enqueued; a bad request gets its own error response
+and the rest of its batch runs normally.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inflight.errors import ConfigError, InflightError, ShuttingDownError, ValidationError
+from inflight.log import route_to_triton
+from inflight.model_config import BackendParameters, parameters_of, proto_from_json
+from inflight.models.registry import ModelSpec, get_model
+from inflight.runtime.batch import Batch, Buckets, Item, Layout, pow2_buckets
+from inflight.runtime.engines.base import Engine
+from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
+from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
+
+LOGGER = logging.getLogger(__name__)
+
+
+class TritonSink:
+    """Sends one final response per request through its ``InferenceResponseSender``."""
+
+    def __init__(self, pb_utils: Any) -> None:
+        self.pb = pb_utils
+        self.final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+    def response(self, outputs: Mapping[str, np.ndarray] | None, error: str | None, code: Any = None) -> Any:
+        """Build an ``InferenceResponse`` with outputs or an error."""
+        pb = self.pb
+        if error is not None:
+            err = pb.TritonError(error) if code is None else pb.TritonError(error, code)
+            return pb.InferenceResponse(output_tensors=[], error=err)
+        assert outputs is not None
+        return pb.InferenceResponse(output_tensors=[pb.Tensor(name, a) for name, a in outputs.items()])
+
+    def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
+        """Send the final response for the request whose sender is ``handle``."""
+        handle.send(self.response(outputs, error), flags=self.final)
+
+
+class _Nvtx:
+    """NVTX ranges through the ``nvtx`` package; free when no profiler is attached."""
+
+    def __init__(self, enabled: bool, domain: str) -> None:
+        self._nvtx: Any = None
+        if enabled:
+            try:
+                import nvtx
+            except ImportError:
+                LOGGER.info("nvtx is not installed; NVTX ranges are off (pip install nvtx)")
+            else:
+                self._nvtx = nvtx
+                self._domain = domain
+
+    def range(self, name: str) -> Any:
+        import contextlib
+
+        if self._nvtx is None:
+            return contextlib.nullcontext()
+        return self._nvtx.annotate(name, domain=self._domain)
+
+
+def resolve_spec(model_name: str, params: BackendParameters) -> ModelSpec:
+    """The registry entry for this model.
+
+    Raises:
+        ConfigError: when the model is unknown.
+    """
+    try:
+        return get_model(model_name)
+    except KeyError as e:
+        raise ConfigError(f"{e.args[0]}; name the model <model>_inflight or <model>_sync") from None
+
+
+def make_engine(
+    params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int | None
+) -> Engine:
+    """Build the configured engine (``auto``: TensorRT when possible, else Torch).
+
+    Raises:
+        EngineError: when the engine cannot be created (missing artifact, no TensorRT...).
+    """
+    from inflight.runtime.engines.torch_engine import TorchEngine
+
+    engine = params.engine
+    if engine in ("tensorrt", "auto") and device_id is not None:
+        from inflight.runtime.engines.tensorrt_engine import TensorRTEngine, import_tensorrt
+
+        plan = version_dir / params.plan
+        if engine == "tensorrt" or (import_tensorrt() is not None and plan.is_file()):
+            try:
+                return TensorRTEngine(
+                    plan, spec, device_id=device_id, slots=1 if params.mode == "sync" else params.slots,
+                    cuda_graphs=params.cuda_graphs,
+                )
+            except InflightError as e:
+                if engine == "tensorrt":
+                    raise
+                LOGGER.warning("engine=auto: TensorRT not usable (%s); using the Torch engine", e)
+    if engine == "tensorrt" and device_id is None:
+        raise ConfigError("engine=tensorrt needs a GPU instance (instance_group kind KIND_GPU); use engine=torch on CPU")
+    return TorchEngine(
+        version_dir / params.artifact,
+        spec,
+        device_id=device_id,
+        precision=params.precision,
+        cuda_graphs=params.cuda_graphs,
+        max_graphs=params.max_graphs,
+    )
+
+
+class InflightModel:
+    """One model instance of the inflight backend.
+
+    Args:
+        args: The ``args`` dict Triton passes to ``initialize``.
+        pb_utils: The ``triton_python_backend_utils`` module.
+
+    Raises:
+        InflightError: with a message that says what to fix (the adapter turns it into
+            ``TritonModelException``).
+    """
+
+    def __init__(self, args: Mapping[str, str], pb_utils: Any) -> None:
+        route_to_triton(pb_utils)
+        t_start = time.perf_counter()
+        self.pb = pb_utils
+        cfg = proto_from_json(args["model_config"])
+        self.model_name = args["model_name"]
+        self.instance = args.get("model_instance_name", self.model_name)
+        self.params = BackendParameters.from_parameters(parameters_of(cfg))
+        self.spec = resolve_spec(self.model_name, self.params)
+        self._check_tensors(cfg)
+        self.max_batch = int(cfg.max_batch_size) or self.spec.max_batch_size
+        kind = args.get("model_instance_kind", "CPU")
+        self.device_id = int(args.get("model_instance_device_id", "0")) if kind == "GPU" else None
+        version_dir = Path(args["model_repository"]) / str(args.get("model_version", "1"))
+        self.sink = TritonSink(pb_utils)
+        self.ranges = _Nvtx(self.params.nvtx, "inflight")
+
+        spec, p = self.spec, self.params
+        max_seq = None
+        seq_buckets: tuple[int, ...] | None = None
+        if spec.variable_seq:
+            limit = spec.max_seq_len or max(p.seq_buckets)
+            seq_buckets = tuple(s for s in p.seq_buckets if s <= limit)
+            if not seq_buckets or seq_buckets[-1] < limit:
+                seq_buckets = (*seq_buckets, limit)
+            max_seq = seq_buckets[-1]
+        self.layout = Layout(spec, self.max_batch, max_seq)
+        engine = make_engine(p, spec, version_dir, self.device_id)
+        runner: Runner
+        if self.device_id is None:
+            # the CPU computes exactly what arrived: no padding to buckets
+            buckets = Buckets(tuple(range(1, self.max_batch + 1)), tuple(range(1, max_seq + 1)) if max_seq else None)
+            runner = CpuRunner(engine, self.layout, buckets)
+        else:
+            batch_buckets = p.batch_buckets or pow2_buckets(self.max_batch)
+            if batch_buckets[-1] < self.max_batch:
+                batch_buckets = (*batch_buckets, self.max_batch)
+            buckets = Buckets(batch_buckets, seq_buckets)
+            runner = CudaRunner(engine, self.layout, buckets, device_id=self.device_id, wait_mode=p.completion_wait)
+        self.runner = runner
+        self.executor: SyncExecutor | PipelinedExecutor
+        if p.mode == "sync":
+            self.executor = SyncExecutor(runner, self.ranges)
+            slots = 1
+        else:
+            self.executor = PipelinedExecutor(
+                runner, self.sink, slots=p.slots, response_threads=p.response_threads, ranges=self.ranges
+            )
+            slots = p.slots
+        graphs = 0
+        if isinstance(runner, CudaRunner):
+            warm_seq = None
+            if seq_buckets is not None:
+                warm_seq = buckets.pick(1, min(p.warmup_seq_len, seq_buckets[-1]))[1]
+            graphs = runner.warmup(warm_seq)
+        self.metrics = self._make_metrics(slots)
+        LOGGER.info(
+            "%s (%s): %s mode, %d slot(s)%s; %s; %d CUDA graph(s); ready in %.1f s",
+            self.model_name,
+            self.instance,
+            p.mode,
+            slots,
+            f", {p.response_threads} response threads" if p.mode == "pipelined" else "",
+            runner.describe(),
+            graphs,
+            time.perf_counter() - t_start,
+        )
+
+    def _check_tensors(self, cfg: Any) -> None:
+        want = {t.name: t for t in (*self.spec.inputs, *self.spec.outputs)}
+        have = [*cfg.input, *cfg.output]
+        for t in have:
+            spec = want.get(t.name)
+            if spec is None:
+                raise ConfigError(
+                    f"config tensor {t.name!r} is not a tensor of model {self.spec.name!r} "
+                    f"(it has {sorted(want)}); regenerate the config with `inflight build-models`"
+                )
+
+    def _make_metrics(self, slots: int) -> Any:
+        if not self.params.metrics:
+            return None
+        from inflight.runtime.metrics import MetricsPublisher
+
+        gpu_figures = None
+        if self.params.cupti and self.device_id is not None:
+            try:
+                from inflight.profiling.cupti_live import LiveGpuMetrics
+
+                self._cupti = LiveGpuMetrics.start()
+                gpu_figures = self._cupti.figures
+            except Exception as e:
+                LOGGER.warning("cupti=true but live CUPTI metrics are unavailable: %s", e)
+        try:
+            return MetricsPublisher(
+                self.pb,
+                model=self.model_name,
+                instance=self.instance,
+                stats=self.executor.stats,
+                in_flight=getattr(self.executor, "in_flight", lambda: 0),
+                slots=slots,
+                gpu_figures=gpu_figures,
+            )
+        except Exception as e:  # metrics must not stop the model from serving
+            LOGGER.warning("custom metrics unavailable (%s: %s); serving without them", type(e).__name__, e)
+            return None
+
+    # -- requests ------------------------------------------------------------------------
+    def _parse(self, request: Any) -> tuple[dict[str, np.ndarray], int, int | None]:
+        inputs: dict[str, np.ndarray] = {}
+        for t in self.spec.inputs:
+            tensor = self.pb.get_input_tensor_by_name(request, t.name)
+            if tensor is not None:
+                inputs[t.name] = tensor.as_numpy()
+        count = self.spec.validate(inputs, max_batch_size=self.max_batch)
+        seq = None
+        if self.spec.variable_seq:
+            seq = int(inputs[self.spec.inputs[0].name].shape[1])
+        return inputs, count, seq
+
+    def execute(self, requests: Sequence[Any]) -> list[Any] | None:
+        """Run one batch of requests (see the module docstring for the two modes)."""
+        with self.ranges.range("execute"):
+            if self.metrics is not None:
+                self.metrics.publish()
+            if isinstance(self.executor, SyncExecutor):
+                return self._execute_sync(requests)
+            self._execute_pipelined(requests)
+            return None
+
+    def _execute_sync(self, requests: Sequence[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        items: list[Item] = []
+        for i, r in enumerate(requests):
+            try:
+                inputs, count, seq = self._parse(r)
+            except ValidationError as e:
+                responses[i] = self.sink.response(None, str(e), self.pb.TritonError.INVALID_ARG)
+                continue
+            items.append(Item(inputs=inputs, count=count, seq=seq, handle=i))
+        if items:
+            try:
+                outs = self.executor.run(Batch(items))  # type: ignore[union-attr]
+            except Exception as e:
+                LOGGER.error("batch failed: %s", e)
+                for item in items:
+                    responses[item.handle] = self.sink.response(None, f"batch failed on the device: {e}")
+            else:
+                for item, out in zip(items, outs):
+                    responses[item.handle] = self.sink.response(out, None)
+        return responses
+
+    def _execute_pipelined(self, requests: Sequence[Any]) -> None:
+        executor = self.executor
+        assert isinstance(executor, PipelinedExecutor)
+        items: list[Item] = []
+        with self.ranges.range("parse"):
+            for r in requests:
+                sender = r.get_response_sender()
+                try:
+                    inputs, count, seq = self._parse(r)
+                except ValidationError as e:
+                    sender.send(
+                        self.sink.response(None, str(e), self.pb.TritonError.INVALID_ARG), flags=self.sink.final
+                    )
+                    executor.stats.error_responses += 1
+                    continue
+                items.append(Item(inputs=inputs, count=count, seq=seq, handle=sender))
+        if not items:
+            return
+        try:
+            executor.submit(Batch(items))
+        except ShuttingDownError as e:
+            for item in items:
+                self.sink.send(item.handle, None, str(e))
+
+    def finalize(self) -> None:
+        """Drain or fail in-flight batches, then release every resource."""
+        drained = self.executor.close(self.params.drain_timeout_s)
+        stats = self.executor.stats.snapshot()
+        if getattr(self, "_cupti", None) is not None:
+            self._cupti.stop()
+        if self.metrics is not None:
+            self.metrics.close()
+        LOGGER.info(
+            "%s (%s) finalized (%s): %s",
+            self.model_name,
+            self.instance,
+            "drained" if drained is not False else "NOT drained: in-flight requests were failed",
+            json.dumps(stats, default=str),
+        )

@@ -1,0 +1,436 @@
+"""Start and stop a real ``tritonserver`` that serves the model repository with our backend.
+
+Two server installations are supported:
+
+* ``tritonserver`` on PATH (an NGC Triton container, ``/opt/tritonserver``): its own backends
+  (TensorRT, Python...) are linked into the backend directory next to ``inflight``;
+* the binary inside the ``nvidia-pytriton`` wheel (Triton 2.51, Python backend only): the Python
+  backend stub that matches the running interpreter is copied in, as PyTriton does.
+
+The Python-backend stub embeds libpython and ignores PYTHONPATH: it takes ``sys.prefix`` from the
+first ``python3`` on PATH and must load the libpython of that same installation. The launcher
+therefore puts the running interpreter's ``bin/`` first on PATH and its LIBDIR first on
+LD_LIBRARY_PATH, and refuses to start when that environment has numpy >= 2 (the 24.10 stub
+mishandles numpy 2 arrays).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+from inflight.errors import ServerError
+
+LOGGER = logging.getLogger(__name__)
+
+_HOW_TO_GET = (
+    "install the server with `pip install 'inflight[server]'` (the nvidia-pytriton 0.7.0 wheel carries "
+    "Triton 2.51), run inside an NGC Triton container (nvcr.io/nvidia/tritonserver:24.10-py3 or later) "
+    "where `tritonserver` is on PATH, or pass --tritonserver PATH / set INFLIGHT_TRITONSERVER"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TritonDist:
+    """A Triton server installation.
+
+    Attributes:
+        binary: The ``tritonserver`` executable.
+        backends_dir: Its own backend directory (holds ``python/``).
+        lib_dirs: Extra shared-library folders the binaries need on LD_LIBRARY_PATH.
+        stub: The Python-backend stub to copy for this interpreter, or None when the
+            installation's ``python/`` already holds the right one (NGC containers).
+        source: ``pytriton`` (the wheel) or ``path`` (an installed server).
+    """
+
+    binary: Path
+    backends_dir: Path
+    lib_dirs: tuple[Path, ...]
+    stub: Path | None
+    source: Literal["pytriton", "path"]
+
+
+def find_tritonserver(explicit: str | os.PathLike[str] | None = None) -> TritonDist:
+    """Locate a Triton server: ``explicit``, ``$INFLIGHT_TRITONSERVER``, PATH, then the wheel.
+
+    Raises:
+        ServerError: when none is found, saying how to get one.
+    """
+    candidate = explicit or os.environ.get("INFLIGHT_TRITONSERVER")
+    if candidate:
+        binary = Path(candidate).resolve()
+        if not binary.is_file():
+            raise ServerError(f"tritonserver not found at {binary}; {_HOW_TO_GET}")
+        return _dist_for(binary)
+    on_path = shutil.which("tritonserver")
+    if on_path:
+        return _dist_for(Path(on_path).resolve())
+    try:
+        import pytriton  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise ServerError(f"no tritonserver found: not on PATH and nvidia-pytriton is not installed; {_HOW_TO_GET}") from None
+    root = Path(pytriton.__file__).parent
+    binary = root / "tritonserver" / "bin" / "tritonserver"
+    if not binary.is_file():
+        raise ServerError(f"the nvidia-pytriton install at {root} has no tritonserver binary; {_HOW_TO_GET}")
+    return _dist_for(binary)
+
+
+def _dist_for(binary: Path) -> TritonDist:
+    server_root = binary.parent.parent
+    backends = server_root / "backends"
+    stubs = server_root / "python_backend_stubs"
+    if stubs.is_dir():  # the nvidia-pytriton wheel layout
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        stub = stubs / version / "triton_python_backend_stub"
+        if not stub.is_file():
+            available = sorted(p.name for p in stubs.iterdir() if p.is_dir())
+            raise ServerError(
+                f"the Triton wheel at {server_root} has no Python-backend stub for Python {version} "
+                f"(it has {available}); run inflight with one of those Python versions"
+            )
+        libs = server_root.parent.parent / "nvidia_pytriton.libs"
+        return TritonDist(
+            binary=binary, backends_dir=backends, lib_dirs=(libs,) if libs.is_dir() else (), stub=stub, source="pytriton"
+        )
+    if not (backends / "python").is_dir():
+        raise ServerError(
+            f"{binary} has no Python backend at {backends / 'python'}; inflight is a Python-based backend and "
+            "needs it"
+        )
+    return TritonDist(binary=binary, backends_dir=backends, lib_dirs=(), stub=None, source="path")
+
+
+def backend_source_dir() -> Path:
+    """The folder holding our backend's ``model.py`` (``backends/inflight`` of the checkout).
+
+    Raises:
+        ServerError: when it cannot be found.
+    """
+    env = os.environ.get("INFLIGHT_BACKEND_DIR")
+    candidates = [Path(env)] if env else []
+    here = Path(__file__).resolve()
+    candidates += [here.parents[3] / "backends" / "inflight", here.parents[1] / "_backend"]
+    for c in candidates:
+        if (c / "model.py").is_file():
+            return c
+    raise ServerError(
+        f"backends/inflight/model.py not found (looked in {[str(c) for c in candidates]}); set INFLIGHT_BACKEND_DIR "
+        "to the folder that holds it"
+    )
+
+
+def prepare_backend_dir(dist: TritonDist, workdir: Path) -> Path:
+    """Create ``<workdir>/backends`` with ``python/`` (and the stub) and ``inflight/``.
+
+    Returns:
+        The folder to pass as ``--backend-directory``.
+    """
+    dest = workdir / "backends"
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    if dist.stub is not None:
+        shutil.copytree(dist.backends_dir / "python", dest / "python", ignore=shutil.ignore_patterns("__pycache__"))
+        target = dest / "python" / "triton_python_backend_stub"
+        shutil.copy2(dist.stub, target)
+        target.chmod(0o755)
+    else:
+        for entry in dist.backends_dir.iterdir():
+            if entry.name != "inflight":
+                (dest / entry.name).symlink_to(entry)
+    shutil.copytree(backend_source_dir(), dest / "inflight", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def stub_environment(dist: TritonDist, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for tritonserver so the stub runs this interpreter's installation."""
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    libdirs = [sysconfig.get_config_var("LIBDIR") or "", *(str(p) for p in dist.lib_dirs)]
+    old = env.get("LD_LIBRARY_PATH", "")
+    env["LD_LIBRARY_PATH"] = os.pathsep.join([d for d in libdirs if d] + ([old] if old else []))
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def check_stub_numpy(env: Mapping[str, str]) -> str:
+    """Return the numpy version the stub will import; refuse numpy >= 2.
+
+    Raises:
+        ServerError: when numpy is missing or >= 2 in the stub's environment.
+    """
+    python = shutil.which("python3", path=env.get("PATH")) or sys.executable
+    r = subprocess.run(
+        [python, "-c", "import sys, numpy; print(numpy.__version__); print(sys.prefix)"],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        raise ServerError(f"numpy is not importable by {python} (the stub's interpreter): {r.stderr.strip()[-400:]}")
+    version, prefix = r.stdout.split()[:2]
+    if int(version.split(".")[0]) >= 2:
+        raise ServerError(
+            f"numpy {version} is installed in {prefix}, the environment the Python-backend stub uses; the Triton "
+            f"24.10 stub corrupts numpy 2 outputs ('output tensor shape does not match size'). Run "
+            f"`{python} -m pip install 'numpy<2'` first"
+        )
+    return version
+
+
+def port_free(port: int, host: str = "0.0.0.0") -> bool:
+    """True when ``port`` can be bound on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """An ephemeral port that is free now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(kw_only=True)
+class ServerConfig:
+    """How to run tritonserver.
+
+    Attributes:
+        model_repository: The model repository to serve.
+        workdir: Where the backend directory and the log go.
+        http_port: HTTP/REST port.
+        grpc_port: gRPC port.
+        metrics_port: Prometheus metrics port.
+        models: Models to load at start (explicit model control); empty: load none, None: load all.
+        log_verbose: Triton ``--log-verbose`` level.
+        tritonserver: Server binary; None searches (see ``find_tritonserver``).
+        backend_config: Extra ``--backend-config`` entries, as ``backend,key=value``.
+        extra_args: More tritonserver arguments.
+        startup_timeout_s: How long to wait for readiness.
+        env: Extra environment variables for the server.
+    """
+
+    model_repository: Path
+    workdir: Path
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    models: Sequence[str] | None = None
+    log_verbose: int = 0
+    tritonserver: str | None = None
+    backend_config: Sequence[str] = ()
+    extra_args: Sequence[str] = ()
+    startup_timeout_s: float = 300.0
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, model_repository: Path, workdir: Path, **overrides: object) -> ServerConfig:
+        """Defaults, then ``INFLIGHT_HTTP_PORT``/``_GRPC_PORT``/``_METRICS_PORT``, then ``overrides``."""
+        kw: dict[str, object] = {}
+        for key in ("http_port", "grpc_port", "metrics_port"):
+            value = os.environ.get(f"INFLIGHT_{key.upper()}")
+            if value:
+                kw[key] = int(value)
+        kw.update(overrides)
+        return cls(model_repository=model_repository, workdir=workdir, **kw)  # type: ignore[arg-type]
+
+
+class TritonServer:
+    """A tritonserver process: ``start()``, ``wait_ready()``, ``stop()``; a context manager.
+
+    Example:
+        >>> with TritonServer(ServerConfig(model_repository=repo, workdir=tmp, models=["bert_tiny_sync"])) as s:
+        ...     print(s.http_url)
+    """
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.dist: TritonDist | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = config.workdir / "tritonserver.log"
+        self._log_file: object | None = None
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP endpoint (tritonclient form)."""
+        return f"127.0.0.1:{self.config.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC endpoint."""
+        return f"127.0.0.1:{self.config.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Full URL of the Prometheus metrics endpoint."""
+        return f"http://127.0.0.1:{self.config.metrics_port}/metrics"
+
+    def command(self, backend_dir: Path) -> list[str]:
+        """The tritonserver command line."""
+        assert self.dist is not None
+        c = self.config
+        cmd = [
+            str(self.dist.binary),
+            f"--model-repository={c.model_repository.resolve()}",
+            f"--backend-directory={backend_dir}",
+            f"--http-port={c.http_port}",
+            f"--grpc-port={c.grpc_port}",
+            f"--metrics-port={c.metrics_port}",
+            "--allow-metrics=true",
+            "--allow-gpu-metrics=true",
+            f"--log-verbose={c.log_verbose}",
+            "--exit-on-error=false",
+            "--strict-readiness=true",
+        ]
+        if c.models is not None:
+            cmd.append("--model-control-mode=explicit")
+            cmd += [f"--load-model={m}" for m in c.models]
+        cmd += [f"--backend-config={b}" for b in c.backend_config]
+        cmd += list(c.extra_args)
+        return cmd
+
+    def start(self) -> TritonServer:
+        """Check ports and numpy, prepare the backend folder, launch, and wait for readiness.
+
+        Raises:
+            ServerError: on a taken port, numpy >= 2, no server binary, or a server that exits or
+                does not become ready; the message quotes the end of the server log.
+        """
+        c = self.config
+        for name, port in (("http", c.http_port), ("grpc", c.grpc_port), ("metrics", c.metrics_port)):
+            if not port_free(port):
+                raise ServerError(
+                    f"{name} port {port} is already in use (another tritonserver?); stop it or choose another "
+                    f"port (--{name}-port / INFLIGHT_{name.upper()}_PORT)"
+                )
+        self.dist = find_tritonserver(c.tritonserver)
+        c.workdir.mkdir(parents=True, exist_ok=True)
+        backend_dir = prepare_backend_dir(self.dist, c.workdir)
+        env = stub_environment(self.dist)
+        env.update(c.env)
+        numpy_version = check_stub_numpy(env)
+        cmd = self.command(backend_dir)
+        LOGGER.info("starting %s (numpy %s in the stub)", " ".join(cmd), numpy_version)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by this object, closed in stop()
+        self._log_file = log
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            self.wait_ready(c.startup_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def is_alive(self) -> bool:
+        """True while the server process runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def _get(self, path: str, timeout: float = 2.0) -> int:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=timeout) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return 0
+
+    def ready(self) -> bool:
+        """True when the server says it is ready (all loaded models ready, strict readiness)."""
+        return self._get("/v2/health/ready") == 200
+
+    def model_ready(self, model: str) -> bool:
+        """True when ``model`` is loaded and ready."""
+        return self._get(f"/v2/models/{model}/ready") == 200
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Block until ready.
+
+        Raises:
+            ServerError: when the process exits first or ``timeout_s`` passes.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.is_alive():
+                code = self.process.returncode if self.process else None
+                raise ServerError(f"tritonserver exited with code {code} during start-up:\n{self.log_tail()}")
+            if self.ready():
+                for m in self.config.models or ():
+                    if not self.model_ready(m):
+                        raise ServerError(f"model {m!r} failed to load:\n{self.log_tail()}")
+                return
+            time.sleep(0.25)
+        raise ServerError(f"tritonserver not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the server log."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        """SIGTERM (Triton unloads models, calling finalize()), then SIGKILL after ``timeout_s``.
+
+        Returns:
+            The exit code, or None when the server was not running.
+        """
+        p = self.process
+        code: int | None = None
+        if p is not None and p.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+            try:
+                code = p.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                LOGGER.warning("tritonserver did not stop within %.0f s; killing it", timeout_s)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                code = p.wait()
+        elif p is not None:
+            code = p.returncode
+        if self._log_file is not None:
+            self._log_file.close()  # type: ignore[attr-defined]
+            self._log_file = None
+        return code
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def serving(config: ServerConfig) -> Iterator[TritonServer]:
+    """Context manager form of ``TritonServer(config)``."""
+    server = TritonServer(config)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
