@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight.errors import ConfigError
-from inflight.model_config import BackendParameters, BatchingConfig, Kind, VariantConfig
+from inflight.model_config import VARIANTS, BackendParameters, BatchingConfig, Kind, VariantConfig
 from inflight.models.registry import MODELS, ModelSpec
 
 LOGGER = logging.getLogger(__name__)
@@ -106,10 +106,10 @@ def write_configs(
 ) -> list[Path]:
     """Write the three variants' config.pbtxt (and empty version folders)."""
     out = []
-    for variant in ("inflight", "sync", "trt"):
+    for variant in VARIANTS:
         vc = VariantConfig(
             model=spec.name,
-            variant=variant,  # type: ignore[arg-type]
+            variant=variant,
             batching=batching or BatchingConfig(),
             params=params or BackendParameters(warmup_seq_len=spec.default_seq_len or 64),
         )
@@ -149,6 +149,7 @@ def build_model(
     summary["torch_artifact"] = str(pt2)
     meta = {
         "model": name,
+        "source": source_digest(),
         "seed": seed,
         "parameters": int(sum(p.numel() for p in module.parameters())),
         "sha256": _sha256(pt2),
@@ -192,6 +193,25 @@ def build_models(
     ]
 
 
-def artifacts_present(repository: Path, name: str) -> bool:
-    """True when ``name``'s Torch artifact exists in both our variants."""
-    return all((repository / f"{name}_{v}" / "1" / "model.pt2").is_file() for v in ("inflight", "sync"))
+def source_digest() -> str:
+    """Digest of the model definitions; artifacts built from other sources are stale."""
+    from inflight import models
+
+    h = hashlib.sha256()
+    for f in sorted(Path(models.__file__).parent.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def artifacts_current(repository: Path, name: str, *, seed: int = 0, onnx: bool = False) -> bool:
+    """True when ``name``'s artifacts exist and were built from the current model sources and ``seed``."""
+    meta_path = repository / f"{name}_inflight" / "1" / "model.json"
+    if not all((repository / f"{name}_{v}" / "1" / "model.pt2").is_file() for v in ("inflight", "sync")):
+        return False
+    if onnx and not (repository / f"{name}_trt" / "1" / "model.onnx").is_file():
+        return False
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(meta.get("source") == source_digest() and meta.get("seed") == seed)

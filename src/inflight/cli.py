@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from inflight.errors import InflightError
+from inflight.model_config import Kind
 
 app = typer.Typer(
     add_completion=False,
@@ -51,11 +52,12 @@ def build_models_cmd(
     _setup_logging(verbose)
     from inflight.build import build_models
 
-    if kind not in ("auto", "gpu", "cpu"):
+    kinds: dict[str, Kind] = {"auto": "auto", "gpu": "gpu", "cpu": "cpu"}
+    if kind not in kinds:
         _fail(ValueError(f"--kind {kind!r}: choose auto, gpu or cpu"))
     try:
         out = build_models(
-            repository, models, kind=kind, instances=instances, seed=seed, onnx=onnx, configs_only=configs_only  # type: ignore[arg-type]
+            repository, models, kind=kinds[kind], instances=instances, seed=seed, onnx=onnx, configs_only=configs_only
         )
     except InflightError as e:
         _fail(e)
@@ -71,7 +73,9 @@ def serve_cmd(
     grpc_port: int = 8001,
     metrics_port: int = 8002,
     workdir: Annotated[Path, typer.Option(help="Backend folder and server log.")] = Path("runs/serve"),
-    tritonserver: Annotated[Optional[str], typer.Option(help="tritonserver binary (default: PATH, then the wheel).")] = None,  # noqa: UP045
+    tritonserver: Annotated[
+        str | None, typer.Option(help="tritonserver binary (default: PATH, then the wheel).")
+    ] = None,
     log_verbose: int = 0,
     verbose: bool = False,
 ) -> None:

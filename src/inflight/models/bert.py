@@ -26,7 +26,7 @@ def make_module(seed: int = 0) -> torch.nn.Module:
     """Build bert-tiny in fp32 on the CPU, eval mode, weights from ``seed``."""
     import torch
     from torch import nn
-    from torch.nn import functional as F  # noqa: N812
+    from torch.nn import functional as F
 
     class Layer(nn.Module):
         def __init__(self) -> None:
@@ -58,7 +58,7 @@ def make_module(seed: int = 0) -> torch.nn.Module:
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
             s = input_ids.shape[1]
-            pos = self.position_ids[:s]
+            pos = self.get_buffer("position_ids")[:s]
             x = self.word(input_ids) + self.position(pos)[None] + self.token_type.weight[0]
             x = self.ln(x)
             keep = attention_mask[:, None, None, :].bool()

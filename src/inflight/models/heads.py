@@ -77,7 +77,7 @@ def make_stacked(seed: int = 0) -> torch.nn.Module:
 
         def forward(self, features: torch.Tensor) -> torch.Tensor:
             x = features.unsqueeze(0).expand(STACK, -1, -1)
-            for w, b in zip(self.w, self.b):
+            for w, b in zip(self.w, self.b, strict=True):
                 x = torch.relu(torch.baddbmm(b, x, w))
             return torch.baddbmm(self.b_out, x, self.w_out).mean(0).float()
 

@@ -69,7 +69,8 @@ class TensorSpec:
         """Concrete shape for ``batch`` items, with ``seq_len`` filling the variable dimension."""
         if self.variable and seq_len is None:
             raise ValueError(f"tensor {self.name!r} has a variable dimension: pass seq_len")
-        return (batch, *(seq_len if d == -1 else d for d in self.dims))
+        dims = [int(seq_len) if d == -1 and seq_len is not None else d for d in self.dims]
+        return (batch, *dims)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,9 +157,7 @@ class ModelSpec:
         for t in self.inputs:
             a = inputs[t.name]
             if a.dtype != np.dtype(t.dtype):
-                raise ValidationError(
-                    f"input {t.name!r} has datatype {_wire(a.dtype)}; send {t.wire_type}"
-                )
+                raise ValidationError(f"input {t.name!r} has datatype {_wire(a.dtype)}; send {t.wire_type}")
             if a.ndim != len(t.dims) + 1:
                 raise ValidationError(
                     f"input {t.name!r} has shape {list(a.shape)}; expected [batch, "
@@ -181,9 +180,7 @@ class ModelSpec:
                             f"others {seq}; pad input_ids and attention_mask to the same length"
                         )
                 elif a.shape[axis] != d:
-                    raise ValidationError(
-                        f"input {t.name!r} has shape {list(a.shape)}; dimension {axis} must be {d}"
-                    )
+                    raise ValidationError(f"input {t.name!r} has shape {list(a.shape)}; dimension {axis} must be {d}")
         assert batch is not None
         if batch == 0:
             raise ValidationError("empty request: the batch dimension is 0; send at least one item")
@@ -206,8 +203,7 @@ class ModelSpec:
             if lo < 0 or hi >= self.vocab_size:
                 bad = hi if hi >= self.vocab_size else lo
                 raise ValidationError(
-                    f"token id {bad} is outside the vocabulary [0, {self.vocab_size}); "
-                    f"use the model's tokenizer"
+                    f"token id {bad} is outside the vocabulary [0, {self.vocab_size}); use the model's tokenizer"
                 )
             mask = inputs["attention_mask"]
             if int(mask.min()) < 0 or int(mask.max()) > 1:

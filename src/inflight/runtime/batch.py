@@ -100,7 +100,10 @@ class Layout:
     @staticmethod
     def per_item(t: TensorSpec, seq: int | None) -> int:
         """Elements of one item of ``t`` at sequence length ``seq``."""
-        return math.prod(seq if d == -1 else d for d in t.dims) if t.dims else 1
+        dims = [int(seq) if d == -1 and seq is not None else d for d in t.dims]
+        if -1 in dims:
+            raise ValueError(f"tensor {t.name!r} has a variable dimension: pass seq")
+        return math.prod(dims)
 
     def capacity(self, t: TensorSpec) -> int:
         """Elements a slot buffer for ``t`` holds."""

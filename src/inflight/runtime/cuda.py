@@ -87,7 +87,9 @@ def require_device(device_id: int) -> None:
             "instance_group kind KIND_CPU (inflight build-models --kind cpu) or run on a GPU host"
         )
     if device_id >= n:
-        raise NoGPUError(f"GPU {device_id} requested but only {n} visible; fix instance_group gpus or CUDA_VISIBLE_DEVICES")
+        raise NoGPUError(
+            f"GPU {device_id} requested but only {n} visible; fix instance_group gpus or CUDA_VISIBLE_DEVICES"
+        )
     check(runtime().cudaSetDevice(device_id), f"cudaSetDevice({device_id})")
 
 
@@ -251,9 +253,7 @@ class DeviceBuffer:
 
     def __init__(self, nbytes: int) -> None:
         self.nbytes = int(nbytes)
-        self._ptr: int | None = int(
-            check(runtime().cudaMalloc(max(self.nbytes, 1)), f"cudaMalloc({self.nbytes} B)")
-        )
+        self._ptr: int | None = int(check(runtime().cudaMalloc(max(self.nbytes, 1)), f"cudaMalloc({self.nbytes} B)"))
 
     @property
     def ptr(self) -> int:

@@ -175,7 +175,8 @@ class PipelinedExecutor(_Base):
         self._abandoned: set[int] = set()
         self._completion = threading.Thread(target=self._complete_loop, name="inflight-completion", daemon=True)
         self._senders = [
-            threading.Thread(target=self._send_loop, name=f"inflight-send-{i}", daemon=True) for i in range(response_threads)
+            threading.Thread(target=self._send_loop, name=f"inflight-send-{i}", daemon=True)
+            for i in range(response_threads)
         ]
         self._completion.start()
         for t in self._senders:
@@ -249,7 +250,7 @@ class PipelinedExecutor(_Base):
             outs = outputs_for(self.layout, slot)
             slot.pending = len(batch.items)
             gen = slot.generation
-            for item, out in zip(batch.items, outs):
+            for item, out in zip(batch.items, outs, strict=True):
                 self._sends.put((slot, gen, item, out, None))
 
     def _fail_slot(self, slot: Slot, batch: Batch, message: str) -> None:

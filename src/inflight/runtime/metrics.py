@@ -91,7 +91,9 @@ class MetricsPublisher:
         if gpu_figures is not None:
             self.m_gpu = {
                 "gpu_activity": family(
-                    "inflight_gpu_activity", "GPU temporal activity (union of kernel+copy time / wall), CUPTI window", mf.GAUGE
+                    "inflight_gpu_activity",
+                    "GPU temporal activity (union of kernel+copy time / wall), CUPTI window",
+                    mf.GAUGE,
                 ).Metric(labels=labels),
                 "sync_share": family(
                     "inflight_sync_share", "Share of CUDA API time in *Synchronize calls, CUPTI window", mf.GAUGE

@@ -86,7 +86,9 @@ class CudaRunner(Runner):
         wait_mode: ``blocking`` or ``poll``.
     """
 
-    def __init__(self, engine: Engine, layout: Layout, buckets: Buckets, *, device_id: int, wait_mode: str = "blocking") -> None:
+    def __init__(
+        self, engine: Engine, layout: Layout, buckets: Buckets, *, device_id: int, wait_mode: str = "blocking"
+    ) -> None:
         cuda.require_device(device_id)
         self.engine = engine
         self.layout = layout

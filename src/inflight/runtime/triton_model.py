@@ -92,9 +92,7 @@ def resolve_spec(model_name: str, params: BackendParameters) -> ModelSpec:
         raise ConfigError(f"{e.args[0]}; name the model <model>_inflight or <model>_sync") from None
 
 
-def make_engine(
-    params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int | None
-) -> Engine:
+def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int | None) -> Engine:
     """Build the configured engine (``auto``: TensorRT when possible, else Torch).
 
     Raises:
@@ -110,7 +108,10 @@ def make_engine(
         if engine == "tensorrt" or (import_tensorrt() is not None and plan.is_file()):
             try:
                 return TensorRTEngine(
-                    plan, spec, device_id=device_id, slots=1 if params.mode == "sync" else params.slots,
+                    plan,
+                    spec,
+                    device_id=device_id,
+                    slots=1 if params.mode == "sync" else params.slots,
                     cuda_graphs=params.cuda_graphs,
                 )
             except InflightError as e:
@@ -118,7 +119,9 @@ def make_engine(
                     raise
                 LOGGER.warning("engine=auto: TensorRT not usable (%s); using the Torch engine", e)
     if engine == "tensorrt" and device_id is None:
-        raise ConfigError("engine=tensorrt needs a GPU instance (instance_group kind KIND_GPU); use engine=torch on CPU")
+        raise ConfigError(
+            "engine=tensorrt needs a GPU instance (instance_group kind KIND_GPU); use engine=torch on CPU"
+        )
     return TorchEngine(
         version_dir / params.artifact,
         spec,
@@ -289,7 +292,7 @@ class InflightModel:
                 for item in items:
                     responses[item.handle] = self.sink.response(None, f"batch failed on the device: {e}")
             else:
-                for item, out in zip(items, outs):
+                for item, out in zip(items, outs, strict=True):
                     responses[item.handle] = self.sink.response(out, None)
         return responses
 

@@ -81,9 +81,11 @@ def find_tritonserver(explicit: str | os.PathLike[str] | None = None) -> TritonD
     if on_path:
         return _dist_for(Path(on_path).resolve())
     try:
-        import pytriton  # type: ignore[import-not-found,unused-ignore]
+        import pytriton
     except ImportError:
-        raise ServerError(f"no tritonserver found: not on PATH and nvidia-pytriton is not installed; {_HOW_TO_GET}") from None
+        raise ServerError(
+            f"no tritonserver found: not on PATH and nvidia-pytriton is not installed; {_HOW_TO_GET}"
+        ) from None
     root = Path(pytriton.__file__).parent
     binary = root / "tritonserver" / "bin" / "tritonserver"
     if not binary.is_file():
@@ -106,12 +108,15 @@ def _dist_for(binary: Path) -> TritonDist:
             )
         libs = server_root.parent.parent / "nvidia_pytriton.libs"
         return TritonDist(
-            binary=binary, backends_dir=backends, lib_dirs=(libs,) if libs.is_dir() else (), stub=stub, source="pytriton"
+            binary=binary,
+            backends_dir=backends,
+            lib_dirs=(libs,) if libs.is_dir() else (),
+            stub=stub,
+            source="pytriton",
         )
     if not (backends / "python").is_dir():
         raise ServerError(
-            f"{binary} has no Python backend at {backends / 'python'}; inflight is a Python-based backend and "
-            "needs it"
+            f"{binary} has no Python backend at {backends / 'python'}; inflight is a Python-based backend and needs it"
         )
     return TritonDist(binary=binary, backends_dir=backends, lib_dirs=(), stub=None, source="path")
 

@@ -166,7 +166,9 @@ class TensorRTEngine(Engine):
         ok = self._contexts[slot].execute_async_v3(stream_ptr)
         graph = cuda.check(rt.cudaStreamEndCapture(stream_ptr), "cudaStreamEndCapture")
         if not ok:
-            LOGGER.warning("TensorRT enqueue could not be captured for bucket (batch %d, seq %s); not using a graph", rows, seq)
+            LOGGER.warning(
+                "TensorRT enqueue could not be captured for bucket (batch %d, seq %s); not using a graph", rows, seq
+            )
             return False
         exe = cuda.check(rt.cudaGraphInstantiate(graph, 0), "cudaGraphInstantiate")
         cuda.check(rt.cudaGraphDestroy(graph), "cudaGraphDestroy")
@@ -195,9 +197,9 @@ class _Logger:
     """A TensorRT ILogger that keeps errors (for messages) and forwards to ``logging``."""
 
     def __new__(cls, mod: Any) -> Any:
-        base: type[trt.ILogger] = mod.ILogger
+        base: Any = mod.ILogger
 
-        class Logger(base):  # type: ignore[valid-type,misc]
+        class Logger(base):
             def __init__(self) -> None:
                 base.__init__(self)
                 self.errors: list[str] = []

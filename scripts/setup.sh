@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Set up a Python environment for inflight, once, on a fresh machine.
+#
+#   scripts/setup.sh            -> creates .venv with python3 and installs inflight with the server
+#                                  (Triton 2.51 from the nvidia-pytriton wheel), Torch, Locust and the dev tools
+#   INFLIGHT_PYTHON=python3 scripts/setup.sh
+#                               -> uses that interpreter as it is (e.g. an NGC container or a GPU host
+#                                  without network): installs only the package itself, editable, no deps
+#
+# Prints the interpreter to use on its last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -n "${INFLIGHT_PYTHON:-}" ]; then
+  PY=$(command -v "$INFLIGHT_PYTHON")
+  "$PY" -m pip install -q --no-deps --no-build-isolation --no-index -e . >/dev/null
+  echo "$PY"
+  exit 0
+fi
+
+BASE=${INFLIGHT_BASE_PYTHON:-python3}
+ver=$("$BASE" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+case "$ver" in
+  3.10|3.11|3.12|3.13) ;;
+  *) echo "setup.sh: Python $ver found; inflight needs 3.10-3.13 (the Triton wheel ships stubs for those). Set INFLIGHT_BASE_PYTHON." >&2; exit 2 ;;
+esac
+if [ ! -x .venv/bin/python ]; then
+  "$BASE" -m venv .venv
+fi
+PY=$PWD/.venv/bin/python
+stamp=.venv/.inflight-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  "$PY" -m pip install -q --upgrade pip >&2
+  # torch first, pinned: an unpinned torch pulls several GB of CUDA wheels on a CPU-only host
+  "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==${INFLIGHT_TORCH_VERSION:-2.13.0}" >&2
+  "$PY" -m pip install -q -e ".[server,loadtest,onnx,dev]" >&2
+  touch "$stamp"
+fi
+echo "$PY"

@@ -1,0 +1,1 @@
+"""Benchmarks that need no server."""

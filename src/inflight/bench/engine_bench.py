@@ -1,0 +1,276 @@
+"""Engine-level benchmark (no server): engine-only bound vs sync vs pipelined executor, one process.
+
+For each batch size the same engine, buffers and graphs serve three measurements:
+
+* **engine-only bound**: back-to-back replays of the bucket's CUDA graph on the compute stream,
+  timed with CUDA events (no copies, no host work): the most the GPU can do;
+* **sync executor**: gather, H2D, compute, D2H, wait, per batch (the stock-equivalent loop);
+* **pipelined executor**: the ring of slots with a completion thread and sender threads whose
+  ``send`` only hands the outputs back (no server round trip), so the executor itself is measured.
+
+GPU temporal activity of the sync and pipelined windows comes from CUPTI activity records
+(union of kernel and copy intervals over the window). Results go to ``results/engine_bench.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inflight.models.registry import get_model
+from inflight.runtime.batch import Batch, Buckets, Item, Layout
+from inflight.runtime.engines.torch_engine import TorchEngine
+from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
+from inflight.runtime.runners import CudaRunner
+
+LOGGER = logging.getLogger(__name__)
+
+
+class CountingSink:
+    """A response sink that only counts (measures the executor, not the server's send path)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self.done = threading.Condition(self._lock)
+
+    def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
+        """Count one response."""
+        with self.done:
+            self.count += 1
+            if error is not None:
+                self.errors.append(error)
+            self.done.notify_all()
+
+    def wait_for(self, n: int, timeout_s: float = 120.0) -> None:
+        """Block until ``n`` responses arrived.
+
+        Raises:
+            TimeoutError: when they do not.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self.done:
+            while self.count < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{self.count}/{n} responses after {timeout_s} s")
+                self.done.wait(left)
+
+
+@dataclass
+class BenchConfig:
+    """What to measure.
+
+    Attributes:
+        model: Registry model name.
+        artifact: The ``.pt2`` file.
+        batches: Batch sizes (items per batch).
+        seq_len: Sequence length (variable-length models).
+        items_per_request: Items per request; a batch holds several requests, as the dynamic batcher forms it.
+        iters: Batches per measurement.
+        warmup: Batches before each measurement.
+        slots: Ring size of the pipelined executor.
+        response_threads: Sender threads of the pipelined executor.
+        precision: fp16 or fp32.
+        device_id: GPU.
+        wait_mode: blocking or poll (completion wait).
+    """
+
+    model: str = "bert_tiny"
+    artifact: Path = Path("model_repository/bert_tiny_inflight/1/model.pt2")
+    batches: Sequence[int] = (32, 128, 512, 2048)
+    seq_len: int = 64
+    items_per_request: int = 50
+    iters: int = 200
+    warmup: int = 20
+    slots: int = 4
+    response_threads: int = 4
+    precision: str = "fp16"
+    device_id: int = 0
+    wait_mode: str = "blocking"
+
+
+def _batch_pool(
+    spec: Any, rows: int, seq: int | None, per_request: int, n: int, rng: np.random.Generator
+) -> list[Batch]:
+    pool = []
+    for _ in range(n):
+        items = []
+        left = rows
+        k = 0
+        while left > 0:
+            c = min(per_request, left)
+            x = spec.example_inputs(c, seq_len=seq, rng=rng)
+            items.append(Item(inputs=x, count=c, seq=seq, handle=k))
+            left -= c
+            k += 1
+        pool.append(Batch(items))
+    return pool
+
+
+def _gpu_window() -> Any:
+    try:
+        from inflight.profiling.cupti_live import CuptiWindow
+
+        return CuptiWindow()
+    except Exception as e:  # CUPTI missing: figures are reported as None, not invented
+        LOGGER.warning("CUPTI unavailable (%s); GPU activity will be reported as null", e)
+        return None
+
+
+def run(cfg: BenchConfig) -> dict[str, Any]:
+    """Run every measurement and return the result document."""
+    import torch
+
+    from inflight.runtime import cuda
+
+    spec = get_model(cfg.model)
+    seq = cfg.seq_len if spec.variable_seq else None
+    max_rows = max(cfg.batches)
+    layout = Layout(spec, max_rows, seq)
+    buckets = Buckets(tuple(sorted(set(cfg.batches))), (seq,) if seq else None)
+    engine = TorchEngine(cfg.artifact, spec, device_id=cfg.device_id, precision=cfg.precision, max_graphs=512)
+    sink = CountingSink()
+    rows_out: list[dict[str, Any]] = []
+    rng = np.random.default_rng(0)
+
+    # one runner per executor: the sync executor gets 1 slot, the pipelined one `slots`
+    sync_runner = CudaRunner(engine, layout, buckets, device_id=cfg.device_id, wait_mode=cfg.wait_mode)
+    sync_ex = SyncExecutor(sync_runner)
+    pipe_engine = TorchEngine(cfg.artifact, spec, device_id=cfg.device_id, precision=cfg.precision, max_graphs=512)
+    pipe_runner = CudaRunner(
+        pipe_engine, Layout(spec, max_rows, seq), buckets, device_id=cfg.device_id, wait_mode=cfg.wait_mode
+    )
+    pipe_ex = PipelinedExecutor(pipe_runner, sink, slots=cfg.slots, response_threads=cfg.response_threads)
+    t0 = time.perf_counter()
+    sync_runner.warmup(seq)
+    pipe_runner.warmup(seq)
+    LOGGER.info("captured %d + %d graphs in %.1f s", engine.graphs(), pipe_engine.graphs(), time.perf_counter() - t0)
+
+    for rows in cfg.batches:
+        pool = _batch_pool(spec, rows, seq, cfg.items_per_request, 8, rng)
+        bucket = buckets.pick(rows, seq)
+
+        # engine-only bound: graph replays back to back on the compute stream
+        start, end = (
+            cuda.Event(cuda.EventOptions(enable_timing=True)),
+            cuda.Event(cuda.EventOptions(enable_timing=True)),
+        )
+        for _ in range(cfg.warmup):
+            engine.enqueue(0, bucket[0], bucket[1], sync_runner.compute.ptr)
+        sync_runner.compute.record(start)
+        for _ in range(cfg.iters):
+            engine.enqueue(0, bucket[0], bucket[1], sync_runner.compute.ptr)
+        sync_runner.compute.record(end)
+        end.synchronize()
+        bound_s = end.elapsed_ms(start) / 1e3
+        start.close()
+        end.close()
+
+        # sync executor
+        for i in range(cfg.warmup):
+            sync_ex.run(pool[i % len(pool)])
+        w = _gpu_window()
+        if w is not None:
+            w.__enter__()
+        t = time.perf_counter()
+        for i in range(cfg.iters):
+            sync_ex.run(pool[i % len(pool)])
+        sync_s = time.perf_counter() - t
+        sync_act = sync_share = None
+        if w is not None:
+            w.__exit__(None, None, None)
+            sync_act, sync_share = w.gpu_activity(), w.sync_share()
+
+        # pipelined executor
+        before = sink.count
+        for i in range(cfg.warmup):
+            pipe_ex.submit(pool[i % len(pool)])
+        sink.wait_for(before + sum(len(pool[i % len(pool)].items) for i in range(cfg.warmup)))
+        w = _gpu_window()
+        if w is not None:
+            w.__enter__()
+        before = sink.count
+        expect = before + sum(len(pool[i % len(pool)].items) for i in range(cfg.iters))
+        t = time.perf_counter()
+        for i in range(cfg.iters):
+            pipe_ex.submit(pool[i % len(pool)])
+        sink.wait_for(expect)
+        pipe_s = time.perf_counter() - t
+        pipe_act = pipe_share = None
+        if w is not None:
+            w.__exit__(None, None, None)
+            pipe_act, pipe_share = w.gpu_activity(), w.sync_share()
+        bound_items_s = rows * cfg.iters / bound_s
+        sync_items_s = rows * cfg.iters / sync_s
+        pipe_items_s = rows * cfg.iters / pipe_s
+        row: dict[str, Any] = {
+            "batch": rows,
+            "bucket": bucket[0],
+            "requests_per_batch": len(pool[0].items),
+            "engine_bound_items_s": bound_items_s,
+            "sync_items_s": sync_items_s,
+            "pipelined_items_s": pipe_items_s,
+            "pipelined_fraction_of_bound": pipe_items_s / bound_items_s,
+            "sync_fraction_of_bound": sync_items_s / bound_items_s,
+            "engine_ms_per_batch": bound_s * 1e3 / cfg.iters,
+            "sync_ms_per_batch": sync_s * 1e3 / cfg.iters,
+            "pipelined_ms_per_batch": pipe_s * 1e3 / cfg.iters,
+            "sync_gpu_activity": sync_act,
+            "pipelined_gpu_activity": pipe_act,
+            "sync_sync_share": sync_share,
+            "pipelined_sync_share": pipe_share,
+            "pipelined_max_depth": pipe_ex.stats.max_depth,
+        }
+        LOGGER.info("%s", json.dumps(row))
+        rows_out.append(row)
+
+    assert not sink.errors, sink.errors[:3]
+    pipe_stats = pipe_ex.stats.snapshot()
+    pipe_ex.close()
+    sync_ex.close()
+    return {
+        "kind": "engine_bench",
+        "device": cuda.device_name(cfg.device_id),
+        "driver": _driver(),
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()},
+        "rows": rows_out,
+        "pipelined_stats": pipe_stats,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _driver() -> str:
+    import subprocess
+
+    try:
+        return (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()[0]
+        )
+    except Exception:
+        return "unknown"
+
+
+def write(doc: Mapping[str, Any], path: Path) -> Path:
+    """Write the result JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path

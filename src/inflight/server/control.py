@@ -1,0 +1,84 @@
+"""Model control and statistics over HTTP, through tritonclient.
+
+A variant is loaded under its own name with a config override (Triton's model-control API takes
+the whole config as JSON), so one server can serve ``bert_tiny_sync`` with 1, 2, 4 or 8 instances
+in turn without touching the repository.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from inflight.errors import ServerError
+from inflight.model_config import VariantConfig, apply_overrides, parse_pbtxt, variant_from_proto
+
+LOGGER = logging.getLogger(__name__)
+
+
+def http_client(url: str, **kwargs: Any) -> Any:
+    """A ``tritonclient.http.InferenceServerClient`` for ``host:port``."""
+    import tritonclient.http as httpclient
+
+    return httpclient.InferenceServerClient(url, **kwargs)
+
+
+def variant_config(repository: Any, name: str, overrides: Mapping[str, str] | None = None) -> VariantConfig:
+    """Read ``<repository>/<name>/config.pbtxt`` and apply ``overrides`` (see ``apply_overrides``)."""
+    from pathlib import Path
+
+    path = Path(repository) / name / "config.pbtxt"
+    if not path.is_file():
+        raise ServerError(f"{path} not found; run `inflight build-models` first")
+    vc = variant_from_proto(parse_pbtxt(path.read_text()))
+    return apply_overrides(vc, overrides) if overrides else vc
+
+
+def load_variant(url: str, vc: VariantConfig, timeout_s: float = 600.0) -> float:
+    """Load (or reload) ``vc`` under its name with its config as an override; return seconds taken.
+
+    Raises:
+        ServerError: with the server's message when loading fails.
+    """
+    from tritonclient.utils import InferenceServerException
+
+    client = http_client(url, network_timeout=timeout_s, connection_timeout=timeout_s)
+    t0 = time.perf_counter()
+    try:
+        client.load_model(vc.model_name, config=vc.to_json())
+    except InferenceServerException as e:
+        raise ServerError(f"loading {vc.model_name} failed: {e.message()}") from None
+    finally:
+        client.close()
+    return time.perf_counter() - t0
+
+
+def unload(url: str, name: str, timeout_s: float = 300.0) -> None:
+    """Unload ``name`` and wait until it is gone."""
+    client = http_client(url, network_timeout=timeout_s)
+    try:
+        client.unload_model(name)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            index = {m["name"]: m.get("state") for m in client.get_model_repository_index()}
+            if index.get(name) != "READY":
+                return
+            time.sleep(0.2)
+        raise ServerError(f"{name} still loaded {timeout_s:.0f} s after unload")
+    finally:
+        client.close()
+
+
+def inference_stats(url: str, name: str) -> dict[str, Any]:
+    """``GET /v2/models/<name>/stats`` → the first model_stats entry (cumulative counters)."""
+    client = http_client(url)
+    try:
+        stats = client.get_inference_statistics(name)
+    finally:
+        client.close()
+    entries = stats.get("model_stats", [])
+    if not entries:
+        raise ServerError(f"no statistics for {name}; is it loaded?")
+    return dict(entries[0])

@@ -1,0 +1,76 @@
+"""Shared fixtures: a model repository built by the project's own builder, a real tritonserver.
+
+GPU tests (marker ``gpu``) skip with the reason when no CUDA device is visible.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def gpu_count() -> int:
+    from inflight.runtime.cuda import device_count
+
+    return device_count()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    n = gpu_count()
+    if n:
+        return
+    skip = pytest.mark.skip(
+        reason="needs a CUDA GPU: cudaGetDeviceCount() found none here (run `scripts/test.sh -m gpu` on the GPU host)"
+    )
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def repository() -> Path:
+    """The model repository with every model's configs and Torch artifacts (built once, reused while current).
+
+    ``INFLIGHT_TEST_REPOSITORY`` points it elsewhere (default ``runs/test-repo``).
+    """
+    from inflight.build import artifacts_current, build_model
+    from inflight.models import MODELS
+
+    repo = Path(os.environ.get("INFLIGHT_TEST_REPOSITORY", ROOT / "runs" / "test-repo"))
+    repo.mkdir(parents=True, exist_ok=True)
+    for name in MODELS:
+        if not artifacts_current(repo, name):
+            build_model(repo, name, onnx=False)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real tritonserver (explicit model control, nothing loaded) on free ports."""
+    from inflight.server.launcher import ServerConfig, TritonServer, free_port
+
+    workdir = tmp_path_factory.mktemp("triton")
+    cfg = ServerConfig(
+        model_repository=repository,
+        workdir=workdir,
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        models=[],
+    )
+    s = TritonServer(cfg)
+    s.start()
+    yield s
+    code = s.stop()
+    log = s.log_path.read_text(errors="replace")
+    keep = os.environ.get("INFLIGHT_KEEP_LOGS")
+    if keep:
+        shutil.copy(s.log_path, Path(keep) / "tritonserver-tests.log")
+    assert "Segmentation fault" not in log and "signal 11" not in log.lower(), "tritonserver crashed during the tests"
+    assert code == 0, f"tritonserver exited with {code}"

@@ -1,0 +1,157 @@
+"""Through the real server on the GPU: concurrency correctness, in-flight depth, unload/reload under load."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from inflight.models import MODELS
+from inflight.models.reference import error_bound, reference_outputs, relative_error
+from inflight.server.control import load_variant, unload, variant_config
+
+pytestmark = [pytest.mark.gpu, pytest.mark.integration]
+
+
+def _infer(url: str, name: str, x: dict[str, np.ndarray]) -> np.ndarray:
+    with httpclient.InferenceServerClient(url, connection_timeout=120, network_timeout=120) as c:
+        ins = []
+        for k, v in x.items():
+            i = httpclient.InferInput(k, list(v.shape), "INT64")
+            i.set_data_from_numpy(v, binary_data=True)
+            ins.append(i)
+        return c.infer(name, ins).as_numpy("cls")
+
+
+def _gpu_used_mib() -> int:
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(out.strip().splitlines()[0])
+
+
+def _depth_histogram(metrics_url: str, model: str) -> dict[float, float]:
+    text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
+    out = {}
+    for m in re.finditer(
+        r"^inflight_launch_depth_bucket\{(?P<labels>[^}]*)\} (?P<v>[0-9.e+]+)$", text, flags=re.MULTILINE
+    ):
+        labels = m.group("labels")
+        if f'model="{model}"' in labels:
+            le = re.search(r'le="([^"]+)"', labels)
+            assert le is not None
+            out[float("inf") if le.group(1) == "+Inf" else float(le.group(1))] = float(m.group("v"))
+    return out
+
+
+def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any, repository: Any) -> None:
+    name = "bert_tiny_inflight"
+    load_variant(server.http_url, variant_config(repository, name, {"kind": "gpu", "slots": "4"}))
+    try:
+        spec = MODELS["bert_tiny"]
+        rng = np.random.default_rng(11)
+        # distinct inputs, batch sizes 1..64 per request; two sequence lengths (Triton batches equal shapes)
+        work = [
+            spec.example_inputs(int(rng.integers(1, 65)), seq_len=int(rng.choice([32, 64])), rng=rng)
+            for _ in range(3000)
+        ]
+        with cf.ThreadPoolExecutor(64) as pool:
+            results = list(pool.map(lambda x: _infer(server.http_url, name, x), work))
+        worst = 0.0
+        for x, y in zip(work, results, strict=True):
+            assert y.shape == (len(x["input_ids"]), 128)
+            worst = max(worst, relative_error(y, reference_outputs(repository, "bert_tiny", x)))
+        print(f"3000 concurrent requests: worst relative error {worst:.2e}")
+        assert worst <= error_bound(True)
+        hist = _depth_histogram(server.metrics_url, name)
+        print(f"launch-depth histogram (cumulative): {hist}")
+        assert hist, "no inflight_launch_depth metric exported"
+        total = hist[float("inf")]
+        assert total > 0 and hist.get(1.0, 0.0) < total, "every batch launched alone: nothing was in flight"
+    finally:
+        unload(server.http_url, name)
+
+
+def test_unload_and_reload_under_load_no_hang_no_leak(server: Any, repository: Any) -> None:
+    name = "bert_tiny_inflight"
+    vc = variant_config(repository, name, {"kind": "gpu"})
+    used_before = _gpu_used_mib()
+    load_variant(server.http_url, vc)
+    spec = MODELS["bert_tiny"]
+    stop = threading.Event()
+    outcomes: dict[str, int] = {"ok": 0, "error": 0, "wrong": 0}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def client(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        while not stop.is_set():
+            x = spec.example_inputs(50, seq_len=64, rng=rng)
+            try:
+                y = _infer(server.http_url, name, x)
+                ok = relative_error(y, reference_outputs(repository, "bert_tiny", x)) <= error_bound(True)
+                key = "ok" if ok else "wrong"
+            except InferenceServerException as e:
+                key = "error"
+                with lock:
+                    errors.append(e.message())
+            with lock:
+                outcomes[key] += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    time.sleep(5)
+    t0 = time.monotonic()
+    unload(server.http_url, name, timeout_s=120)
+    unload_s = time.monotonic() - t0
+    time.sleep(2)
+    used_unloaded = _gpu_used_mib()
+    load_variant(server.http_url, vc)
+    time.sleep(5)
+    stop.set()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a client hung"
+    print(
+        f"outcomes {outcomes}; unload took {unload_s:.1f} s; "
+        f"GPU used before {used_before} MiB, after unload {used_unloaded} MiB"
+    )
+    print("distinct errors:", sorted(set(e[:120] for e in errors))[:5])
+    assert unload_s < 60
+    assert outcomes["ok"] > 100
+    assert outcomes["wrong"] == 0, "a response carried another request's result"
+    assert abs(used_unloaded - used_before) < 64, "GPU memory not returned after unload"
+    with httpclient.InferenceServerClient(server.http_url) as c:
+        assert c.is_server_ready() and c.is_model_ready(name)
+    unload(server.http_url, name)
+
+
+def test_out_of_vocabulary_tokens_never_reach_the_device(server: Any, repository: Any) -> None:
+    """A device-side index fault would poison the CUDA context; rejected ids must leave it healthy."""
+    name = "bert_tiny_sync"
+    load_variant(server.http_url, variant_config(repository, name, {"kind": "gpu"}))
+    try:
+        spec = MODELS["bert_tiny"]
+        for bad_id in (30522, 10**9, -5):
+            x = spec.example_inputs(4, seq_len=64)
+            x["input_ids"][2, 5] = bad_id
+            with pytest.raises(InferenceServerException, match="outside the vocabulary"):
+                _infer(server.http_url, name, x)
+        x = spec.example_inputs(8, seq_len=64)
+        y = _infer(server.http_url, name, x)
+        assert relative_error(y, reference_outputs(repository, "bert_tiny", x)) <= error_bound(True)
+    finally:
+        unload(server.http_url, name)

@@ -1,0 +1,196 @@
+"""A real tritonserver serves every model in both our modes, over HTTP and gRPC.
+
+Runs on the CPU host (KIND_CPU) and, with marker ``gpu``, on the GPU host (KIND_GPU): the same
+tests, the same server, variants loaded with a config override of the instance kind.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from inflight.models import MODELS
+from inflight.models.reference import error_bound, reference_outputs, relative_error
+from inflight.server.control import inference_stats, load_variant, unload, variant_config
+
+pytestmark = pytest.mark.integration
+
+MODEL_NAMES = list(MODELS)
+VARIANTS = ["sync", "inflight"]
+# a long queue delay so that concurrent requests land in one batch
+DELAY_US = "50000"
+
+
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param("cpu", id="cpu"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)],
+)
+def kind(request: pytest.FixtureRequest, server: Any, repository: Any) -> Iterator[str]:
+    names = []
+    for model in MODEL_NAMES:
+        for variant in VARIANTS:
+            vc = variant_config(repository, f"{model}_{variant}", {"kind": request.param, "delay_us": DELAY_US})
+            load_variant(server.http_url, vc)
+            names.append(vc.model_name)
+    yield request.param
+    for n in names:
+        unload(server.http_url, n)
+
+
+def _http_inputs(inputs: dict[str, np.ndarray]) -> list[Any]:
+    out = []
+    for name, a in inputs.items():
+        i = httpclient.InferInput(name, list(a.shape), _wire(a))
+        i.set_data_from_numpy(a, binary_data=True)
+        out.append(i)
+    return out
+
+
+def _grpc_inputs(inputs: dict[str, np.ndarray]) -> list[Any]:
+    out = []
+    for name, a in inputs.items():
+        i = grpcclient.InferInput(name, list(a.shape), _wire(a))
+        i.set_data_from_numpy(a)
+        out.append(i)
+    return out
+
+
+def _wire(a: np.ndarray) -> str:
+    return {"int64": "INT64", "int32": "INT32", "float32": "FP32", "float16": "FP16"}[a.dtype.name]
+
+
+def _inputs(model: str, batch: int, seed: int) -> dict[str, np.ndarray]:
+    spec = MODELS[model]
+    rng = np.random.default_rng(seed)
+    seq = int(rng.integers(5, 70)) if spec.variable_seq else None
+    return spec.example_inputs(batch, seq_len=seq, rng=rng)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model", MODEL_NAMES)
+def test_http_and_grpc_match_reference(server: Any, repository: Any, kind: str, model: str, variant: str) -> None:
+    name = f"{model}_{variant}"
+    out_name = MODELS[model].outputs[0].name
+    batch = 2 if model == "seqlen_head" and kind == "cpu" else 7
+    x = _inputs(model, batch, seed=hash(name) % 1000)
+    ref = reference_outputs(repository, model, x)
+    with httpclient.InferenceServerClient(server.http_url) as c:
+        y_http = c.infer(name, _http_inputs(x)).as_numpy(out_name)
+    with grpcclient.InferenceServerClient(server.grpc_url) as g:
+        y_grpc = g.infer(name, _grpc_inputs(x)).as_numpy(out_name)
+    assert y_http.shape == ref.shape and y_http.dtype == np.float32
+    bound = error_bound(kind == "gpu")
+    assert relative_error(y_http, ref) <= bound
+    assert relative_error(y_grpc, ref) <= bound
+
+
+def _bad_cases() -> list[tuple[str, str, dict[str, np.ndarray], str]]:
+    """(case id, model, inputs, expected message pattern)."""
+    good = MODELS["bert_tiny"].example_inputs(2, seq_len=16)
+    ids, mask = good["input_ids"], good["attention_mask"]
+    long = MODELS["bert_tiny"].example_inputs(1, seq_len=600)
+    oov = dict(good, input_ids=ids.copy())
+    oov["input_ids"][1, 3] = 30522
+    return [
+        (
+            "wrong-dtype",
+            "bert_tiny",
+            {"input_ids": ids.astype(np.int32), "attention_mask": mask},
+            r"(?i)data ?type|INT32",
+        ),
+        ("wrong-rank", "bert_tiny", {"input_ids": ids[..., None], "attention_mask": mask}, r"(?i)shape|dims"),
+        (
+            "mismatched-seq",
+            "bert_tiny",
+            {"input_ids": ids, "attention_mask": mask[:, :8]},
+            r"disagree on the sequence length",
+        ),
+        ("seq-too-long", "bert_tiny", long, r"exceeds the model's limit of 512"),
+        ("token-out-of-vocab", "bert_tiny", oov, r"token id 30522 is outside the vocabulary"),
+        (
+            "batch-too-large",
+            "linear_head",
+            {"features": np.zeros((2049, 1024), np.float32)},
+            r"(?i)batch.?size|max_batch_size|2048",
+        ),
+        ("empty-batch", "linear_head", {"features": np.zeros((0, 1024), np.float32)}, r"(?i)empty|batch|0"),
+        ("missing-input", "bert_tiny", {"input_ids": ids}, r"(?i)expected 2 inputs|missing|attention_mask"),
+        ("wrong-width", "linear_head", {"features": np.zeros((2, 1000), np.float32)}, r"(?i)shape|dims|1024"),
+    ]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize(("case", "model", "inputs", "pattern"), _bad_cases(), ids=[c[0] for c in _bad_cases()])
+def test_bad_input_gets_clear_error_and_server_stays_healthy(
+    server: Any,
+    repository: Any,
+    kind: str,
+    variant: str,
+    case: str,
+    model: str,
+    inputs: dict[str, np.ndarray],
+    pattern: str,
+) -> None:
+    name = f"{model}_{variant}"
+    with httpclient.InferenceServerClient(server.http_url) as c:
+        with pytest.raises(InferenceServerException) as e:
+            c.infer(name, _http_inputs(inputs))
+        assert re.search(pattern, e.value.message()), e.value.message()
+        assert c.is_server_live() and c.is_server_ready() and c.is_model_ready(name)
+        x = _inputs(model, 3, seed=1)
+        y = c.infer(name, _http_inputs(x)).as_numpy(MODELS[model].outputs[0].name)
+    assert relative_error(y, reference_outputs(repository, model, x)) <= error_bound(kind == "gpu")
+    with grpcclient.InferenceServerClient(server.grpc_url) as g, pytest.raises(InferenceServerException) as eg:
+        g.infer(name, _grpc_inputs(inputs))
+    assert re.search(pattern, eg.value.message()), eg.value.message()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_bad_request_fails_alone_inside_a_batch(server: Any, repository: Any, kind: str, variant: str) -> None:
+    """Good and bad requests arrive together (50 ms queue delay): only the bad one fails.
+
+    Triton batches only requests of equal shape, so all use one sequence length.
+    """
+    name = f"bert_tiny_{variant}"
+    before = inference_stats(server.http_url, name)
+    spec = MODELS["bert_tiny"]
+    goods = [spec.example_inputs(3, seq_len=24, rng=np.random.default_rng(100 + i)) for i in range(8)]
+    bad = spec.example_inputs(2, seq_len=24)
+    bad["input_ids"][0, 0] = 10**6
+
+    def call(x: dict[str, np.ndarray]) -> np.ndarray | str:
+        with httpclient.InferenceServerClient(server.http_url) as c:
+            try:
+                return c.infer(name, _http_inputs(x)).as_numpy("cls")
+            except InferenceServerException as e:
+                return e.message()
+
+    with cf.ThreadPoolExecutor(len(goods) + 1) as pool:
+        futures = [pool.submit(call, x) for x in [*goods[:4], bad, *goods[4:]]]
+        results = [f.result() for f in futures]
+    bad_result = results.pop(4)
+    assert isinstance(bad_result, str) and "outside the vocabulary" in bad_result
+    for x, y in zip(goods, results, strict=True):
+        assert isinstance(y, np.ndarray), y
+        assert relative_error(y, reference_outputs(repository, "bert_tiny", x)) <= error_bound(kind == "gpu")
+    after = inference_stats(server.http_url, name)
+    executions = int(after["execution_count"]) - int(before["execution_count"])
+    requests = int(after["inference_stats"]["success"]["count"]) - int(before["inference_stats"]["success"]["count"])
+    assert executions < len(goods) + 1, "the requests were not batched together; the test proves nothing"
+    assert requests >= len(goods)
+
+
+def test_server_log_says_which_engine_and_device_serve(server: Any, kind: str) -> None:
+    log = server.log_path.read_text(errors="replace")
+    device = "CPU" if kind == "cpu" else "GPU"
+    for variant, mode in (("sync", "sync mode"), ("inflight", "pipelined mode")):
+        pattern = rf"bert_tiny_{variant} \(bert_tiny_{variant}_0_0\): {mode}.*torch\.export engine on {device}"
+        assert re.search(pattern, log), f"no line matching {pattern!r} in the server log"

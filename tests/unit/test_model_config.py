@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inflight.errors import ConfigError
+from inflight.model_config import (
+    BackendParameters,
+    BatchingConfig,
+    VariantConfig,
+    apply_overrides,
+    parse_pbtxt,
+    parse_variant_arg,
+    proto_from_json,
+    variant_from_proto,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("variant", ["inflight", "sync", "trt"])
+@pytest.mark.parametrize("model", ["bert_tiny", "linear_head", "stacked_head", "seqlen_head"])
+def test_pbtxt_round_trip(model: str, variant: str) -> None:
+    vc = VariantConfig(
+        model=model,
+        variant=variant,  # type: ignore[arg-type]
+        batching=BatchingConfig(instances=3, kind="gpu", max_queue_delay_us=700, preferred_batch_sizes=(512, 1024)),
+        params=BackendParameters(slots=3, response_threads=5),
+    )
+    back = variant_from_proto(parse_pbtxt(vc.to_pbtxt()))
+    assert back.batching == vc.batching if variant != "trt" else back.batching.instances == 3
+    if variant != "trt":
+        assert back.params.slots == 3 and back.params.response_threads == 5
+        assert back.params.mode == ("sync" if variant == "sync" else "pipelined")
+    assert back.model_name == f"{model}_{variant}"
+    # the JSON override Triton accepts parses to the same proto
+    assert proto_from_json(vc.to_json()) == vc.to_proto()
+
+
+def test_trt_variant_uses_stock_platform_and_gpu() -> None:
+    cfg = VariantConfig(model="bert_tiny", variant="trt", batching=BatchingConfig(cuda_graphs=True)).to_proto()
+    assert cfg.platform == "tensorrt_plan" and not cfg.backend
+    assert cfg.instance_group[0].kind == cfg.instance_group[0].KIND_GPU
+    assert cfg.optimization.cuda.graphs
+    assert cfg.max_batch_size == 2048
+
+
+def test_committed_configs_are_what_the_generator_writes() -> None:
+    """model_repository/*/config.pbtxt must be regenerated when the generator changes."""
+    from inflight.build import write_configs
+    from inflight.models import MODELS
+
+    repo = ROOT / "model_repository"
+    for spec in MODELS.values():
+        for variant in ("inflight", "sync", "trt"):
+            path = repo / f"{spec.name}_{variant}" / "config.pbtxt"
+            assert path.is_file(), f"{path} missing: run `inflight build-models --configs-only`"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in MODELS.values():
+            for d in write_configs(Path(tmp), spec):
+                committed = (repo / d.name / "config.pbtxt").read_text()
+                assert committed == (d / "config.pbtxt").read_text(), (
+                    f"{d.name}: run `inflight build-models --configs-only`"
+                )
+
+
+def test_parameters_parse_and_errors_name_the_key() -> None:
+    p = BackendParameters.from_parameters({"slots": "6", "cuda_graphs": "false", "batch_buckets": "1,8,64"})
+    assert p.slots == 6 and p.cuda_graphs is False and p.batch_buckets == (1, 8, 64)
+    with pytest.raises(ConfigError, match=r"unknown inflight parameter\(s\) \['slotz'\]"):
+        BackendParameters.from_parameters({"slotz": "4"})
+    with pytest.raises(ConfigError, match=r"mode='fast' is invalid: choose one of \['pipelined', 'sync'\]"):
+        BackendParameters.from_parameters({"mode": "fast"})
+    with pytest.raises(ConfigError, match=r"slots=0: use 1..64"):
+        BackendParameters.from_parameters({"slots": "0"})
+    with pytest.raises(ConfigError, match=r"slots='four' is invalid"):
+        BackendParameters.from_parameters({"slots": "four"})
+    with pytest.raises(ConfigError, match="increasing"):
+        BackendParameters.from_parameters({"batch_buckets": "8,4"})
+
+
+def test_overrides() -> None:
+    name, ov = parse_variant_arg("bert_tiny_sync@instances=4,delay_us=1000,preferred=512/1024/2000,slots=2")
+    assert name == "bert_tiny_sync"
+    vc = apply_overrides(VariantConfig(model="bert_tiny", variant="sync"), ov)
+    assert vc.batching.instances == 4 and vc.batching.max_queue_delay_us == 1000
+    assert vc.batching.preferred_batch_sizes == (512, 1024, 2000)
+    assert vc.params.slots == 2
+    doc = json.loads(vc.to_json())
+    assert doc["dynamic_batching"]["preferred_batch_size"] == [512, 1024, 2000]
+    with pytest.raises(ConfigError, match="unknown key"):
+        apply_overrides(vc, {"instancez": "2"})
+    with pytest.raises(ConfigError, match="not key=value"):
+        parse_variant_arg("bert_tiny_sync@instances")
