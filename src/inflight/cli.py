@@ -115,6 +115,50 @@ def serve_cmd(
         typer.echo(f"tritonserver stopped (exit code {code})")
 
 
+@app.command("bench-engine")
+def bench_engine_cmd(
+    model: str = "bert_tiny",
+    repository: Annotated[Path, typer.Option(help="Model repository holding the artifact.")] = REPO_DEFAULT,
+    batch: Annotated[Optional[list[int]], typer.Option(help="Batch sizes (repeatable).")] = None,  # noqa: UP045
+    seq_len: int = 64,
+    iters: int = 200,
+    slots: int = 4,
+    response_threads: int = 4,
+    wait_mode: str = "blocking",
+    out: Annotated[Path, typer.Option(help="Result JSON.")] = Path("results/engine_bench.json"),
+    verbose: bool = False,
+) -> None:
+    """Engine-only bound vs sync vs pipelined executor on the GPU, one process; writes a JSON result."""
+    _setup_logging(verbose)
+    from inflight.bench.engine_bench import BenchConfig, run, write
+
+    cfg = BenchConfig(
+        model=model,
+        artifact=repository / f"{model}_inflight" / "1" / "model.pt2",
+        batches=tuple(batch or (32, 128, 512, 2048)),
+        seq_len=seq_len,
+        iters=iters,
+        slots=slots,
+        response_threads=response_threads,
+        wait_mode=wait_mode,
+    )
+    try:
+        doc = run(cfg)
+    except InflightError as e:
+        _fail(e)
+    write(doc, out)
+    typer.echo(f"{doc['device']}: {model}, seq {seq_len}")
+    typer.echo("batch  engine-bound items/s  sync items/s  pipelined items/s  pipe/bound  sync act  pipe act")
+    for r in doc["rows"]:
+        sa, pa = r["sync_gpu_activity"], r["pipelined_gpu_activity"]
+        typer.echo(
+            f"{r['batch']:>5}  {r['engine_bound_items_s']:>20,.0f}  {r['sync_items_s']:>12,.0f}  "
+            f"{r['pipelined_items_s']:>17,.0f}  {r['pipelined_fraction_of_bound']:>10.1%}  "
+            f"{'n/a' if sa is None else f'{sa:.1%}':>8}  {'n/a' if pa is None else f'{pa:.1%}':>8}"
+        )
+    typer.echo(f"wrote {out}")
+
+
 def main() -> None:
     """Entry point of the ``inflight`` script."""
     app()
