@@ -23,8 +23,13 @@ from inflight.runtime.engines.base import Engine, SlotBuffers
 LOGGER = logging.getLogger(__name__)
 
 
-def load_module(artifact: Path) -> Any:
-    """Load a ``torch.export`` artifact (``.pt2``) as an eval-mode module on the CPU.
+def load_module(artifact: Path, device: str = "cpu") -> Any:
+    """Load a ``torch.export`` artifact (``.pt2``) as a module on ``device``.
+
+    Exported graphs record the device and dtype they were traced with: devices in op arguments
+    (moved with ``move_to_device_pass``) and ``_assert_tensor_metadata`` checks before ``.to()``
+    calls, which would reject the same graph run on the GPU or in fp16. The checks are removed
+    (they guard tracing assumptions, not results).
 
     Raises:
         EngineError: when the file is missing or not an exported program, saying how to build it.
@@ -40,7 +45,18 @@ def load_module(artifact: Path) -> Any:
         ep = torch.export.load(str(artifact))
     except Exception as e:
         raise EngineError(f"{artifact} is not a loadable torch.export program ({type(e).__name__}: {e})") from None
-    return ep.module()
+    if device != "cpu":
+        from torch.export.passes import move_to_device_pass
+
+        ep = move_to_device_pass(ep, device)
+    gm = ep.module()
+    assert_op = torch.ops.aten._assert_tensor_metadata.default
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is assert_op:
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
 
 
 class TorchEngine(Engine):
@@ -74,14 +90,14 @@ class TorchEngine(Engine):
         self.cuda_graphs = cuda_graphs and device_id is not None
         self.max_graphs = max_graphs
         self._torch = torch
-        module = load_module(artifact)
         if device_id is None:
             self.dtype = torch.float32
             self.device = torch.device("cpu")
+            module = load_module(artifact)
         else:
             self.dtype = torch.float16 if precision == "fp16" else torch.float32
             self.device = torch.device(f"cuda:{device_id}")
-            module = module.to(self.device)
+            module = load_module(artifact, str(self.device)).to(self.device)
             if self.dtype == torch.float16:
                 module = module.half()
         self.module = module
