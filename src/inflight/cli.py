@@ -148,13 +148,17 @@ def bench_engine_cmd(
         _fail(e)
     write(doc, out)
     typer.echo(f"{doc['device']}: {model}, seq {seq_len}")
-    typer.echo("batch  engine-bound items/s  sync items/s  pipelined items/s  pipe/bound  sync act  pipe act")
+    typer.echo(
+        "batch  engine-bound items/s  sync items/s  pipelined items/s (wait)  pipe/bound  sync act  pipe act  depth"
+    )
     for r in doc["rows"]:
         sa, pa = r["sync_gpu_activity"], r["pipelined_gpu_activity"]
         typer.echo(
             f"{r['batch']:>5}  {r['engine_bound_items_s']:>20,.0f}  {r['sync_items_s']:>12,.0f}  "
-            f"{r['pipelined_items_s']:>17,.0f}  {r['pipelined_fraction_of_bound']:>10.1%}  "
-            f"{'n/a' if sa is None else f'{sa:.1%}':>8}  {'n/a' if pa is None else f'{pa:.1%}':>8}"
+            f"{r['pipelined_items_s']:>12,.0f} ({r['pipelined_wait_mode']:>8})  "
+            f"{r['pipelined_fraction_of_bound']:>10.1%}  "
+            f"{'n/a' if sa is None else f'{sa:.1%}':>8}  {'n/a' if pa is None else f'{pa:.1%}':>8}  "
+            f"{r['pipelined_launch_depth']}"
         )
     typer.echo(f"wrote {out}")
 

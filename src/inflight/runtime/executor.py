@@ -68,6 +68,8 @@ class ExecutorStats:
         max_depth: Deepest pipeline seen.
         slot_waits: Times ``submit`` found no free slot.
         slot_wait_s: Total time spent waiting for a slot.
+        gather_s: Issue-path time copying request inputs into slots.
+        launch_s: Issue-path time enqueueing copies and compute.
         send_s: Total time inside ``send()`` (summed over sender threads).
         device_wait_s: Total time the completion side spent waiting for the device.
         batch_sizes: Real rows of recent batches (bounded; drained by the metrics publisher).
@@ -84,6 +86,8 @@ class ExecutorStats:
     max_depth: int = 0
     slot_waits: int = 0
     slot_wait_s: float = 0.0
+    gather_s: float = 0.0
+    launch_s: float = 0.0
     send_s: float = 0.0
     device_wait_s: float = 0.0
     batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
@@ -93,6 +97,9 @@ class ExecutorStats:
         d = {k: v for k, v in self.__dict__.items() if k not in ("batch_sizes", "depth_launches")}
         d["depth_launches"] = {i: n for i, n in enumerate(self.depth_launches) if n}
         return d
+
+
+_Job = tuple[Slot, int, list[Item], "list[dict[str, np.ndarray]] | None", "str | None"]
 
 
 class _Base:
@@ -106,9 +113,11 @@ class _Base:
     def _prepare(self, slot: Slot, batch: Batch) -> None:
         rows = batch.rows
         bucket = self.runner.buckets.pick(rows, batch.seq)
+        t0 = time.perf_counter()
         with self.ranges.range("gather"):
             gather(self.layout, slot, batch, bucket)
         with self._lock:
+            self.stats.gather_s += time.perf_counter() - t0
             self.stats.batches += 1
             self.stats.requests += len(batch.items)
             self.stats.items += rows
@@ -130,8 +139,10 @@ class SyncExecutor(_Base):
             EngineError: when the batch failed on the device.
         """
         self._prepare(self.slot, batch)
+        t0 = time.perf_counter()
         with self.ranges.range("enqueue"):
             self.runner.launch(self.slot)
+        self.stats.launch_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         with self.ranges.range("wait"):
             self.runner.wait(self.slot)
@@ -169,9 +180,9 @@ class PipelinedExecutor(_Base):
         self._cond = threading.Condition(self._lock)
         self._closing = False
         self._inflight: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
-        self._sends: queue.SimpleQueue[tuple[Slot, int, Item, Mapping[str, np.ndarray] | None, str | None] | None] = (
-            queue.SimpleQueue()
-        )
+        # a job: (slot, its generation, requests, their outputs or None, error or None)
+        self._sends: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._n_senders = response_threads
         self._abandoned: set[int] = set()
         self._completion = threading.Thread(target=self._complete_loop, name="inflight-completion", daemon=True)
         self._senders = [
@@ -216,9 +227,10 @@ class PipelinedExecutor(_Base):
         try:
             self._prepare(slot, batch)
             slot.generation += 1
-            slot.t_submit = time.perf_counter()
+            slot.t_submit = t0 = time.perf_counter()
             with self.ranges.range("enqueue"):
                 self.runner.launch(slot)
+            self.stats.launch_s += time.perf_counter() - t0
         except Exception as e:
             LOGGER.error("batch of %d requests failed to launch: %s", len(batch.items), e)
             self._fail_slot(slot, batch, f"batch failed to launch on the device: {e}")
@@ -248,35 +260,47 @@ class PipelinedExecutor(_Base):
                 if slot.index in self._abandoned:
                     continue
             outs = outputs_for(self.layout, slot)
-            slot.pending = len(batch.items)
-            gen = slot.generation
-            for item, out in zip(batch.items, outs, strict=True):
-                self._sends.put((slot, gen, item, out, None))
+            self._dispatch(slot, batch.items, outs, None)
+
+    def _dispatch(
+        self, slot: Slot, items: list[Item], outs: list[dict[str, np.ndarray]] | None, error: str | None
+    ) -> None:
+        """Split a slot's requests into one chunk per sender thread (fewer wake-ups than one job each)."""
+        per = -(-len(items) // self._n_senders)
+        jobs = [
+            (slot, slot.generation, items[i : i + per], None if outs is None else outs[i : i + per], error)
+            for i in range(0, len(items), per)
+        ]
+        with self._lock:
+            slot.pending = len(jobs)
+        for job in jobs:
+            self._sends.put(job)
 
     def _fail_slot(self, slot: Slot, batch: Batch, message: str) -> None:
-        slot.pending = len(batch.items)
-        for item in batch.items:
-            self._sends.put((slot, slot.generation, item, None, message))
+        self._dispatch(slot, batch.items, None, message)
 
     def _send_loop(self) -> None:
         while True:
             job = self._sends.get()
             if job is None:
                 return
-            slot, gen, item, out, error = job
+            slot, gen, items, outs, error = job
             t0 = time.perf_counter()
-            try:
-                with self.ranges.range("respond"):
-                    self.sink.send(item.handle, out, error)
-            except Exception as e:  # the request is lost to the client only if the server refused it
-                LOGGER.error("sending a response failed: %s: %s", type(e).__name__, e)
+            sent = 0
+            for k, item in enumerate(items):
+                try:
+                    with self.ranges.range("respond"):
+                        self.sink.send(item.handle, None if outs is None else outs[k], error)
+                    sent += 1
+                except Exception as e:  # the server refused it: log, and carry on with the others
+                    LOGGER.error("sending a response failed: %s: %s", type(e).__name__, e)
             dt = time.perf_counter() - t0
             with self._cond:
                 self.stats.send_s += dt
                 if error is None:
-                    self.stats.responses += 1
+                    self.stats.responses += sent
                 else:
-                    self.stats.error_responses += 1
+                    self.stats.error_responses += sent
                 if gen != slot.generation or slot.index in self._abandoned:
                     continue
                 slot.pending -= 1

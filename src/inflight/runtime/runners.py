@@ -115,7 +115,8 @@ class CudaRunner(Runner):
                 dev_out=dev_out,
                 h2d_done=cuda.Event(cuda.EventOptions(blocking_sync=False)),
                 compute_done=cuda.Event(cuda.EventOptions(blocking_sync=False)),
-                done=cuda.Event(cuda.EventOptions(blocking_sync=self.wait_mode == "blocking")),
+                # blocking-sync so cudaEventSynchronize sleeps; poll mode queries it instead
+                done=cuda.Event(cuda.EventOptions(blocking_sync=True)),
             )
             slot = Slot(
                 index=i,

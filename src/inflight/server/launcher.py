@@ -66,12 +66,12 @@ class TritonDist:
 
 
 def find_tritonserver(explicit: str | os.PathLike[str] | None = None) -> TritonDist:
-    """Locate a Triton server: ``explicit``, ``$INFLIGHT_TRITONSERVER``, PATH, then the wheel.
+    """Locate a Triton server: ``explicit``, ``$INFLIGHT_TRITONSERVER``, ``$TRITONSERVER``, PATH, then the wheel.
 
     Raises:
         ServerError: when none is found, saying how to get one.
     """
-    candidate = explicit or os.environ.get("INFLIGHT_TRITONSERVER")
+    candidate = explicit or os.environ.get("INFLIGHT_TRITONSERVER") or os.environ.get("TRITONSERVER")
     if candidate:
         binary = Path(candidate).resolve()
         if not binary.is_file():
@@ -97,6 +97,9 @@ def _dist_for(binary: Path) -> TritonDist:
     server_root = binary.parent.parent
     backends = server_root / "backends"
     stubs = server_root / "python_backend_stubs"
+    # the wheel's bundled libraries (found through rpath in place; needed on LD_LIBRARY_PATH once copied)
+    wheel_libs = server_root.parent.parent / "nvidia_pytriton.libs"
+    lib_dirs = (wheel_libs,) if wheel_libs.is_dir() else ()
     if stubs.is_dir():  # the nvidia-pytriton wheel layout
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
         stub = stubs / version / "triton_python_backend_stub"
@@ -106,19 +109,12 @@ def _dist_for(binary: Path) -> TritonDist:
                 f"the Triton wheel at {server_root} has no Python-backend stub for Python {version} "
                 f"(it has {available}); run inflight with one of those Python versions"
             )
-        libs = server_root.parent.parent / "nvidia_pytriton.libs"
-        return TritonDist(
-            binary=binary,
-            backends_dir=backends,
-            lib_dirs=(libs,) if libs.is_dir() else (),
-            stub=stub,
-            source="pytriton",
-        )
+        return TritonDist(binary=binary, backends_dir=backends, lib_dirs=lib_dirs, stub=stub, source="pytriton")
     if not (backends / "python").is_dir():
         raise ServerError(
             f"{binary} has no Python backend at {backends / 'python'}; inflight is a Python-based backend and needs it"
         )
-    return TritonDist(binary=binary, backends_dir=backends, lib_dirs=(), stub=None, source="path")
+    return TritonDist(binary=binary, backends_dir=backends, lib_dirs=lib_dirs, stub=None, source="path")
 
 
 def backend_source_dir() -> Path:

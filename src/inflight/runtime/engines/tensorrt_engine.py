@@ -79,8 +79,10 @@ class TensorRTEngine(Engine):
                 "on the GPU that will run it"
             )
         self._log = _Logger(mod)
-        self.runtime = mod.Runtime(self._log)
-        self.engine = self.runtime.deserialize_cuda_engine(plan.read_bytes())
+        self.runtime: trt.Runtime | None = mod.Runtime(self._log)
+        assert self.runtime is not None
+        engine: trt.ICudaEngine | None = self.runtime.deserialize_cuda_engine(plan.read_bytes())
+        self.engine = engine
         if self.engine is None:
             raise EngineError(
                 f"{mod.__name__} {getattr(mod, '__version__', '?')} refused plan {plan}: "
@@ -92,7 +94,7 @@ class TensorRTEngine(Engine):
                 f"plan {plan} has {profiles} optimization profile(s) but {slots} slots need one each; rebuild with "
                 f"`scripts/build_engine.py --profiles {slots}` or set slots={profiles}"
             )
-        self._contexts: dict[int, Any] = {}
+        self._contexts: dict[int, trt.IExecutionContext] = {}
         self._shapes: dict[int, tuple[int, int | None]] = {}
         self._consumed: dict[int, cuda.Event] = {}
         self._graphs: dict[tuple[int, int, int | None], Any] = {}
@@ -103,16 +105,21 @@ class TensorRTEngine(Engine):
         """Always True."""
         return True
 
+    def _engine(self) -> trt.ICudaEngine:
+        if self.engine is None:
+            raise EngineError("TensorRT engine used after close()")
+        return self.engine
+
     def describe(self) -> str:
         """Engine, device and graph mode."""
         return (
             f"{self.trt.__name__} {getattr(self.trt, '__version__', '?')} engine on GPU {self.device_id} "
-            f"({self.engine.num_optimization_profiles} profiles, CUDA graphs {'on' if self.cuda_graphs else 'off'})"
+            f"({self._engine().num_optimization_profiles} profiles, CUDA graphs {'on' if self.cuda_graphs else 'off'})"
         )
 
     def bind(self, slot: int, buffers: SlotBuffers) -> None:
         """Create the slot's context on profile ``slot`` and set its tensor addresses."""
-        ctx = self.engine.create_execution_context()
+        ctx = self._engine().create_execution_context()
         if ctx is None:
             raise EngineError(f"TensorRT could not create an execution context for slot {slot} (out of GPU memory?)")
         stream = cuda.Stream()

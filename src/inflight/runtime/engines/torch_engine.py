@@ -227,6 +227,10 @@ class TorchEngine(Engine):
         if self.device_id is not None:
             torch = self._torch
             torch.cuda.synchronize(self.device)
+            # cuBLAS keeps a workspace per (handle, stream) outside the caching allocator's free list
+            clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+            if clear is not None:
+                clear()
             torch.cuda.empty_cache()
 
 
