@@ -40,6 +40,6 @@ print(f"cudaEventSynchronize blocked {dt*1e3:.1f} ms; other thread ran {count[0]
 PY
 set -o pipefail
 INFLIGHT_KEEP_LOGS=$OUT timeout 420 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_executor_gpu.py tests/gpu/test_server_gpu.py tests/integration/test_serving.py -m gpu \
-   -k "${1:-not synchronize_calls}" -s 2>&1 | tee "$OUT/pytest_gpu.txt" | grep -vE "^\s*$" | tail -40
+   ${1:+-k "$1"} -s 2>&1 | tee "$OUT/pytest_gpu.txt" | grep -vE "^\s*$" | tail -40
 cp "$INFLIGHT_TEST_REPOSITORY/../"*.log "$OUT/" 2>/dev/null
 timeout 150 inflight bench-engine --repository "$INFLIGHT_TEST_REPOSITORY" --iters 200 --out "$OUT/engine_bench.json" 2>&1 | grep -v "INFO inflight.bench" | tail -12
