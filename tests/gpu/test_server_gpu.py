@@ -44,7 +44,7 @@ def _gpu_used_mib() -> int:
 
 def _depth_histogram(metrics_url: str, model: str) -> dict[float, float]:
     text = urllib.request.urlopen(metrics_url, timeout=10).read().decode()
-    out = {}
+    out: dict[float, float] = {}
     for m in re.finditer(
         r"^inflight_launch_depth_bucket\{(?P<labels>[^}]*)\} (?P<v>[0-9.e+]+)$", text, flags=re.MULTILINE
     ):
@@ -52,7 +52,8 @@ def _depth_histogram(metrics_url: str, model: str) -> dict[float, float]:
         if f'model="{model}"' in labels:
             le = re.search(r'le="([^"]+)"', labels)
             assert le is not None
-            out[float("inf") if le.group(1) == "+Inf" else float(le.group(1))] = float(m.group("v"))
+            key = float("inf") if le.group(1) == "+Inf" else float(le.group(1))
+            out[key] = out.get(key, 0.0) + float(m.group("v"))  # summed over instances / processes
     return out
 
 
@@ -133,7 +134,7 @@ def test_unload_and_reload_under_load_no_hang_no_leak(server: Any, repository: A
     assert unload_s < 60
     assert outcomes["ok"] > 100
     assert outcomes["wrong"] == 0, "a response carried another request's result"
-    assert abs(used_unloaded - used_before) < 64, "GPU memory not returned after unload"
+    assert used_unloaded <= used_before + 64, "GPU memory not returned after unload"
     with httpclient.InferenceServerClient(server.http_url) as c:
         assert c.is_server_ready() and c.is_model_ready(name)
     unload(server.http_url, name)

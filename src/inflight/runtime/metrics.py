@@ -1,15 +1,24 @@
 """Live metrics at Triton's metrics endpoint, published from the execute thread only.
 
-FACTS.md: ``pb_utils`` custom metrics called from background threads segfaulted the 2.51 server
-under load; calls from the execute thread were fine. So the executor's threads only bump plain
-counters (``ExecutorStats``), and ``MetricsPublisher.publish()``, called at the start of each
-``execute()``, turns their change since the last call into metric updates, at most every
-``interval_s`` (each update is a round trip to the server process).
+Two hazards of the 2.51 custom-metrics API shape this module:
+
+* FACTS.md: metrics called from background threads segfaulted the server under load; calls
+  from the execute thread were fine. The executor's threads therefore only bump plain counters
+  (``ExecutorStats``); ``MetricsPublisher.publish()``, called at the start of each ``execute()``,
+  turns their change since the last call into metric updates, at most every ``interval_s`` (each
+  update is a round trip to the server process).
+* A server segfault seen on the GPU host (2026-11-21, stack in libtritonserver under a
+  libtriton_python thread) right after a model was reloaded while its old instance was still
+  alive: both instances' metrics had the same family name *and* labels, so they shared one
+  Prometheus series, which the old instance's finalize removed under the new one
+  (triton-inference-server/server#8663, core#471). Every series therefore carries the stub's
+  ``pid``: no two live instances share a series.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,7 +58,7 @@ class MetricsPublisher:
         interval_s: float = 0.1,
     ) -> None:
         mf = pb_utils.MetricFamily
-        labels = {"model": model, "instance": instance}
+        labels = {"model": model, "instance": instance, "pid": str(os.getpid())}
         self.stats = stats
         self.in_flight = in_flight
         self.gpu_figures = gpu_figures

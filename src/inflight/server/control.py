@@ -56,14 +56,14 @@ def load_variant(url: str, vc: VariantConfig, timeout_s: float = 600.0) -> float
 
 
 def unload(url: str, name: str, timeout_s: float = 300.0) -> None:
-    """Unload ``name`` and wait until it is gone."""
+    """Unload ``name`` and wait until it is gone (finalize() has returned)."""
     client = http_client(url, network_timeout=timeout_s)
     try:
         client.unload_model(name)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             index = {m["name"]: m.get("state") for m in client.get_model_repository_index()}
-            if index.get(name) != "READY":
+            if index.get(name) not in ("READY", "UNLOADING", "LOADING"):
                 return
             time.sleep(0.2)
         raise ServerError(f"{name} still loaded {timeout_s:.0f} s after unload")
