@@ -40,7 +40,9 @@ def main() -> int:
                     text = re.sub(r"([(,] ?)in: ", r"\1in_: ", text)
                     # generator slips: a missing runtime-only module, a required parameter after defaults
                     text = text.replace("import tensorrt_libs as tensorrt_libs\n", "")
-                    text = text.replace("power: Weights = None, channel_axis: int)", "power: Weights = None, channel_axis: int = ...)")
+                    text = text.replace(
+                        "power: Weights = None, channel_axis: int)", "power: Weights = None, channel_axis: int = ...)"
+                    )
                     target.write_text(text)
     print(f"TensorRT {VERSION} stubs unpacked into {DEST}/")
     return 0

@@ -163,6 +163,15 @@ def bench_engine_cmd(
     typer.echo(f"wrote {out}")
 
 
+def _register_subcommands() -> None:
+    from inflight.profiling.cli import register as register_profiling
+
+    register_profiling(app)
+
+
+_register_subcommands()
+
+
 def main() -> None:
     """Entry point of the ``inflight`` script."""
     app()

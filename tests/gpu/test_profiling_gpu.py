@@ -195,29 +195,36 @@ def test_trace_of_a_window(torch: Any, cupti: Any, tmp_path: Path):
     assert any(e["ph"] == "f" for e in doc["traceEvents"]), "no launch -> kernel flow"
 
 
-def test_nvtx_ranges_reach_cupti_with_the_injection_library(torch: Any, cupti: Any, tmp_path: Path):
-    pytest.importorskip("nvtx")
+def test_nvtx_ranges_reach_cupti_with_the_injection_library(torch: Any, cupti: Any):
     from inflight.profiling.cupti_live import cupti_library_path
 
     lib = cupti_library_path()
     if lib is None:
         pytest.skip("libcupti not located by cuda.pathfinder")
+    # torch.cuda.nvtx ranges reach CUPTI (seen on the H200, CUPTI 13); the `nvtx` package's
+    # annotate() produced no MARKER record there although nsys sees it, so it is not asserted.
     code = textwrap.dedent(
         """
-        import json, torch, nvtx
+        import json, threading, torch
         from inflight.profiling.cupti_live import CuptiWindow
         x = torch.randn(512, 512, device="cuda"); torch.cuda.synchronize()
         with CuptiWindow(markers=True) as w:
-            with nvtx.annotate("inflight-range"):
+            with torch.cuda.nvtx.range("inflight-range"):
                 y = x @ x
+            torch.cuda.nvtx.mark("inflight-mark")
             torch.cuda.synchronize()
-        print(json.dumps(sorted(set(map(str, w.records.markers.name)))))
+        m = w.records.markers
+        rows = [[str(n), int(e - s), int(t)] for n, s, e, t in zip(m.name, m.start, m.end, m.thread)]
+        print(json.dumps({"me": threading.get_native_id(), "ranges": rows}))
         """
     )
     env = dict(os.environ, NVTX_INJECTION64_PATH=lib)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "inflight-range" in json.loads(r.stdout.strip().splitlines()[-1]), r.stdout
+    doc = json.loads(r.stdout.strip().splitlines()[-1])
+    ranges = {name: (dur, tid) for name, dur, tid in doc["ranges"]}
+    assert ranges["inflight-range"][0] > 0 and ranges["inflight-range"][1] == doc["me"], doc
+    assert ranges["inflight-mark"][0] == 0, doc
 
 
 def _nsys() -> str:
