@@ -68,7 +68,15 @@ def build_models_cmd(
 @app.command("serve")
 def serve_cmd(
     repository: Annotated[Path, typer.Option(help="Model repository.")] = REPO_DEFAULT,
-    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Models to load (default: all).")] = None,  # noqa: UP045
+    model: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--model",
+            "-m",
+            help="Models to load (default: all); NAME@key=value,... loads a variant with config overrides, "
+            "e.g. bert_tiny_sync@instances=4,delay_us=500.",
+        ),
+    ] = None,
     http_port: int = 8000,
     grpc_port: int = 8001,
     metrics_port: int = 8002,
@@ -81,8 +89,18 @@ def serve_cmd(
 ) -> None:
     """Start tritonserver with the inflight backend; stop cleanly on Ctrl+C / SIGTERM."""
     _setup_logging(verbose)
+    from inflight.model_config import parse_variant_arg
+    from inflight.server.control import load_variant, variant_config
     from inflight.server.launcher import ServerConfig, TritonServer
 
+    overridden = [m for m in model or [] if "@" in m]
+    if overridden:
+        plain = [m for m in model or [] if "@" not in m]
+        try:
+            variants = [variant_config(repository, *parse_variant_arg(m)) for m in overridden]
+        except InflightError as e:
+            _fail(e)
+        model = plain
     cfg = ServerConfig(
         model_repository=repository,
         workdir=workdir,
@@ -99,7 +117,11 @@ def serve_cmd(
         signal.signal(sig, lambda *_: stop.set())
     try:
         server.start()
+        for vc in variants if overridden else []:
+            seconds = load_variant(server.http_url, vc)
+            typer.echo(f"loaded {vc.model_name} with overrides in {seconds:.1f} s")
     except InflightError as e:
+        server.stop()
         _fail(e)
     typer.echo(
         f"serving {repository} (HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}); "
@@ -164,8 +186,10 @@ def bench_engine_cmd(
 
 
 def _register_subcommands() -> None:
+    from inflight.loadtest.cli import register as register_ab
     from inflight.profiling.cli import register as register_profiling
 
+    register_ab(app)
     register_profiling(app)
 
 

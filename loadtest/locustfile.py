@@ -1,0 +1,425 @@
+r"""Locust load test for a Triton model served by inflight (KServe v2 over HTTP or gRPC).
+
+Two user classes; name the one to run on the command line:
+
+* ``TritonHttpUser``: Locust's ``FastHttpUser`` posting the KServe v2 **binary tensor** body
+  (built once per distinct input set with ``InferenceServerClient.generate_request_body``,
+  ``Inference-Header-Content-Length`` set), responses decoded with ``parse_response_body``;
+* ``TritonGrpcUser``: ``GRPCInferenceService/ModelInfer`` through tritonclient.grpc's stub on a
+  gevent-enabled gRPC channel, reported through ``environment.events.request.fire`` as in
+  Locust's ``examples/grpc``. The ``ModelInferRequest`` messages are prepared once too.
+
+Every response is checked for errors, output name, shape and datatype (``--check`` also
+compares the values with the model run in PyTorch on the CPU); a bad response is a Locust
+failure whose message says what was wrong. Users run closed loop (no wait time).
+
+Example (a server on localhost, bert_tiny_inflight loaded)::
+
+    locust -f loadtest/locustfile.py --headless -u 100 -r 100 -t 30s --host http://127.0.0.1:8000 \\
+        --model bert_tiny_inflight --items 50 --seq-len 64 TritonHttpUser
+
+``--raw-latency-dir DIR`` makes every Locust process write the response times of its requests
+(float64 milliseconds, exact; Locust's own percentiles round them) to ``DIR`` at test stop,
+counted from the end of spawning when ``--reset-stats`` is given.
+"""
+
+from __future__ import annotations
+
+# isort: off
+# Locust first: it monkey-patches the standard library with gevent before anything else loads.
+import locust
+from locust import FastHttpUser, User, events, task
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+# isort: on
+import argparse
+import dataclasses
+import logging
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import gevent.lock
+import grpc  # type: ignore[import-untyped]
+import grpc.experimental.gevent as grpc_gevent  # type: ignore[import-untyped]
+import numpy as np
+import tritonclient.http as httpclient
+from tritonclient.grpc import InferResult as GrpcInferResult
+from tritonclient.grpc import service_pb2_grpc
+
+from inflight.errors import ConfigError
+from inflight.loadtest import workload as wl
+
+grpc_gevent.init_gevent()
+
+LOGGER = logging.getLogger("inflight.locustfile")
+GRPC_MAX_MESSAGE = 2**31 - 1
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser: Any) -> None:
+    g = parser.add_argument_group("inflight", "Triton workload (inflight load test)")
+    g.add_argument("--model", default="bert_tiny_inflight", help="Served model (variant) name.")
+    g.add_argument("--items", type=int, default=50, help="Items (batch rows) per request.")
+    g.add_argument("--seq-len", type=int, default=64, help="Sequence length (token models).")
+    g.add_argument("--token-dist", choices=list(wl.TOKEN_DISTS), default="uniform", help="Token id distribution.")
+    g.add_argument(
+        "--length-dist",
+        choices=list(wl.LENGTH_DISTS),
+        default="full",
+        help="full: no padding; uniform: random lengths in [1, seq-len] with padding.",
+    )
+    g.add_argument("--seed", type=int, default=0, help="Seed of the request pool (same seed, same requests).")
+    g.add_argument("--pool", type=int, default=16, help="Distinct requests prepared per Locust process.")
+    g.add_argument(
+        "--pool-file", default="", help="Load the requests (and references) from this .npz (written by `inflight ab`)."
+    )
+    g.add_argument(
+        "--check",
+        action="store_true",
+        default=False,
+        help="Compare every response with the model run in PyTorch on the CPU (needs --repository).",
+    )
+    g.add_argument(
+        "--repository", default="model_repository", help="Model repository holding <model>_inflight/1/model.pt2."
+    )
+    g.add_argument(
+        "--raw-latency-dir", default="", help="Write each process's raw response times (float64 ms) here at test stop."
+    )
+    g.add_argument("--grpc-url", default="", help="host:port of Triton's gRPC endpoint (default: --host's host, 8001).")
+    g.add_argument("--request-timeout", type=float, default=60.0, help="gRPC per-request timeout, seconds.")
+
+
+class _Process:
+    """Per-process state: the prepared requests, their references, and the raw latencies."""
+
+    def __init__(self) -> None:
+        self.workload: wl.Workload | None = None
+        self.key: tuple[wl.Workload, bool, str, str] | None = None
+        self.lock = gevent.lock.Semaphore()
+        self.http: list[wl.HttpRequest] = []
+        self.grpc: list[Any] = []
+        self.references: list[dict[str, np.ndarray]] | None = None
+        self.tol = wl.DEFAULT_TOLERANCE
+        self.latencies: array[float] = array("d")
+        self.raw_dir: Path | None = None
+        self.next_start = 0
+
+    def prepare(self, options: argparse.Namespace) -> bool:
+        """Build the pool (bodies, gRPC messages, references) from the parsed options.
+
+        With ``--pool-file`` the inputs and references come from that file (the A/B runner writes
+        it once, so that no Locust process imports torch). Otherwise the inputs are drawn here and,
+        for ``--check``, the references computed by a separate Python process (torch and gevent do
+        not mix, and a blocked Locust process misses the master's heartbeats).
+
+        Returns:
+            False when the pool for these options was already prepared.
+
+        Raises:
+            ConfigError: for invalid options or a pool file made for another workload.
+        """
+        w = wl.Workload(
+            model=options.model,
+            items=options.items,
+            seq_len=options.seq_len,
+            token_dist=options.token_dist,
+            length_dist=options.length_dist,
+            seed=options.seed,
+            pool=options.pool,
+        )
+        key = (w, bool(options.check), str(options.repository), str(options.pool_file))
+        with self.lock:  # test_start may come while init still prepares
+            if key == self.key:
+                return False
+            w.check()
+            if options.pool_file:
+                pool = wl.load_pool(Path(options.pool_file))
+                # a pool serves every variant of its base model (bert_tiny_sync, bert_tiny_inflight...)
+                same_model = pool.workload.spec.name == w.spec.name
+                if not same_model or dataclasses.replace(pool.workload, model=w.model) != w:
+                    raise ConfigError(
+                        f"--pool-file {options.pool_file} holds requests for {pool.workload}, but the options ask "
+                        f"for {w}; pass matching options or drop --pool-file"
+                    )
+                if options.check and pool.references is None:
+                    raise ConfigError(f"--check: --pool-file {options.pool_file} has no reference outputs")
+            elif options.check:
+                pool = _pool_from_subprocess(w, Path(options.repository))
+            else:
+                pool = wl.build_pool(w)
+            spec = w.spec
+            self.http = [wl.http_request(spec, x) for x in pool.inputs]
+            self.grpc = [wl.grpc_request(spec, w.model, x) for x in pool.inputs]
+            self.references = pool.references if options.check else None
+            self.tol = wl.tolerance_for(w.model)
+            self.workload = w
+            self.key = key
+        LOGGER.info(
+            "prepared %d requests of %d items for %s (%d bytes each over HTTP)%s",
+            len(pool.inputs),
+            w.items,
+            w.model,
+            len(self.http[0].body),
+            ", with reference outputs" if self.references is not None else "",
+        )
+        return True
+
+    def start_index(self) -> int:
+        """Spread users over the pool: each starts at the next entry."""
+        i = self.next_start
+        self.next_start = (i + 1) % max(1, len(self.http))
+        return i
+
+    def check(self, get: Any, available: Any, index: int) -> str | None:
+        """Check one decoded response against the workload (and the reference with --check)."""
+        w = self.workload
+        assert w is not None
+        ref = self.references[index] if self.references is not None else None
+        return wl.check_output(w.spec, w.items, get, available, ref, self.tol)
+
+    def write_latencies(self) -> None:
+        """Write the raw latencies of this process (idempotent: the same file each time)."""
+        if self.raw_dir is None:
+            return
+        self.raw_dir.mkdir(parents=True, exist_ok=True)
+        path = self.raw_dir / f"latencies-{socket.gethostname()}-{os.getpid()}.f64"
+        np.frombuffer(self.latencies, dtype=np.float64).astype("<f8").tofile(path)
+        LOGGER.info("wrote %d raw latencies to %s", len(self.latencies), path)
+
+
+def _pool_from_subprocess(w: wl.Workload, repository: Path) -> wl.Pool:
+    with tempfile.TemporaryDirectory(prefix="inflight-pool-") as tmp:
+        out = Path(tmp) / "pool.npz"
+        cmd = wl.pool_command(w, out=out, repository=repository, check=True)
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False)  # gevent's: cooperative
+        if r.returncode != 0:
+            raise ConfigError(f"computing the reference outputs failed ({' '.join(cmd)}):\n{r.stderr[-2000:]}")
+        return wl.load_pool(out)
+
+
+STATE = _Process()
+_ENV: list[Environment] = []
+
+
+@events.init.add_listener
+def _on_init(environment: Environment, **_kw: Any) -> None:
+    _ENV.append(environment)
+    names = {c.__name__ for c in environment.user_classes}
+    if {"TritonHttpUser", "TritonGrpcUser"} <= names and not isinstance(environment.runner, WorkerRunner):
+        LOGGER.warning(
+            "both TritonHttpUser and TritonGrpcUser are selected, so half the users speak each protocol; "
+            "name one on the command line (e.g. `locust -f loadtest/locustfile.py ... TritonHttpUser`)"
+        )
+    if not isinstance(environment.runner, MasterRunner) and environment.parsed_options is not None:
+        # Prepare now, before the master starts the clock (--run-time counts from the start of spawning,
+        # test_start handlers included). A worker whose master sends other options prepares again at
+        # test start.
+        STATE.prepare(environment.parsed_options)
+
+
+@events.test_start.add_listener
+def _on_test_start(environment: Environment, **_kw: Any) -> None:
+    if isinstance(environment.runner, MasterRunner):
+        return  # the master sends no requests
+    options = environment.parsed_options
+    assert options is not None
+    prepared_before = STATE.key is not None
+    if STATE.prepare(options) and prepared_before:
+        LOGGER.warning(
+            "the master's workload options differ from this worker's command line, so the requests were prepared "
+            "again after the clock started; pass the same workload options to the workers"
+        )
+    STATE.raw_dir = Path(options.raw_latency_dir) if options.raw_latency_dir else None
+    del STATE.latencies[:]
+
+
+@events.request.add_listener
+def _on_request(response_time: float, **_kw: Any) -> None:
+    STATE.latencies.append(response_time)
+
+
+@events.spawning_complete.add_listener
+def _on_spawning_complete(**_kw: Any) -> None:
+    env = locust_environment()
+    if env is not None and env.reset_stats:
+        del STATE.latencies[:]  # as Locust resets its statistics: measure the steady state only
+
+
+@events.test_stop.add_listener
+def _on_test_stop(environment: Environment, **_kw: Any) -> None:
+    if not isinstance(environment.runner, MasterRunner):
+        STATE.write_latencies()
+
+
+def locust_environment() -> Environment | None:
+    """The Locust environment of this process (set at init)."""
+    return _ENV[0] if _ENV else None
+
+
+class TritonHttpUser(FastHttpUser):
+    """KServe v2 binary-tensor inference over HTTP, closed loop."""
+
+    host = "http://127.0.0.1:8000"
+    network_timeout = 60.0
+    connection_timeout = 60.0
+
+    def on_start(self) -> None:
+        """Pick this user's first request and the endpoint path."""
+        if STATE.workload is None:  # a run_single_user() debug session fires no test_start
+            STATE.prepare(self.environment.parsed_options)
+        assert STATE.workload is not None
+        self._i = STATE.start_index()
+        self._n = len(STATE.http)
+        self._path = f"/v2/models/{STATE.workload.model}/infer"
+
+    @task
+    def infer(self) -> None:
+        """Send the next prepared request and check the response."""
+        i = self._i
+        self._i = (i + 1) % self._n
+        req = STATE.http[i]
+        # bytes go through as they are (Locust annotates data as str | dict)
+        with self.client.post(
+            self._path,
+            data=req.body,  # type: ignore[arg-type]
+            headers=req.headers,
+            catch_response=True,
+        ) as resp:
+            msg = _check_http(resp, i)
+            if msg is None:
+                resp.success()
+            else:
+                resp.failure(msg)
+
+
+def _check_http(resp: Any, index: int) -> str | None:
+    status = resp.status_code
+    content = resp.content or b""
+    if status != 200:
+        if not status:
+            return f"no HTTP response: {resp.error!r} (is the server up at {resp.url}?)"
+        try:
+            detail = resp.json().get("error", content[:200])
+        except ValueError:
+            detail = content[:200]
+        hint = " (is the model loaded under this name? see --model)" if status == 404 else ""
+        return f"HTTP {status}: {detail}{hint}"
+    header_length = resp.headers.get("Inference-Header-Content-Length")
+    try:
+        result = httpclient.InferenceServerClient.parse_response_body(
+            content,
+            header_length=int(header_length) if header_length is not None else None,
+            content_encoding=resp.headers.get("Content-Encoding"),
+        )
+    except Exception as e:  # a malformed body is a failed request, whatever the decoder raised
+        return f"undecodable response ({type(e).__name__}: {e})"
+
+    def get(name: str) -> tuple[np.ndarray | None, str | None]:
+        out = result.get_output(name)
+        if out is None:
+            return None, None
+        return result.as_numpy(name), out.get("datatype")
+
+    def available() -> list[str]:
+        return [o.get("name") for o in result.get_response().get("outputs", [])]
+
+    return STATE.check(get, available, index)
+
+
+class GrpcCallError(Exception):
+    """A gRPC call failed or returned a bad response."""
+
+
+class TritonGrpcUser(User):
+    """KServe v2 ``ModelInfer`` over gRPC (gevent channel), closed loop."""
+
+    host = "http://127.0.0.1:8000"
+
+    def on_start(self) -> None:
+        """Open this user's channel and pick its first request."""
+        options = self.environment.parsed_options
+        if STATE.workload is None:
+            STATE.prepare(options)
+        assert STATE.workload is not None and options is not None
+        target = options.grpc_url or _default_grpc_url(self.environment.host or self.host or "")
+        self._channel = grpc.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_send_message_length", GRPC_MAX_MESSAGE),
+                ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE),
+            ],
+        )
+        self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        self._timeout = float(options.request_timeout)
+        self._i = STATE.start_index()
+        self._n = len(STATE.grpc)
+        self._name = f"{STATE.workload.model}/ModelInfer"
+        self._fire = self.environment.events.request.fire
+
+    def on_stop(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    @task
+    def infer(self) -> None:
+        """Send the next prepared request and check the response."""
+        i = self._i
+        self._i = (i + 1) % self._n
+        exc: Exception | None = None
+        length = 0
+        t0 = time.perf_counter()
+        try:
+            response = self._stub.ModelInfer(STATE.grpc[i], timeout=self._timeout)
+        except grpc.RpcError as e:
+            elapsed = (time.perf_counter() - t0) * 1000.0
+            code = e.code() if hasattr(e, "code") else None
+            details = e.details() if hasattr(e, "details") else str(e)
+            exc = GrpcCallError(f"gRPC {code.name if code else 'error'}: {details}")
+        else:
+            elapsed = (time.perf_counter() - t0) * 1000.0
+            length = response.ByteSize()
+            msg = _check_grpc(response, i)
+            if msg is not None:
+                exc = GrpcCallError(msg)
+        self._fire(
+            request_type="grpc",
+            name=self._name,
+            response_time=elapsed,
+            response_length=length,
+            exception=exc,
+            context={},
+        )
+
+
+def _check_grpc(response: Any, index: int) -> str | None:
+    try:
+        result = GrpcInferResult(response)
+    except Exception as e:  # a malformed message is a failed request
+        return f"undecodable response ({type(e).__name__}: {e})"
+
+    def get(name: str) -> tuple[np.ndarray | None, str | None]:
+        for o in response.outputs:
+            if o.name == name:
+                return result.as_numpy(name), o.datatype
+        return None, None
+
+    def available() -> list[str]:
+        return [o.name for o in response.outputs]
+
+    return STATE.check(get, available, index)
+
+
+def _default_grpc_url(host: str) -> str:
+    hostname = urlsplit(host if "://" in host else f"http://{host}").hostname or "127.0.0.1"
+    return f"{hostname}:8001"
+
+
+__all__ = ["TritonGrpcUser", "TritonHttpUser", "locust"]

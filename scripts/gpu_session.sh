@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The GPU-host experiments of this repository, one step per device call (each fits in 10 minutes).
+#
+#   bash scripts/gpu_session.sh throughput   # issue 3: sync at 1/2/4/8 instances vs pipelined at 1/4,
+#                                            #   1000 users x 50 items, windows interleaved and repeated
+#   bash scripts/gpu_session.sh published    # issue 4: the published preset, 120 s per variant;
+#                                            #   response-path sweep; live CUPTI metrics
+#   bash scripts/gpu_session.sh profile      # issue 5: nsys of sync and pipelined under the same load
+#
+# Needs the offline kit (.kit, see ../shared/gpuhost) on a host without network; writes results/
+# and copies a tarball of it to $OUT when that is set. WINDOW / WARMUP / USERS / REPEAT override
+# the load (e.g. for a dry run on a CPU host).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+STEP=${1:?usage: gpu_session.sh throughput|published|profile}
+OUT=${OUT:-runs/gpu-out}
+mkdir -p "$OUT" results
+if [ -d .kit ]; then
+  source .kit/setup.sh .kit >/dev/null
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+fi
+PY=${PYTHON:-python3}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU"
+$PY -c "
+from pathlib import Path
+from inflight.build import artifacts_current, build_model
+if not artifacts_current(Path('model_repository'), 'bert_tiny'):
+    build_model(Path('model_repository'), 'bert_tiny', onnx=False)
+" 2>&1 | grep -v -i warn | tail -2
+
+USERS=${USERS:-1000}
+ab() {  # ab OUTDIR WINDOW WARMUP REPEAT VARIANTS...
+  local out=$1 window=$2 warmup=$3 repeat=$4; shift 4
+  $PY -m inflight.cli ab "$@" --preset published --users "$USERS" --window "$window" --warmup "$warmup" \
+      --repeat "$repeat" --out "$out" 2>&1 | grep -vE "UserWarning|frombuffer|^\s*$" | tail -40
+}
+
+case "$STEP" in
+  throughput)
+    ab results/throughput "${WINDOW:-15}" "${WARMUP:-5}" "${REPEAT:-2}" \
+      'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1' \
+      'bert_tiny_sync@instances=2' 'bert_tiny_sync@instances=4' 'bert_tiny_sync@instances=8' \
+      'bert_tiny_inflight@instances=4'
+    ;;
+  published)
+    ab results/published "${WINDOW:-120}" "${WARMUP:-10}" 1 'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1'
+    # the response path: send threads and completion wait, plus live CUPTI gauges in the stub
+    ab results/response-path "${SWEEP_WINDOW:-12}" 4 1 \
+      'bert_tiny_inflight@response_threads=8' 'bert_tiny_inflight@response_threads=1' \
+      'bert_tiny_inflight@response_threads=16' 'bert_tiny_inflight@completion_wait=poll' \
+      'bert_tiny_inflight@cupti=true'
+    ;;
+  profile)
+    for v in 'bert_tiny_sync@instances=4' 'bert_tiny_inflight@instances=1'; do
+      name=${v%%@*}
+      $PY -m inflight.cli nsys-profile --out "results/nsys/$name" --name "$name" --mode launch \
+        --server "$PY -m inflight.cli serve -m '$v' --workdir runs/nsys-serve-$name" \
+        --ready-url "http://localhost:8000/v2/models/$name/ready" \
+        --load "$PY -m locust -f loadtest/locustfile.py --headless -u $USERS -r $USERS -t 60s --host http://127.0.0.1:8000 \
+                --model $name --items 50 --seq-len 64 --processes 8 --only-summary TritonHttpUser" \
+        --delay "${DELAY:-15}" --window "${WINDOW:-5}" 2>&1 | tail -8
+    done
+    $PY -m inflight.cli nsys-summary results/nsys/bert_tiny_sync/bert_tiny_sync.sqlite \
+      results/nsys/bert_tiny_inflight/bert_tiny_inflight.sqlite --out results/nsys 2>&1 | tail -30
+    ;;
+  *) echo "unknown step $STEP" >&2; exit 2 ;;
+esac
+tar czf "$OUT/results-$STEP.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' results
+ls -la "$OUT"

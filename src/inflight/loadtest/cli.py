@@ -1,0 +1,173 @@
+"""``inflight ab`` and ``inflight ab-report`` (typer); ``register(app)`` adds them to a Typer app.
+
+Also runnable on its own: ``python -m inflight.loadtest.cli ab ...``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from inflight.errors import InflightError
+
+LOGGER = logging.getLogger(__name__)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _fail(e: Exception, code: int = 2) -> None:
+    typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def ab_cmd(
+    variants: Annotated[
+        list[str],
+        typer.Argument(
+            help="Variants to compare, first = A: name[@key=value,...], e.g. "
+            "bert_tiny_sync@instances=4,delay_us=500 bert_tiny_inflight@slots=4. Keys: instances, kind, delay_us, "
+            "preferred (512/1024), graphs, name, or any backend parameter.",
+        ),
+    ],
+    preset: Annotated[
+        str, typer.Option(help="Load shape: smoke (20 users, 10 s) or published (1000 users, 120 s).")
+    ] = "smoke",
+    window: Annotated[Optional[float], typer.Option(help="Measured seconds per variant (preset's by default).")] = None,  # noqa: UP045
+    warmup: Annotated[Optional[float], typer.Option(help="Warm-up seconds before each window.")] = None,  # noqa: UP045
+    users: Annotated[Optional[int], typer.Option(help="Concurrent closed-loop users.")] = None,  # noqa: UP045
+    spawn_rate: Annotated[Optional[float], typer.Option(help="Users started per second.")] = None,  # noqa: UP045
+    items: Annotated[Optional[int], typer.Option(help="Items per request.")] = None,  # noqa: UP045
+    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length (token models).")] = None,  # noqa: UP045
+    token_dist: Annotated[Optional[str], typer.Option(help="uniform or zipf token ids.")] = None,  # noqa: UP045
+    length_dist: Annotated[Optional[str], typer.Option(help="full or uniform (random padding) lengths.")] = None,  # noqa: UP045
+    seed: Annotated[Optional[int], typer.Option(help="Seed of the request pool.")] = None,  # noqa: UP045
+    processes: Annotated[
+        Optional[int], typer.Option(help="Locust worker processes (0: one plain process).")  # noqa: UP045
+    ] = None,
+    protocol: Annotated[Optional[str], typer.Option(help="http (binary tensors) or grpc.")] = None,  # noqa: UP045
+    check: Annotated[bool, typer.Option(help="Compare every response with the PyTorch reference.")] = False,
+    repeat: Annotated[int, typer.Option(help="Rounds, interleaved A,B,A,B...")] = 1,
+    url: Annotated[
+        Optional[str], typer.Option(help="HTTP host:port of a running server (default: start one).")  # noqa: UP045
+    ] = None,
+    grpc_url: Annotated[Optional[str], typer.Option(help="gRPC host:port (default: URL's host:8001).")] = None,  # noqa: UP045
+    metrics_url: Annotated[
+        Optional[str], typer.Option(help="Metrics URL (default: http://URL's host:8002/metrics).")  # noqa: UP045
+    ] = None,
+    repository: Annotated[Path, typer.Option(help="Model repository.")] = Path("model_repository"),
+    out: Annotated[Path, typer.Option(help="Folder for ab-<timestamp>.json/.md/.png and the raw data.")] = Path(
+        "results"
+    ),
+    locustfile: Annotated[Optional[Path], typer.Option(help="Locust file (default: loadtest/locustfile.py).")] = None,  # noqa: UP045
+    tritonserver: Annotated[Optional[str], typer.Option(help="tritonserver binary when starting one.")] = None,  # noqa: UP045
+    keep_raw: Annotated[bool, typer.Option(help="Keep the raw latency files and the request pools.")] = False,
+    verbose: bool = False,
+) -> None:
+    """Run the A/B load test: the same Locust load against each variant in turn, on one server."""
+    _setup_logging(verbose)
+    from inflight.loadtest import presets
+    from inflight.loadtest.runner import AbConfig, run_ab
+
+    try:
+        shape = presets.preset(preset).replace(
+            window_s=window,
+            warmup_s=warmup,
+            users=users,
+            spawn_rate=spawn_rate,
+            items=items,
+            seq_len=seq_len,
+            token_dist=token_dist,
+            length_dist=length_dist,
+            seed=seed,
+            processes=processes,
+            protocol=protocol,
+            check=check or None,
+        )
+        if users is not None and spawn_rate is None:
+            shape = shape.replace(spawn_rate=float(min(users, 1000)))
+        path = run_ab(
+            AbConfig(
+                variants=variants,
+                shape=shape,
+                repository=repository,
+                out=out,
+                url=url,
+                grpc_url=grpc_url,
+                metrics_url=metrics_url,
+                repeat=repeat,
+                locustfile=locustfile,
+                tritonserver=tritonserver,
+                keep_raw=keep_raw,
+                preset=preset,
+            )
+        )
+    except InflightError as e:
+        _fail(e)
+    _echo_summary(path)
+
+
+def _echo_summary(path: Path) -> None:
+    doc = json.loads(path.read_text())
+    for s in doc["summary"]:
+        lat = s.get("latency_ms") or {}
+
+        def ms(key: str, lat: dict[str, float] = lat) -> str:
+            v = lat.get(key)
+            return f"{v:.2f}" if isinstance(v, (int, float)) else "n/a"
+
+        rps = s.get("rps")
+        typer.echo(
+            f"{s['variant']} {s['spec']}: {rps if rps is None else round(rps, 1)} req/s, p50 {ms('p50')} ms, "
+            f"p95 {ms('p95')} ms, p99 {ms('p99')} ms, {s['failures']} failures"
+        )
+    typer.echo(f"results: {path} and {path.with_suffix('.md')}")
+    if not doc.get("valid"):
+        for p in doc.get("problems", []):
+            typer.secho(f"INVALID: {p}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
+    if any(s["failures"] for s in doc["summary"]):
+        typer.secho("some requests failed; see the report", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(1)
+
+
+def ab_report_cmd(
+    result: Annotated[Path, typer.Argument(help="A results/ab-<timestamp>.json written by `inflight ab`.")],
+    verbose: bool = False,
+) -> None:
+    """Regenerate the Markdown report and plots of an A/B result from its JSON."""
+    _setup_logging(verbose)
+    from inflight.loadtest.report import write_report
+
+    try:
+        md, images = write_report(result)
+    except InflightError as e:
+        _fail(e)
+    typer.echo(f"wrote {md}" + "".join(f", {p}" for p in images))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ab`` and ``ab-report`` to ``app`` (the ``inflight`` command line)."""
+    app.command("ab")(ab_cmd)
+    app.command("ab-report")(ab_report_cmd)
+
+
+def main() -> None:
+    """Run these commands without the main CLI: ``python -m inflight.loadtest.cli ab ...``."""
+    app = typer.Typer(add_completion=False, no_args_is_help=True, help="inflight A/B load test.")
+    register(app)
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,341 @@
+"""The A/B report, drawn from the runner's JSON alone (``inflight ab-report`` regenerates it).
+
+Writes ``<stem>.md`` (a side-by-side table with ratios to A, the set-up, every run, problems) and
+PNG plots next to it: throughput over time (Locust's stats history, one line per run), latency
+percentiles per variant (exact, from the raw latencies), and GPU activity / sync share per variant
+when the backend published them (model parameter ``cupti=true``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from inflight.errors import ConfigError
+from inflight.loadtest.stats import COUNT_SPAN_S
+
+LOGGER = logging.getLogger(__name__)
+
+NA = "n/a"
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def load(path: Path) -> dict[str, Any]:
+    """Read an A/B JSON written by the runner.
+
+    Raises:
+        ConfigError: when the file is missing or is not an A/B result.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"cannot read {path}: {e}; pass a results/ab-<timestamp>.json written by `inflight ab`"
+        ) from None
+    if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("inflight-ab/"):
+        raise ConfigError(f"{path} is not an A/B result (no inflight-ab schema); pass a file written by `inflight ab`")
+    return doc
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(float(x)) else None
+
+
+def _fmt(x: Any, digits: int = 1) -> str:
+    v = _num(x)
+    if v is None:
+        return NA if not isinstance(x, str) else x
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+
+def _gauge(x: Any) -> float | None:
+    return _num(x.get("mean")) if isinstance(x, dict) else None
+
+
+def _pct(x: Any) -> str:
+    v = _gauge(x)
+    return f"{100 * v:.1f}%" if v is not None else (x if isinstance(x, str) else NA)
+
+
+# (row title, getter on a summary entry, formatter, shown ratio)
+_Row = tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], str]]
+ROWS: tuple[_Row, ...] = (
+    ("req/s", lambda s: s.get("rps"), lambda x: _fmt(x, 1)),
+    ("items/s", lambda s: s.get("items_per_s"), lambda x: _fmt(x, 1)),
+    ("p50 latency (ms, exact)", lambda s: _get(s, "latency_ms", "p50"), lambda x: _fmt(x, 2)),
+    ("p95 latency (ms, exact)", lambda s: _get(s, "latency_ms", "p95"), lambda x: _fmt(x, 2)),
+    ("p99 latency (ms, exact)", lambda s: _get(s, "latency_ms", "p99"), lambda x: _fmt(x, 2)),
+    ("requests", lambda s: s.get("requests"), lambda x: _fmt(x, 0)),
+    ("failures", lambda s: s.get("failures"), lambda x: _fmt(x, 0)),
+    ("server: queue (µs/request)", lambda s: _get(s, "server", "queue_us"), lambda x: _fmt(x, 1)),
+    ("server: compute_input (µs/request)", lambda s: _get(s, "server", "compute_input_us"), lambda x: _fmt(x, 1)),
+    ("server: compute_infer (µs/request)", lambda s: _get(s, "server", "compute_infer_us"), lambda x: _fmt(x, 1)),
+    ("server: compute_output (µs/request)", lambda s: _get(s, "server", "compute_output_us"), lambda x: _fmt(x, 1)),
+    ("server: executions", lambda s: _get(s, "server", "executions"), lambda x: _fmt(x, 0)),
+    ("server: average batch (items)", lambda s: _get(s, "server", "avg_batch_items"), lambda x: _fmt(x, 1)),
+    ("GPU activity", lambda s: s.get("gpu_activity"), _pct),
+    ("sync share", lambda s: s.get("sync_share"), _pct),
+)
+
+
+def _ratio(value: Any, base: Any) -> str:
+    v = _gauge(value) if isinstance(value, dict) else _num(value)
+    b = _gauge(base) if isinstance(base, dict) else _num(base)
+    if v is None or b is None or b == 0:
+        return NA
+    return f"{v / b:.2f}x"
+
+
+def comparison_table(doc: dict[str, Any]) -> str:
+    """The side-by-side Markdown table: one column per variant, then the ratio of each to A."""
+    summary: list[dict[str, Any]] = doc["summary"]
+    if not summary:
+        return "(no variants)\n"
+    base = summary[0]
+    head = ["", *(f"{s['variant']}: `{s['spec']}`" for s in summary), *(f"{s['variant']}/A" for s in summary[1:])]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for title, get, fmt in ROWS:
+        cells = [title, *(fmt(get(s)) for s in summary), *(_ratio(get(s), get(base)) for s in summary[1:])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def runs_table(doc: dict[str, Any]) -> str:
+    """One line per Locust window, in the order they ran."""
+    lines = [
+        "| run | variant | req/s | p50 ms | p99 ms | requests | failures | avg batch | valid |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(doc["runs"], start=1):
+        locust = r.get("locust") or {}
+        lines.append(
+            f"| {i} | {r['variant']} (round {r['round']}) | {_fmt(locust.get('rps'), 1)} | "
+            f"{_fmt(_get(r, 'latency_ms', 'p50'), 2)} | {_fmt(_get(r, 'latency_ms', 'p99'), 2)} | "
+            f"{_fmt(locust.get('requests'), 0)} | {_fmt(locust.get('failures'), 0)} | "
+            f"{_fmt(_get(r, 'server', 'avg_batch_items'), 1)} | {'yes' if r.get('valid') else '**no**'} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _config_line(v: dict[str, Any]) -> str:
+    cfg = v.get("config", {})
+    group = (cfg.get("instance_group") or [{}])[0]
+    batching = cfg.get("dynamic_batching", {})
+    params = {k: p.get("string_value") for k, p in (cfg.get("parameters") or {}).items()}
+    parts = [
+        f"instances={group.get('count', 1)}",
+        f"kind={group.get('kind', 'KIND_AUTO').removeprefix('KIND_').lower()}",
+        f"max_batch={cfg.get('max_batch_size')}",
+        f"delay_us={batching.get('max_queue_delay_microseconds', 0)}",
+    ]
+    if batching.get("preferred_batch_size"):
+        parts.append("preferred=" + "/".join(str(x) for x in batching["preferred_batch_size"]))
+    parts += [f"{k}={params[k]}" for k in sorted(params)]
+    return ", ".join(parts)
+
+
+def _processes(n: int) -> str:
+    if n <= 0:
+        return "one plain Locust process"
+    return f"{n} Locust worker process{'es' if n > 1 else ''} (--processes {n})"
+
+
+def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
+    """The whole report as Markdown (``images`` are linked by file name)."""
+    load_ = doc["load"]
+    dev = doc.get("device", {})
+    ver = doc.get("versions", {})
+    out = [f"# A/B load test {doc['id']}\n"]
+    if doc.get("valid"):
+        fails = sum(int(s.get("failures") or 0) for s in doc["summary"])
+        out.append("**Status: valid**" + (f", but {fails} requests failed (see below)." if fails else ".") + "\n")
+    else:
+        out.append("**Status: INVALID** — these figures must not be compared:\n")
+        out += [f"- {p}" for p in doc.get("problems", [])]
+        out.append("")
+    device = dev.get("name", "?") + (f", driver {dev['driver']}" if dev.get("driver") else "")
+    if dev.get("name") == "cpu" and dev.get("cpu_model"):
+        device += f" ({dev['cpu_model']}, {dev.get('cpus')} cores)"
+    out += [
+        f"- started {doc.get('started')}, finished {doc.get('finished')}; device: {device}",
+        f"- versions: tritonserver {ver.get('tritonserver')}, locust {ver.get('locust')}, torch {ver.get('torch')}, "
+        f"inflight {ver.get('inflight')}, tritonclient {ver.get('tritonclient')}, numpy {ver.get('numpy')}, "
+        f"Python {ver.get('python')}",
+        f"- load{' (preset ' + doc['preset'] + ')' if doc.get('preset') else ''}: {load_['users']} closed-loop users "
+        f"({load_['protocol']}, {load_['user_class']}), {load_['items']} items/request"
+        + (f", seq {load_['seq_len']} ({load_['token_dist']} tokens, {load_['length_dist']} lengths)")
+        + f", {_fmt(load_['window_s'], 0)} s window after {_fmt(load_['warmup_s'], 0)} s warm-up, spawn rate "
+        f"{_fmt(load_['spawn_rate'], 0)}/s, {_processes(load_['processes'])}, seed {load_['seed']}, "
+        f"pool {load_['pool']}, check {'on' if load_.get('check') else 'off'}",
+        f"- order: {', '.join(load_.get('order', []))} (repeat {load_.get('repeat', 1)})",
+        "",
+        "## Variants\n",
+    ]
+    out += [f"- **{v['label']}** `{v['spec']}` → {v['model_name']}: {_config_line(v)}" for v in doc["variants"]]
+    out += ["", "## Side by side\n", comparison_table(doc)]
+    out.append(
+        "Latency percentiles are exact (nearest rank) over the raw per-request latencies every Locust process "
+        "wrote; Locust's own percentiles round response times to whole milliseconds below 100 ms (and coarser "
+        "above), so they are not used. Server times are per request, from the difference of two "
+        "`/v2/models/<m>/stats` snapshots around the window; in pipelined mode `compute_infer` ends when "
+        "`execute()` returns, before the responses are sent. GPU activity and sync share are the backend's "
+        "live gauges (model parameter `cupti=true`), averaged over the samples taken during the window.\n"
+    )
+    out += [f"Note: {n}\n" for n in doc.get("notes", [])]
+    out += ["## Runs\n", runs_table(doc)]
+    messages = [(r, f) for r in doc["runs"] for f in r.get("failure_messages") or []]
+    if messages:
+        out.append("## Failures\n")
+        out += [f"- {r['variant']} round {r['round']}: {f['occurrences']} x {f['error']}" for r, f in messages]
+        out.append("")
+    if images:
+        out.append("## Plots\n")
+        out += [f"![{p.stem}]({p.name})\n" for p in images]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _variant_colors(doc: dict[str, Any]) -> dict[str, str]:
+    return {v["label"]: _COLORS[i % len(_COLORS)] for i, v in enumerate(doc["variants"])}
+
+
+def plot_throughput(doc: dict[str, Any], path: Path) -> Path | None:
+    """Req/s over time, one line per run (Locust's stats history)."""
+    from matplotlib.figure import Figure
+
+    colors = _variant_colors(doc)
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    drawn = False
+    for r in doc["runs"]:
+        h = r.get("history") or []
+        key = "rps_counted" if any("rps_counted" in p for p in h) else "rps"  # older JSON: Locust's rate
+        pts = [(p["t"], p[key]) for p in h if _num(p.get(key)) is not None]
+        if not pts:
+            continue
+        ax.plot(
+            [t for t, _ in pts],
+            [y for _, y in pts],
+            color=colors.get(r["variant"], "k"),
+            linestyle=("-", "--", ":", "-.")[(r["round"] - 1) % 4],
+            label=f"{r['variant']} round {r['round']}",
+        )
+        drawn = True
+    if not drawn:
+        return None
+    ax.set_xlabel("seconds since the Locust run started")
+    ax.set_ylabel(f"requests/s (request count over {COUNT_SPAN_S:g} s)")
+    ax.set_title(f"Throughput over time, {doc['id']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_latency(doc: dict[str, Any], path: Path) -> Path | None:
+    """Exact p50/p95/p99 bars per variant and the percentile curve."""
+    from matplotlib.figure import Figure
+
+    summary = doc["summary"]
+    if not any(_num(_get(s, "latency_ms", "p50")) is not None for s in summary):
+        return None
+    colors = _variant_colors(doc)
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    keys = ("p50", "p95", "p99")
+    width = 0.8 / max(1, len(summary))
+    for i, s in enumerate(summary):
+        vals = [_num(_get(s, "latency_ms", k)) or 0.0 for k in keys]
+        xs = [k + (i - (len(summary) - 1) / 2) * width for k in range(len(keys))]
+        bars = ax1.bar(xs, vals, width, color=colors[s["variant"]], label=f"{s['variant']}: {s['spec']}")
+        ax1.bar_label(bars, fmt="%.1f", fontsize="x-small")
+        curve = _get(s, "latency_ms", "curve") or {}
+        qs = [q for q in curve if _num(curve[q]) is not None]
+        ax2.plot(range(len(qs)), [curve[q] for q in qs], marker="o", color=colors[s["variant"]], label=s["variant"])
+        ax2.set_xticks(range(len(qs)), [q for q in qs], rotation=45, fontsize="small")
+    ax1.set_xticks(range(len(keys)), list(keys))
+    ax1.set_ylabel("latency (ms, exact)")
+    ax1.set_title("Latency percentiles per variant")
+    ax1.legend(fontsize="x-small")
+    ax2.set_xlabel("percentile")
+    ax2.set_ylabel("latency (ms)")
+    ax2.set_yscale("log")
+    ax2.set_title("Latency by percentile")
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize="small")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_gpu(doc: dict[str, Any], path: Path) -> Path | None:
+    """GPU activity and sync share per variant; None when no variant published them."""
+    from matplotlib.figure import Figure
+
+    summary = doc["summary"]
+    if not any(isinstance(s.get("gpu_activity"), dict) or isinstance(s.get("sync_share"), dict) for s in summary):
+        return None
+    colors = _variant_colors(doc)
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    axes = fig.subplots(1, 2)
+    titles = {"gpu_activity": "GPU activity", "sync_share": "Sync share of CUDA API time"}
+    for ax, (key, title) in zip(axes, titles.items(), strict=True):
+        labels: list[str] = []
+        vals: list[float] = []
+        lo: list[float] = []
+        hi: list[float] = []
+        cols: list[str] = []
+        for s in summary:
+            g = s.get(key)
+            if not isinstance(g, dict):
+                continue
+            labels.append(s["variant"])
+            vals.append(100 * g["mean"])
+            lo.append(100 * (g["mean"] - g["min"]))
+            hi.append(100 * (g["max"] - g["mean"]))
+            cols.append(colors[s["variant"]])
+        ax.bar(labels, vals, color=cols, yerr=[lo, hi], capsize=4)
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("% (mean of samples, min-max bars)")
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def write_report(json_path: Path) -> tuple[Path, list[Path]]:
+    """Write ``<stem>.md`` and ``<stem>-*.png`` next to ``json_path``.
+
+    Returns:
+        The Markdown path and the PNGs written.
+
+    Raises:
+        ConfigError: when ``json_path`` is not an A/B result.
+    """
+    json_path = Path(json_path)
+    doc = load(json_path)
+    stem = json_path.with_suffix("")
+    images: list[Path] = []
+    for suffix, draw in (("throughput", plot_throughput), ("latency", plot_latency), ("gpu", plot_gpu)):
+        target = stem.parent / f"{stem.name}-{suffix}.png"
+        made = draw(doc, target)
+        if made is not None:
+            images.append(made)
+        elif target.exists():
+            target.unlink()
+    md = stem.with_suffix(".md")
+    md.write_text(markdown(doc, images))
+    LOGGER.info("wrote %s and %d plots", md, len(images))
+    return md, images

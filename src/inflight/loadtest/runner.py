@@ -1,0 +1,755 @@
+"""The A/B runner: the same load against each variant in turn, on one tritonserver.
+
+For each variant (``bert_tiny_sync@instances=4,delay_us=500``...), in the order given and, with
+``repeat``, interleaved (A, B, A, B...):
+
+1. load it under its name with its config override (``control.load_variant``);
+2. warm up for ``warmup_s`` under the same load (a Locust run that is not measured);
+3. snapshot the server statistics; run Locust headless for the window (``--reset-stats``: the
+   statistics start once every user is running) while sampling the backend's live GPU gauges
+   and printing a progress line; snapshot again;
+4. unload it.
+
+Every variant sees the same load shape, seed, request pool and warm-up. The run is marked
+invalid when Locust reports its own CPU above 90% (its figures then measure Locust), when
+Locust fails, or when no request succeeded. Results go to ``<out>/ab-<timestamp>.json`` (all
+raw figures, the variant configs, versions and device) and the report next to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import inflight
+from inflight.errors import ConfigError, InflightError
+from inflight.loadtest import stats as st
+from inflight.loadtest import workload as wl
+from inflight.loadtest.presets import LoadShape
+from inflight.model_config import VariantConfig, parse_variant_arg
+from inflight.server import control
+
+LOGGER = logging.getLogger(__name__)
+
+SCHEMA = "inflight-ab/1"
+USER_CLASSES = {"http": "TritonHttpUser", "grpc": "TritonGrpcUser"}
+#: Seconds a Locust run may exceed its planned duration (start-up, stop, summary) before it is killed.
+LOCUST_GRACE_S = 120.0
+#: Shortest Locust run in which its CPU warning can appear (it samples every 10 s; the first is a baseline).
+LOCUST_CPU_VISIBLE_S = 20.0
+#: Rough start-up/stop cost of one Locust run, for the overall time estimate only.
+LOCUST_OVERHEAD_S = 4.0
+
+
+@dataclass(kw_only=True)
+class AbConfig:
+    """One A/B test.
+
+    Attributes:
+        variants: Variant specs, ``name[@key=value,...]``; the first is the baseline A.
+        shape: The load, identical for every variant.
+        repository: Model repository (configs to override, artifacts for ``--check``).
+        out: Folder for the JSON, the report and the raw data.
+        url: HTTP ``host:port`` of a running server; None starts one on free ports.
+        grpc_url: gRPC ``host:port`` (default: the URL's host, port 8001).
+        metrics_url: Metrics endpoint (default: ``http://<host>:8002/metrics``).
+        repeat: Rounds; each round runs every variant once (A, B, A, B...).
+        locustfile: The Locust file (default: ``loadtest/locustfile.py`` of the checkout).
+        tritonserver: Server binary when the runner starts one.
+        keep_raw: Keep the raw latency files (they can be large) and the request pools next to the results.
+        progress_interval_s: Seconds between progress lines and GPU gauge samples.
+        preset: Name of the preset the shape came from (recorded only).
+    """
+
+    variants: Sequence[str]
+    shape: LoadShape
+    repository: Path
+    out: Path = Path("results")
+    url: str | None = None
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+    repeat: int = 1
+    locustfile: Path | None = None
+    tritonserver: str | None = None
+    keep_raw: bool = False
+    progress_interval_s: float = 5.0
+    preset: str | None = None
+
+
+@dataclass(kw_only=True)
+class Variant:
+    """A variant to test: its label (A, B...), spec string and resolved configuration."""
+
+    label: str
+    spec: str
+    config: VariantConfig
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The name the server serves it under."""
+        return self.config.model_name
+
+
+@dataclass(kw_only=True)
+class Endpoints:
+    """Where the server listens."""
+
+    http: str
+    grpc: str
+    metrics: str
+
+
+def default_locustfile() -> Path:
+    """``loadtest/locustfile.py`` of the checkout (or ``$INFLIGHT_LOCUSTFILE``).
+
+    Raises:
+        ConfigError: when it cannot be found.
+    """
+    env = os.environ.get("INFLIGHT_LOCUSTFILE")
+    candidates = [Path(env)] if env else []
+    checkout = Path(inflight.__file__).resolve().parents[2]
+    candidates += [checkout / "loadtest" / "locustfile.py", Path("loadtest/locustfile.py")]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise ConfigError(
+        f"loadtest/locustfile.py not found (looked in {[str(c) for c in candidates]}); run from the checkout, pass "
+        "--locustfile, or set INFLIGHT_LOCUSTFILE"
+    )
+
+
+def resolve_variants(specs: Sequence[str], repository: Path) -> list[Variant]:
+    """Parse ``name@key=value,...`` specs and read/override each config from the repository.
+
+    Raises:
+        ConfigError: for no variants, a bad spec, or an unknown model.
+        ServerError: when a config.pbtxt is missing (build the repository first).
+    """
+    if not specs:
+        raise ConfigError("name at least one variant, e.g. `inflight ab bert_tiny_sync bert_tiny_inflight`")
+    out = []
+    for i, spec in enumerate(specs):
+        name, overrides = parse_variant_arg(spec)
+        vc = control.variant_config(repository, name, overrides)
+        label = chr(ord("A") + i) if i < 26 else f"V{i + 1}"
+        out.append(Variant(label=label, spec=spec, config=vc, overrides=overrides))
+    return out
+
+
+def locust_command(
+    *,
+    locustfile: Path,
+    shape: LoadShape,
+    model: str,
+    endpoints: Endpoints,
+    duration_s: float,
+    pool_file: Path,
+    repository: Path,
+    csv_prefix: Path | None = None,
+    raw_dir: Path | None = None,
+) -> list[str]:
+    """The headless Locust command line of one run (warm-up or window)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(locustfile),
+        "--headless",
+        "-u",
+        str(shape.users),
+        "-r",
+        f"{shape.spawn_rate:g}",
+        "-t",
+        f"{math.ceil(duration_s)}s",
+        "--host",
+        f"http://{endpoints.http}",
+        "--only-summary",
+        "--reset-stats",
+        "--model",
+        model,
+        "--items",
+        str(shape.items),
+        "--seq-len",
+        str(shape.seq_len),
+        "--token-dist",
+        shape.token_dist,
+        "--length-dist",
+        shape.length_dist,
+        "--seed",
+        str(shape.seed),
+        "--pool",
+        str(shape.pool),
+        "--pool-file",
+        str(pool_file),
+        "--repository",
+        str(repository),
+        "--grpc-url",
+        endpoints.grpc,
+    ]
+    if shape.processes > 0:
+        cmd += ["--processes", str(shape.processes)]
+    if shape.check:
+        cmd.append("--check")
+    if csv_prefix is not None:
+        cmd += ["--csv", str(csv_prefix)]
+    if raw_dir is not None:
+        cmd += ["--raw-latency-dir", str(raw_dir)]
+    cmd.append(USER_CLASSES[shape.protocol])
+    return cmd
+
+
+@dataclass(kw_only=True)
+class LocustRun:
+    """What one Locust subprocess did."""
+
+    returncode: int
+    wall_s: float
+    log: Path
+    cpu_warnings: list[str]
+    gauge_samples: list[dict[str, Any]]
+    killed: bool = False
+
+
+def run_locust(
+    cmd: Sequence[str],
+    *,
+    log: Path,
+    planned_s: float,
+    tick: Callable[[float], None] | None = None,
+    tick_interval_s: float = 5.0,
+) -> LocustRun:
+    """Run Locust to completion, calling ``tick(elapsed)`` every ``tick_interval_s``.
+
+    The process gets its own session and is killed with its workers when it overruns
+    ``planned_s + LOCUST_GRACE_S`` or when this process is interrupted.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    t0 = time.monotonic()
+    killed = False
+    with log.open("wb") as f:
+        proc = subprocess.Popen(list(cmd), stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=tick_interval_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                elapsed = time.monotonic() - t0
+                if elapsed > planned_s + LOCUST_GRACE_S:
+                    LOGGER.error("Locust overran its %.0f s by %.0f s; killing it", planned_s, LOCUST_GRACE_S)
+                    _kill_group(proc)
+                    killed = True
+                    break
+                if tick is not None:
+                    tick(elapsed)
+        except BaseException:
+            _kill_group(proc)
+            raise
+    text = log.read_text(errors="replace")
+    warnings = st.cpu_warnings(text)
+    return LocustRun(
+        returncode=proc.returncode if proc.returncode is not None else -1,
+        wall_s=time.monotonic() - t0,
+        log=log,
+        cpu_warnings=warnings,
+        gauge_samples=[],
+        killed=killed,
+    )
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def scrape(url: str, timeout_s: float = 5.0) -> str | None:
+    """The metrics endpoint's text, or None when it cannot be reached."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return str(r.read().decode("utf-8", errors="replace"))
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        LOGGER.debug("metrics endpoint %s: %s", url, e)
+        return None
+
+
+def device_info() -> dict[str, Any]:
+    """The GPU (name, driver, memory) from nvidia-smi, or ``{"name": "cpu"}`` without one."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            r = subprocess.run(
+                [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
+            gpus = [
+                dict(zip(("name", "driver", "memory"), (x.strip() for x in line.split(",")), strict=False))
+                for line in r.stdout.strip().splitlines()
+            ]
+            if gpus:
+                return {"name": gpus[0]["name"], "driver": gpus[0].get("driver"), "gpus": gpus}
+        except (OSError, subprocess.SubprocessError) as e:
+            LOGGER.warning("nvidia-smi failed (%s); recording the device as cpu", e)
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"name": "cpu", "driver": None, "cpu_model": cpu, "cpus": os.cpu_count()}
+
+
+def versions(http_url: str | None) -> dict[str, str | None]:
+    """Versions of tritonserver (asked from the server), locust, torch, inflight and friends."""
+
+    def dist(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    server: str | None = None
+    if http_url:
+        client = control.http_client(http_url)
+        try:
+            server = str(client.get_server_metadata().get("version"))
+        except Exception as e:  # any client failure: the version is then unknown, not fatal
+            LOGGER.warning("could not ask %s for its version: %s", http_url, e)
+        finally:
+            client.close()
+    return {
+        "tritonserver": server,
+        "locust": dist("locust"),
+        "torch": dist("torch"),
+        "inflight": inflight.__version__,
+        "tritonclient": dist("tritonclient"),
+        "numpy": dist("numpy"),
+        "python": platform.python_version(),
+    }
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class AbRunner:
+    """Runs an ``AbConfig`` and writes its JSON and report (see the module docstring)."""
+
+    def __init__(self, config: AbConfig) -> None:
+        self.config = config
+        self.shape = config.shape
+        self.shape.check_values()
+        if config.repeat < 1:
+            raise ConfigError(f"--repeat {config.repeat}: run each variant at least once")
+        self.variants = resolve_variants(config.variants, config.repository)
+        self.locustfile = (config.locustfile or default_locustfile()).resolve()
+        if not self.locustfile.is_file():
+            raise ConfigError(f"--locustfile {self.locustfile} does not exist")
+        now = dt.datetime.now()
+        self.run_id = f"ab-{now:%Y%m%d-%H%M%S}"
+        self.started = now.astimezone().isoformat(timespec="seconds")
+        self.out = config.out
+        self.data = self.out / self.run_id
+        self._t0 = 0.0
+        self._planned_total = 0.0
+
+    @property
+    def json_path(self) -> Path:
+        """``<out>/ab-<timestamp>.json``."""
+        return self.out / f"{self.run_id}.json"
+
+    def run(self) -> Path:
+        """Run every round and variant; write the JSON and the report.
+
+        Returns:
+            The JSON path.
+
+        Raises:
+            ServerError: when the server cannot be started or reached, or a variant fails to load.
+        """
+        from inflight.loadtest import report
+
+        self.data.mkdir(parents=True, exist_ok=True)
+        pools = self._prepare_pools()
+        server = None
+        # the server's backend folder (a copy of the Python backend) stays out of the results
+        workdir = tempfile.TemporaryDirectory(prefix="inflight-ab-server-")
+        try:
+            if self.config.url is None:
+                server = self._start_server(Path(workdir.name))
+                endpoints = Endpoints(http=server.http_url, grpc=server.grpc_url, metrics=server.metrics_url)
+            else:
+                endpoints = self._endpoints_for(self.config.url)
+            runs = self._run_all(endpoints, pools)
+            doc = self._document(endpoints, runs, started_server=server is not None)
+        finally:
+            if server is not None:
+                code = server.stop()
+                log = self.data / "tritonserver.log"
+                with contextlib.suppress(OSError):
+                    shutil.copy(server.log_path, log)
+                LOGGER.info("tritonserver stopped (exit code %s); its log: %s", code, log)
+            workdir.cleanup()
+            if not self.config.keep_raw:  # the pools are reproducible from the seed
+                for path in pools.values():
+                    path.unlink(missing_ok=True)
+        self.json_path.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n")
+        LOGGER.info("wrote %s", self.json_path)
+        report.write_report(self.json_path)
+        return self.json_path
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _prepare_pools(self) -> dict[str, Path]:
+        """One request pool per base model, shared by every variant of that model and every process."""
+        pools: dict[str, Path] = {}
+        s = self.shape
+        for v in self.variants:
+            base = v.config.spec.name
+            if base in pools:
+                continue
+            w = wl.Workload(
+                model=v.name,
+                items=s.items,
+                seq_len=s.seq_len,
+                token_dist=s.token_dist,
+                length_dist=s.length_dist,
+                seed=s.seed,
+                pool=s.pool,
+            )
+            path = self.data / f"pool-{base}.npz"
+            wl.save_pool(wl.build_pool(w, repository=self.config.repository, check=s.check), path)
+            pools[base] = path
+        return pools
+
+    def _start_server(self, workdir: Path) -> Any:
+        from inflight.server.launcher import ServerConfig, TritonServer, free_port
+
+        cfg = ServerConfig(
+            model_repository=self.config.repository,
+            workdir=workdir,
+            http_port=free_port(),
+            grpc_port=free_port(),
+            metrics_port=free_port(),
+            models=[],
+            tritonserver=self.config.tritonserver,
+        )
+        server = TritonServer(cfg)
+        LOGGER.info("starting tritonserver (HTTP %s)", server.http_url)
+        server.start()
+        return server
+
+    @staticmethod
+    def _endpoints_for(url: str) -> Endpoints:
+        host = url.split("://", 1)[-1].rstrip("/")
+        hostname = host.rsplit(":", 1)[0] if ":" in host else host
+        return Endpoints(http=host, grpc=f"{hostname}:8001", metrics=f"http://{hostname}:8002/metrics")
+
+    # -- the runs ---------------------------------------------------------------------------
+
+    def _run_all(self, endpoints: Endpoints, pools: dict[str, Path]) -> list[dict[str, Any]]:
+        if self.config.grpc_url:
+            endpoints.grpc = self.config.grpc_url
+        if self.config.metrics_url:
+            endpoints.metrics = self.config.metrics_url
+        s = self.shape
+        order = [(r, v) for r in range(self.config.repeat) for v in self.variants]
+        per_run = s.warmup_s + s.window_s + s.ramp_s + (2 if s.warmup_s else 1) * LOCUST_OVERHEAD_S
+        self._planned_total = per_run * len(order)
+        self._t0 = time.monotonic()
+        runs = []
+        for i, (r, v) in enumerate(order):
+            LOGGER.info(
+                "run %d/%d: %s = %s (round %d of %d)", i + 1, len(order), v.label, v.spec, r + 1, self.config.repeat
+            )
+            runs.append(self._run_one(v, r, i, len(order), endpoints, pools[v.config.spec.name]))
+            self._planned_total = (time.monotonic() - self._t0) / (i + 1) * len(order)
+        return runs
+
+    def _run_one(
+        self, v: Variant, rnd: int, index: int, total: int, endpoints: Endpoints, pool: Path
+    ) -> dict[str, Any]:
+        s = self.shape
+        tag = f"{v.label}-r{rnd + 1}"
+        problems: list[str] = []
+        record: dict[str, Any] = {"variant": v.label, "round": rnd + 1, "model_name": v.name}
+        load_s = control.load_variant(endpoints.http, v.config)
+        record["load_s"] = round(load_s, 2)
+        try:
+
+            def command(duration_s: float, csv_prefix: Path | None = None, raw_dir: Path | None = None) -> list[str]:
+                return locust_command(
+                    locustfile=self.locustfile,
+                    shape=s,
+                    model=v.name,
+                    endpoints=endpoints,
+                    duration_s=duration_s,
+                    pool_file=pool,
+                    repository=self.config.repository,
+                    csv_prefix=csv_prefix,
+                    raw_dir=raw_dir,
+                )
+
+            if s.warmup_s > 0:
+                LOGGER.info("%s: warming up for %.0f s", tag, s.warmup_s)
+                warm = run_locust(
+                    command(s.warmup_s + s.ramp_s), log=self.data / f"{tag}-warmup.log", planned_s=s.warmup_s + s.ramp_s
+                )
+                record["warmup"] = {"returncode": warm.returncode, "wall_s": round(warm.wall_s, 1)}
+                if warm.returncode not in (0, 1):
+                    problems.append(f"the warm-up Locust run exited with {warm.returncode} (log: {warm.log})")
+            before = control.inference_stats(endpoints.http, v.name)
+            prefix = self.data / tag
+            raw_dir = self.data / f"{tag}-raw"
+            samples: list[dict[str, Any]] = []
+            window = s.window_s + s.ramp_s
+            started = time.monotonic()
+
+            def tick(elapsed: float) -> None:
+                text = scrape(endpoints.metrics)
+                if text is not None:
+                    samples.append({"t": round(elapsed, 1), **st.gpu_gauges(text, v.name)})
+                rps = st.current_rps(Path(f"{prefix}_stats_history.csv"))
+                overall_left = self._planned_total - (time.monotonic() - self._t0)
+                LOGGER.info(
+                    "[%d/%d %s %s] %s / %s, %s req/s now; about %s left in all",
+                    index + 1,
+                    total,
+                    v.label,
+                    v.name,
+                    _fmt_s(elapsed),
+                    _fmt_s(window),
+                    "?" if rps is None else f"{rps:,.0f}",
+                    _fmt_s(overall_left),
+                )
+
+            res = run_locust(
+                command(window, csv_prefix=prefix, raw_dir=raw_dir),
+                log=self.data / f"{tag}.log",
+                planned_s=window,
+                tick=tick,
+                tick_interval_s=self.config.progress_interval_s,
+            )
+            after = control.inference_stats(endpoints.http, v.name)
+            text = scrape(endpoints.metrics)
+            if text is not None:
+                samples.append({"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name)})
+        finally:
+            with contextlib.suppress(InflightError):
+                control.unload(endpoints.http, v.name)
+        record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems))
+        return record
+
+    def _figures(
+        self,
+        res: LocustRun,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        prefix: Path,
+        raw_dir: Path,
+        samples: list[dict[str, Any]],
+        problems: list[str],
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {"locust_log": str(res.log), "locust_returncode": res.returncode}
+        if res.killed:
+            problems.append(f"Locust overran its window and was killed (log: {res.log})")
+        elif res.returncode not in (0, 1):  # 1 = some requests failed, counted below
+            problems.append(f"Locust exited with {res.returncode} (log: {res.log}):\n{_tail(res.log)}")
+        if res.cpu_warnings:
+            problems.append(
+                "Locust's CPU was above 90%, so Locust, not the server, may have limited the figures: "
+                f"{res.cpu_warnings[0]!r}; run with more --processes or on a machine with more cores"
+            )
+        out["cpu_warnings"] = res.cpu_warnings
+        try:
+            out["locust"] = st.read_locust_stats(Path(f"{prefix}_stats.csv"))
+        except st.StatsError as e:
+            problems.append(str(e))
+            out["locust"] = None
+        out["failure_messages"] = st.read_locust_failures(Path(f"{prefix}_failures.csv"))
+        out["history"] = st.read_locust_history(Path(f"{prefix}_stats_history.csv"))
+        try:
+            lat = st.read_raw_latencies(raw_dir)
+        except st.StatsError as e:
+            problems.append(str(e))
+            lat = np.empty(0)
+        out["latency_ms"] = st.latency_summary(lat)
+        out["_latencies"] = lat  # pooled per variant by _document, not written
+        if not self.config.keep_raw:
+            shutil.rmtree(raw_dir, ignore_errors=True)
+        out["stats_before"], out["stats_after"] = before, after
+        try:
+            out["server"] = st.stats_delta(before, after).to_dict()
+        except st.StatsError as e:
+            problems.append(str(e))
+            out["server"] = None
+        out["gpu_samples"] = samples
+        out["gpu_activity"] = st.summarize_gauge([x.get("gpu_activity") for x in samples])
+        out["sync_share"] = st.summarize_gauge([x.get("sync_share") for x in samples])
+        locust = out["locust"]
+        if locust is not None and locust["requests"] - locust["failures"] <= 0:
+            problems.append("no request succeeded in the window")
+        out["problems"] = problems
+        out["valid"] = not problems
+        return out
+
+    # -- the document -----------------------------------------------------------------------
+
+    def _notes(self) -> list[str]:
+        notes = []
+        if self.shape.window_s + self.shape.ramp_s < LOCUST_CPU_VISIBLE_S:
+            notes.append(
+                f"Locust samples its own CPU every 10 s and its first sample is only a baseline, so a "
+                f"{self.shape.window_s:g} s window cannot show its 'CPU usage above 90%' warning; only windows of "
+                f"{LOCUST_CPU_VISIBLE_S:g} s or more are checked for a Locust-bound run."
+            )
+        if self.shape.check:
+            notes.append(
+                "--check compared every response with the model run in PyTorch on the CPU (fp32): "
+                + ", ".join(
+                    f"{m}: rtol {t.rtol:g}, atol {t.atol:g}{' x max|ref|' if t.scale_by_max else ''}"
+                    for m, t in sorted({v.config.spec.name: wl.tolerance_for(v.name) for v in self.variants}.items())
+                )
+                + "."
+            )
+        return notes
+
+    def _document(self, endpoints: Endpoints, runs: list[dict[str, Any]], *, started_server: bool) -> dict[str, Any]:
+        s = self.shape
+        summary = []
+        for v in self.variants:
+            mine = [r for r in runs if r["variant"] == v.label]
+            lat = np.concatenate([r.pop("_latencies") for r in mine]) if mine else np.empty(0)
+            rps = [r["locust"]["rps"] for r in mine if r.get("locust")]
+            breakdowns = [st.ServerBreakdown(**r["server"]) for r in mine if r.get("server")]
+            samples = [x for r in mine for x in r["gpu_samples"]]
+            requests = sum(r["locust"]["requests"] for r in mine if r.get("locust"))
+            failures = sum(r["locust"]["failures"] for r in mine if r.get("locust"))
+            mean_rps = float(np.mean(rps)) if rps else math.nan
+            summary.append(
+                {
+                    "variant": v.label,
+                    "spec": v.spec,
+                    "model_name": v.name,
+                    "runs": len(mine),
+                    "valid": all(r["valid"] for r in mine),
+                    "rps": mean_rps,
+                    "rps_runs": rps,
+                    "items_per_s": mean_rps * s.items,
+                    "requests": requests,
+                    "failures": failures,
+                    "latency_ms": st.latency_summary(lat),
+                    "server": st.sum_breakdowns(breakdowns).to_dict() if breakdowns else None,
+                    "gpu_activity": st.summarize_gauge([x.get("gpu_activity") for x in samples]),
+                    "sync_share": st.summarize_gauge([x.get("sync_share") for x in samples]),
+                }
+            )
+        problems = [f"{r['variant']} round {r['round']}: {p}" for r in runs for p in r["problems"]]
+        return {
+            "schema": SCHEMA,
+            "id": self.run_id,
+            "started": self.started,
+            "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "device": device_info(),
+            "host": {"hostname": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform()},
+            "versions": versions(endpoints.http),
+            "server": {
+                "http": endpoints.http,
+                "grpc": endpoints.grpc,
+                "metrics": endpoints.metrics,
+                "started_by_runner": started_server,
+                "repository": str(self.config.repository.resolve()),
+            },
+            "preset": self.config.preset,
+            "load": {
+                **s.to_dict(),
+                "repeat": self.config.repeat,
+                "closed_loop": True,
+                "user_class": USER_CLASSES[s.protocol],
+                "locust_run_time_s": math.ceil(s.window_s + s.ramp_s),
+                "order": [f"{r['variant']}{r['round']}" for r in runs],
+            },
+            "variants": [
+                {
+                    "label": v.label,
+                    "spec": v.spec,
+                    "model_name": v.name,
+                    "model": v.config.spec.name,
+                    "variant": v.config.variant,
+                    "overrides": v.overrides,
+                    "config": json.loads(v.config.to_json()),
+                }
+                for v in self.variants
+            ],
+            "percentiles": (
+                "exact nearest-rank percentiles of the raw per-request latencies (float64 ms) written by every "
+                "Locust process, counted from the end of spawning; Locust's own percentiles are rounded"
+            ),
+            "notes": self._notes(),
+            "runs": runs,
+            "summary": summary,
+            "valid": not problems,
+            "problems": problems,
+            "data_dir": str(self.data),
+        }
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _finite(obj: Any) -> Any:
+    """The document with NaN/inf replaced by None (strict JSON)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def run_ab(config: AbConfig) -> Path:
+    """Run an A/B test; return the JSON path (the report is written next to it).
+
+    Raises:
+        ConfigError: for bad variants or load options.
+        ServerError: when the server cannot be started or reached or a variant does not load.
+    """
+    return AbRunner(config).run()

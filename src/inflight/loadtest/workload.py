@@ -1,0 +1,441 @@
+"""What the load test sends and how it checks what comes back.
+
+Everything per-request-expensive happens once here, before the test: inputs are drawn into a
+small pool, each pool entry is turned into a KServe v2 binary-tensor HTTP body (with
+``tritonclient.http.InferenceServerClient.generate_request_body``) and a gRPC
+``ModelInferRequest``, and, with ``--check``, its reference output is computed by the same model
+in PyTorch on the CPU. The Locust users then only pick the next entry, send it and check the
+answer.
+
+Input distributions (token models):
+
+* ``token_dist``: ``uniform`` ids in ``[1, vocab)``; ``zipf`` ids drawn from a Zipf law
+  truncated to the vocabulary (rank 1 most frequent), closer to real text.
+* ``length_dist``: ``full`` every item uses all ``seq_len`` positions; ``uniform`` each item has a
+  random length in ``[1, seq_len]``, the rest is padding (id 0, mask 0).
+
+Feature models (the heads) get standard normal features; the distributions do not apply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from inflight.errors import ConfigError
+from inflight.models.registry import ModelSpec, get_model
+
+LOGGER = logging.getLogger(__name__)
+
+TokenDist = Literal["uniform", "zipf"]
+LengthDist = Literal["full", "uniform"]
+TOKEN_DISTS: tuple[str, ...] = ("uniform", "zipf")
+LENGTH_DISTS: tuple[str, ...] = ("full", "uniform")
+
+#: Zipf exponent of the ``zipf`` token distribution (word frequencies follow s ~ 1).
+ZIPF_EXPONENT = 1.1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    """How close a served output must be to the fp32 CPU reference.
+
+    An element passes when ``|out - ref| <= atol_eff + rtol * |ref|``, where ``atol_eff`` is
+    ``atol``, or ``atol * max|ref|`` of the request when ``scale_by_max`` is set (outputs whose
+    magnitude is far from 1, such as the heads' logits).
+
+    Attributes:
+        rtol: Relative tolerance.
+        atol: Absolute tolerance (or a fraction of the request's largest reference value).
+        scale_by_max: Scale ``atol`` by the largest absolute reference value of the request.
+    """
+
+    rtol: float
+    atol: float
+    scale_by_max: bool = False
+
+
+#: fp16 on the GPU against fp32 on the CPU: bert-tiny (2 layers, LayerNorm-ed, values ~1) within
+#: 2e-2; the 20-layer heads accumulate more rounding and have logits far below 1.
+TOLERANCES: dict[str, Tolerance] = {
+    "bert_tiny": Tolerance(rtol=2e-2, atol=2e-2),
+    "linear_head": Tolerance(rtol=5e-2, atol=5e-2, scale_by_max=True),
+    "stacked_head": Tolerance(rtol=5e-2, atol=5e-2, scale_by_max=True),
+    "seqlen_head": Tolerance(rtol=5e-2, atol=5e-2, scale_by_max=True),
+}
+DEFAULT_TOLERANCE = Tolerance(rtol=5e-2, atol=5e-2, scale_by_max=True)
+
+
+def tolerance_for(model: str) -> Tolerance:
+    """The tolerance of ``model`` (a base or variant name)."""
+    return TOLERANCES.get(get_model(model).name, DEFAULT_TOLERANCE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """The request mix: one model, fixed items per request, a seeded pool of distinct inputs.
+
+    Attributes:
+        model: The served model name (``bert_tiny_sync``...).
+        items: Items (batch rows) per request.
+        seq_len: Sequence length (token models only).
+        token_dist: ``uniform`` or ``zipf`` token ids.
+        length_dist: ``full`` or ``uniform`` (random padding) lengths.
+        seed: Seed of the pool; the same seed gives the same requests in every variant.
+        pool: Distinct requests prepared per Locust process.
+    """
+
+    model: str
+    items: int = 50
+    seq_len: int = 64
+    token_dist: TokenDist = "uniform"
+    length_dist: LengthDist = "full"
+    seed: int = 0
+    pool: int = 16
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model's registry entry."""
+        return get_model(self.model)
+
+    def check(self) -> None:
+        """Reject a workload the model cannot serve.
+
+        Raises:
+            ConfigError: naming the option and the accepted range.
+        """
+        try:
+            spec = self.spec
+        except KeyError as e:
+            raise ConfigError(f"--model {self.model!r}: {e.args[0]}") from None
+        if not 1 <= self.items <= spec.max_batch_size:
+            raise ConfigError(f"--items {self.items}: use 1..{spec.max_batch_size} (the model's max_batch_size)")
+        if spec.variable_seq and not 1 <= self.seq_len <= (spec.max_seq_len or self.seq_len):
+            raise ConfigError(f"--seq-len {self.seq_len}: use 1..{spec.max_seq_len} for {spec.name}")
+        if self.token_dist not in TOKEN_DISTS:
+            raise ConfigError(f"--token-dist {self.token_dist!r}: choose one of {list(TOKEN_DISTS)}")
+        if self.length_dist not in LENGTH_DISTS:
+            raise ConfigError(f"--length-dist {self.length_dist!r}: choose one of {list(LENGTH_DISTS)}")
+        if self.pool < 1:
+            raise ConfigError(f"--pool {self.pool}: prepare at least one request")
+
+    def inputs(self, index: int) -> dict[str, np.ndarray]:
+        """The inputs of pool entry ``index`` (deterministic in ``seed`` and ``index``)."""
+        rng = np.random.default_rng([self.seed, index])
+        return draw_inputs(
+            self.spec,
+            self.items,
+            seq_len=self.seq_len,
+            token_dist=self.token_dist,
+            length_dist=self.length_dist,
+            rng=rng,
+        )
+
+    def pool_inputs(self) -> list[dict[str, np.ndarray]]:
+        """Every pool entry's inputs."""
+        return [self.inputs(i) for i in range(self.pool)]
+
+
+def draw_inputs(
+    spec: ModelSpec,
+    items: int,
+    *,
+    seq_len: int | None,
+    token_dist: str = "uniform",
+    length_dist: str = "full",
+    rng: np.random.Generator,
+) -> dict[str, np.ndarray]:
+    """Random valid inputs for ``items`` items (see the module docstring for the distributions)."""
+    if spec.vocab_size is None:
+        return spec.example_inputs(items, seq_len=seq_len, rng=rng)
+    seq = seq_len if seq_len is not None else spec.default_seq_len
+    assert seq is not None
+    vocab = spec.vocab_size
+    if token_dist == "zipf":
+        ranks = np.arange(1, vocab, dtype=np.float64)
+        p = ranks**-ZIPF_EXPONENT
+        p /= p.sum()
+        ids = rng.choice(np.arange(1, vocab, dtype=np.int64), size=(items, seq), p=p)
+    else:
+        ids = rng.integers(1, vocab, size=(items, seq), dtype=np.int64)
+    if length_dist == "uniform":
+        lengths = rng.integers(1, seq + 1, size=items)
+        mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64)
+    else:
+        mask = np.ones((items, seq), dtype=np.int64)
+    return {"input_ids": (ids * mask).astype(np.int64), "attention_mask": mask}
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """A prepared HTTP request: the binary body and its headers."""
+
+    body: bytes
+    headers: dict[str, str]
+
+
+def http_request(spec: ModelSpec, inputs: Mapping[str, np.ndarray]) -> HttpRequest:
+    """Build the KServe v2 binary-tensor body (inputs and outputs binary) and its headers."""
+    import tritonclient.http as httpclient
+
+    tensors = []
+    for t in spec.inputs:
+        a = np.ascontiguousarray(inputs[t.name])
+        i = httpclient.InferInput(t.name, list(a.shape), t.wire_type)
+        i.set_data_from_numpy(a, binary_data=True)
+        tensors.append(i)
+    outputs = [httpclient.InferRequestedOutput(t.name, binary_data=True) for t in spec.outputs]
+    body, header_length = httpclient.InferenceServerClient.generate_request_body(tensors, outputs=outputs)
+    # identity: FastHttpUser would otherwise ask for gzip, and Triton would compress every response
+    headers = {"Content-Type": "application/octet-stream", "Accept-Encoding": "identity"}
+    if header_length is not None:
+        headers["Inference-Header-Content-Length"] = str(header_length)
+    return HttpRequest(body=bytes(body), headers=headers)
+
+
+def grpc_request(spec: ModelSpec, model_name: str, inputs: Mapping[str, np.ndarray]) -> Any:
+    """Build a ``ModelInferRequest`` with raw input contents, ready to send as is."""
+    from tritonclient.grpc import service_pb2
+
+    req = service_pb2.ModelInferRequest(model_name=model_name)
+    for t in spec.inputs:
+        a = np.ascontiguousarray(inputs[t.name])
+        req.inputs.add(name=t.name, datatype=t.wire_type, shape=list(a.shape))
+        req.raw_input_contents.append(a.tobytes())
+    for t in spec.outputs:
+        req.outputs.add(name=t.name)
+    return req
+
+
+def check_output(
+    spec: ModelSpec,
+    items: int,
+    get: Callable[[str], tuple[np.ndarray | None, str | None]],
+    available: Callable[[], Sequence[str]],
+    reference: Mapping[str, np.ndarray] | None = None,
+    tol: Tolerance | None = None,
+) -> str | None:
+    """Check every output of one response; return a failure message or None.
+
+    Args:
+        spec: The model.
+        items: Items sent in the request.
+        get: Returns ``(array, wire datatype)`` of an output, ``(None, None)`` when absent.
+        available: Names of the outputs the response carries (for the message).
+        reference: Expected values per output (``--check``), or None.
+        tol: Tolerance for ``reference``.
+    """
+    for t in spec.outputs:
+        a, datatype = get(t.name)
+        if a is None:
+            return f"output {t.name!r} missing from the response (it has {list(available())})"
+        if datatype != t.wire_type or a.dtype != np.dtype(t.dtype):
+            return f"output {t.name!r} has datatype {datatype} ({a.dtype}); expected {t.wire_type}"
+        want = t.shape(items, None) if not t.variable else None
+        if want is not None and tuple(a.shape) != want:
+            return f"output {t.name!r} has shape {list(a.shape)}; expected {list(want)}"
+        if reference is not None:
+            msg = compare(a, reference[t.name], tol or DEFAULT_TOLERANCE)
+            if msg:
+                return f"output {t.name!r} differs from the PyTorch reference: {msg}"
+    return None
+
+
+def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> str | None:
+    """Compare with ``tol``; return None when close, else where and by how much it differs."""
+    if not np.isfinite(actual).all():
+        return "the output contains NaN or Inf"
+    ref = expected.astype(np.float64)
+    diff = np.abs(actual.astype(np.float64) - ref)
+    atol = tol.atol * (float(np.abs(ref).max()) if tol.scale_by_max else 1.0)
+    bad = diff > atol + tol.rtol * np.abs(ref)
+    if not bad.any():
+        return None
+    idx = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), diff.shape)
+    return (
+        f"{int(bad.sum())} of {bad.size} values outside rtol={tol.rtol:g} atol={atol:.3g}; worst at "
+        f"{list(map(int, idx))}: got {float(actual[idx]):.6g}, expected {float(expected[idx]):.6g}"
+    )
+
+
+def artifact_path(repository: Path, model: str) -> Path:
+    """The Torch artifact the backend serves, ``<repo>/<model>_inflight/1/model.pt2``."""
+    return Path(repository) / f"{get_model(model).name}_inflight" / "1" / "model.pt2"
+
+
+def reference_outputs(
+    repository: Path, model: str, inputs: Sequence[Mapping[str, np.ndarray]]
+) -> list[dict[str, np.ndarray]]:
+    """Run the model's artifact in PyTorch on the CPU (fp32) for each input set.
+
+    Raises:
+        ConfigError: when the artifact is missing.
+    """
+    path = artifact_path(repository, model)
+    if not path.is_file():
+        raise ConfigError(
+            f"--check needs the model artifact {path}; pass --repository with the model repository the server "
+            "uses (build it with `inflight build-models`)"
+        )
+    import torch
+
+    spec = get_model(model)
+    module = torch.export.load(str(path)).module()
+    out: list[dict[str, np.ndarray]] = []
+    with torch.no_grad():
+        for x in inputs:
+            y = module(*(torch.from_numpy(np.ascontiguousarray(x[t.name])) for t in spec.inputs))
+            ys = y if isinstance(y, (tuple, list)) else (y,)
+            out.append({t.name: v.detach().float().numpy() for t, v in zip(spec.outputs, ys, strict=True)})
+    LOGGER.info("computed %d reference outputs for %s from %s", len(out), model, path)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pool:
+    """The prepared inputs of a workload and, for ``--check``, their reference outputs.
+
+    Attributes:
+        workload: What the pool was drawn for.
+        inputs: One input set per pool entry.
+        references: One output set per entry (fp32, PyTorch on the CPU), or None.
+    """
+
+    workload: Workload
+    inputs: list[dict[str, np.ndarray]]
+    references: list[dict[str, np.ndarray]] | None = None
+
+
+def build_pool(workload: Workload, *, repository: Path | None = None, check: bool = False) -> Pool:
+    """Draw the pool's inputs and, with ``check``, compute the references from ``repository``.
+
+    Raises:
+        ConfigError: for an invalid workload, or ``check`` without a usable repository.
+    """
+    workload.check()
+    inputs = workload.pool_inputs()
+    references = None
+    if check:
+        if repository is None:
+            raise ConfigError("--check needs --repository, the model repository holding the Torch artifact")
+        references = reference_outputs(repository, workload.model, inputs)
+    return Pool(workload=workload, inputs=inputs, references=references)
+
+
+def save_pool(pool: Pool, path: Path) -> Path:
+    """Write ``pool`` as one ``.npz`` file (the runner prepares it once for every Locust process)."""
+    arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(dataclasses.asdict(pool.workload)))}
+    for i, x in enumerate(pool.inputs):
+        arrays.update({f"in{i}/{k}": v for k, v in x.items()})
+    for i, y in enumerate(pool.references or ()):
+        arrays.update({f"ref{i}/{k}": v for k, v in y.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        np.savez(f, **arrays)
+    return path
+
+
+def load_pool(path: Path) -> Pool:
+    """Read a pool written by ``save_pool``.
+
+    Raises:
+        ConfigError: when the file is missing or not a pool file.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--pool-file {path}: cannot read it ({e}); let `inflight ab` write one") from None
+    if "meta" not in data:
+        raise ConfigError(f"--pool-file {path} is not a request pool (no meta entry)")
+    workload = Workload(**json.loads(str(data["meta"])))
+    inputs: list[dict[str, np.ndarray]] = [{} for _ in range(workload.pool)]
+    refs: list[dict[str, np.ndarray]] = [{} for _ in range(workload.pool)]
+    for key, value in data.items():
+        kind, _, name = key.partition("/")
+        if kind.startswith("in"):
+            inputs[int(kind[2:])][name] = value
+        elif kind.startswith("ref"):
+            refs[int(kind[3:])][name] = value
+    return Pool(workload=workload, inputs=inputs, references=refs if all(refs) else None)
+
+
+def pool_command(workload: Workload, *, out: Path, repository: Path | None, check: bool) -> list[str]:
+    """The command line that writes ``workload``'s pool to ``out`` in a separate Python process."""
+    import sys
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "inflight.loadtest.workload",
+        "--model",
+        workload.model,
+        "--items",
+        str(workload.items),
+        "--seq-len",
+        str(workload.seq_len),
+        "--token-dist",
+        workload.token_dist,
+        "--length-dist",
+        workload.length_dist,
+        "--seed",
+        str(workload.seed),
+        "--pool",
+        str(workload.pool),
+        "--out",
+        str(out),
+    ]
+    if check:
+        cmd.append("--check")
+    if repository is not None:
+        cmd += ["--repository", str(repository)]
+    return cmd
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write a request pool file: ``python -m inflight.loadtest.workload --model M --out pool.npz [--check]``.
+
+    Locust processes load it with ``--pool-file`` instead of importing torch themselves.
+    """
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m inflight.loadtest.workload", description=main.__doc__)
+    p.add_argument("--model", required=True)
+    p.add_argument("--items", type=int, default=50)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--token-dist", choices=TOKEN_DISTS, default="uniform")
+    p.add_argument("--length-dist", choices=LENGTH_DISTS, default="full")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pool", type=int, default=16)
+    p.add_argument("--check", action="store_true", help="Also compute the reference outputs (PyTorch, CPU).")
+    p.add_argument("--repository", type=Path, default=Path("model_repository"))
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    w = Workload(
+        model=a.model,
+        items=a.items,
+        seq_len=a.seq_len,
+        token_dist=a.token_dist,
+        length_dist=a.length_dist,
+        seed=a.seed,
+        pool=a.pool,
+    )
+    try:
+        save_pool(build_pool(w, repository=a.repository, check=a.check), a.out)
+    except ConfigError as e:
+        LOGGER.error("%s", e)
+        return 2
+    LOGGER.info("wrote %s", a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

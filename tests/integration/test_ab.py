@@ -1,0 +1,92 @@
+"""The A/B runner end to end on the CPU host: a real tritonserver, real Locust, --check on.
+
+bert_tiny_sync against bert_tiny_inflight, 20 users, 10 s windows, 4 items of 16 tokens per request
+(small, so that the 2-core host stays responsive). The runner starts its own server on free ports.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    cmd = [
+        sys.executable,
+        "-m",
+        "inflight.loadtest.cli",
+        "ab",
+        "bert_tiny_sync",
+        "bert_tiny_inflight",
+        "--preset",
+        "smoke",
+        "--users",
+        "20",
+        "--window",
+        "10",
+        "--warmup",
+        "2",
+        "--items",
+        "4",
+        "--seq-len",
+        "16",
+        "--processes",
+        "1",
+        "--check",
+        "--repository",
+        str(repository),
+        "--out",
+        str(out),
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, f"inflight ab failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"
+
+    (path,) = out.glob("ab-*.json")
+    doc = json.loads(path.read_text())
+    stem = path.with_suffix("")
+    md = stem.with_suffix(".md")
+    assert md.is_file()
+    for suffix in ("throughput", "latency"):
+        png = stem.parent / f"{stem.name}-{suffix}.png"
+        assert png.read_bytes()[:4] == b"\x89PNG", png
+    assert not (stem.parent / f"{stem.name}-gpu.png").exists()  # no cupti gauges on the CPU
+
+    assert doc["valid"], doc["problems"]
+    assert doc["load"]["check"] is True and doc["load"]["users"] == 20 and doc["load"]["items"] == 4
+    assert doc["device"]["name"] == "cpu"
+    assert doc["versions"]["tritonserver"] and doc["versions"]["locust"]
+    assert [v["model_name"] for v in doc["variants"]] == ["bert_tiny_sync", "bert_tiny_inflight"]
+    assert [run["variant"] for run in doc["runs"]] == ["A", "B"]
+    for s in doc["summary"]:
+        assert s["rps"] > 0 and s["requests"] > 0
+        assert s["failures"] == 0  # --check: every response matched the PyTorch reference
+        assert s["latency_ms"]["count"] == s["requests"]
+        assert 0 < s["latency_ms"]["p50"] <= s["latency_ms"]["p95"] <= s["latency_ms"]["p99"]
+        assert s["server"]["requests"] >= s["requests"] and s["server"]["avg_batch_items"] >= 4
+        assert s["gpu_activity"] == "not available"
+    for run in doc["runs"]:
+        assert run["locust_returncode"] == 0 and not run["cpu_warnings"]
+        log = Path(run["locust_log"]).read_text()
+        assert "with reference outputs" in log  # the Locust processes did load the references
+    text = md.read_text()
+    assert "**Status: valid**" in text and "B/A" in text
+    assert "bert_tiny_sync" in r.stdout and "req/s" in r.stdout
+
+    # the report can be regenerated from the JSON alone
+    md.unlink()
+    r = subprocess.run(
+        [sys.executable, "-m", "inflight.loadtest.cli", "ab-report", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert md.read_text() == text

@@ -1,0 +1,160 @@
+"""The same locustfile in Locust's master/worker mode, and --check catching wrong outputs.
+
+A headless master with ``--expect-workers 1`` and one worker process (as on two machines, here on
+one), against a real tritonserver serving bert_tiny_inflight.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inflight.loadtest import stats as st
+from inflight.loadtest import workload as wl
+from inflight.server import control
+from inflight.server.launcher import free_port
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
+WORKLOAD = ["--items", "4", "--seq-len", "16", "--seed", "1"]
+
+
+@pytest.fixture
+def inflight_model(server: Any, repository: Path) -> Iterator[str]:
+    vc = control.variant_config(repository, "bert_tiny_inflight")
+    control.load_variant(server.http_url, vc)
+    yield vc.model_name
+    control.unload(server.http_url, vc.model_name)
+
+
+def test_master_and_worker(server: Any, inflight_model: str, tmp_path: Path) -> None:
+    port = free_port()
+    raw = tmp_path / "raw"
+    locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    worker = subprocess.Popen(
+        [
+            *locust,
+            "--worker",
+            "--master-host",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "--reset-stats",
+            "--model",
+            inflight_model,
+            *WORKLOAD,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        master = subprocess.run(
+            [
+                *locust,
+                "--master",
+                "--master-bind-port",
+                str(port),
+                "--expect-workers",
+                "1",
+                "--expect-workers-max-wait",
+                "60",
+                "--headless",
+                "-u",
+                "10",
+                "-r",
+                "10",
+                "-t",
+                "6s",
+                "--host",
+                f"http://{server.http_url}",
+                "--csv",
+                str(tmp_path / "mw"),
+                "--only-summary",
+                "--reset-stats",
+                "--raw-latency-dir",
+                str(raw),
+                "--check",
+                "--repository",
+                str(server.config.model_repository),
+                "--model",
+                inflight_model,
+                *WORKLOAD,
+                "TritonHttpUser",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        worker_out, _ = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert master.returncode == 0, master.stderr[-3000:]
+    assert worker.returncode == 0, worker_out[-3000:]
+    figures = st.read_locust_stats(tmp_path / "mw_stats.csv")
+    assert figures["requests"] > 0 and figures["failures"] == 0
+    assert "with reference outputs" in worker_out  # the worker checked every response (--check from the master)
+    # the worker wrote its raw latencies; they are the requests the master counted after the reset
+    lat = st.read_raw_latencies(raw)
+    assert lat.size == figures["requests"]
+    assert st.exact_percentiles(lat)["p50"] == pytest.approx(figures["p50_ms"], abs=1.0)
+
+
+def test_check_reports_wrong_outputs(server: Any, inflight_model: str, tmp_path: Path, repository: Path) -> None:
+    w = wl.Workload(model=inflight_model, items=4, seq_len=16, seed=1, pool=4)
+    pool = wl.build_pool(w, repository=repository, check=True)
+    assert pool.references is not None
+    pool.references[2]["cls"][1, 5] += 1.0  # one wrong value in one of four requests
+    path = wl.save_pool(pool, tmp_path / "pool.npz")
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            str(LOCUSTFILE),
+            "--headless",
+            "-u",
+            "4",
+            "-r",
+            "4",
+            "-t",
+            "3s",
+            "--host",
+            f"http://{server.http_url}",
+            "--csv",
+            str(tmp_path / "bad"),
+            "--only-summary",
+            "--model",
+            inflight_model,
+            *WORKLOAD,
+            "--pool",
+            "4",
+            "--pool-file",
+            str(path),
+            "--check",
+            "TritonHttpUser",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 1, r.stderr[-3000:]  # Locust's exit code when requests failed
+    figures = st.read_locust_stats(tmp_path / "bad_stats.csv")
+    assert 0 < figures["failures"] < figures["requests"]
+    assert figures["failures"] == pytest.approx(figures["requests"] / 4, rel=0.2)
+    (top,) = st.read_locust_failures(tmp_path / "bad_failures.csv")
+    assert "output 'cls' differs from the PyTorch reference" in top["error"] and "worst at [1, 5]" in top["error"]
+    assert np.isfinite(figures["rps"])

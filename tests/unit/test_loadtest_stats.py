@@ -1,0 +1,268 @@
+"""Unit tests of the A/B figures: statistics deltas, exact percentiles, Locust files, the report.
+
+The fixtures under ``fixtures/`` were recorded from real runs on the CPU host (tritonserver 2.51 from
+the nvidia-pytriton wheel, Locust 2.47): ``ab-smoke.json`` is the JSON ``inflight ab bert_tiny_sync
+bert_tiny_inflight@slots=2 --users 20 --items 4 --seq-len 16 --window 10 --warmup 2 --check`` wrote,
+``model-stats-*.json`` are its statistics snapshots, ``locust-A-r1_*.csv`` and ``locust-clean.log``
+its Locust output for A, ``locust-cpu-warning.log`` a real Locust run whose users burned the CPU,
+``locust-404_failures.csv`` a run against a model that was not loaded, and
+``metrics-bert_tiny_inflight.txt`` the metrics endpoint under load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from inflight.errors import ConfigError
+from inflight.loadtest import report, runner
+from inflight.loadtest import stats as st
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def snapshots(model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    d = json.loads((FIXTURES / f"model-stats-{model}.json").read_text())
+    return d["before"], d["after"]
+
+
+def recorded() -> dict[str, Any]:
+    return json.loads((FIXTURES / "ab-smoke.json").read_text())
+
+
+# -- statistics deltas ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["bert_tiny_sync", "bert_tiny_inflight"])
+def test_delta_of_recorded_snapshots(model: str) -> None:
+    before, after = snapshots(model)
+    d = st.stats_delta(before, after)
+
+    def diff(*path: str) -> int:
+        a, b = after, before
+        for k in path:
+            a, b = a[k], b[k]
+        return int(a) - int(b)
+
+    ok = diff("inference_stats", "success", "count")
+    assert d.requests == ok > 0
+    assert d.failures == diff("inference_stats", "fail", "count") == 0
+    assert d.inferences == diff("inference_count")
+    assert d.executions == diff("execution_count") > 0
+    assert d.avg_batch_items == pytest.approx(d.inferences / d.executions)
+    assert d.avg_batch_requests == pytest.approx(ok / d.executions)
+    for phase in ("queue", "compute_input", "compute_infer", "compute_output"):
+        expected = diff("inference_stats", phase, "ns") / diff("inference_stats", phase, "count") / 1e3
+        assert getattr(d, f"{phase}_us") == pytest.approx(expected)
+    # every request carried the same number of items (the load test sends --items 4)
+    assert d.inferences == 4 * d.requests
+    # the phases are parts of the request's time in the server
+    assert d.queue_us + d.compute_input_us + d.compute_infer_us + d.compute_output_us <= d.request_us * 1.01
+
+
+def test_delta_agrees_with_locust() -> None:
+    doc = recorded()
+    for run in doc["runs"]:
+        d = st.stats_delta(run["stats_before"], run["stats_after"])
+        assert d.to_dict() == pytest.approx(run["server"], nan_ok=True)
+        # the server also saw the ramp and the requests in flight at the stop; Locust counts after the reset
+        assert run["locust"]["requests"] <= d.requests <= run["locust"]["requests"] * 1.05
+
+
+def test_delta_rejects_reload_and_other_model() -> None:
+    before, after = snapshots("bert_tiny_sync")
+    with pytest.raises(st.StatsError, match=r"went backwards.*reloaded"):
+        st.stats_delta(after, before)
+    _, other = snapshots("bert_tiny_inflight")
+    with pytest.raises(st.StatsError, match="different models"):
+        st.stats_delta(before, other)
+
+
+def test_empty_window_gives_nan_times() -> None:
+    before, _ = snapshots("bert_tiny_sync")
+    d = st.stats_delta(before, before)
+    assert d.requests == d.executions == 0
+    assert math.isnan(d.queue_us) and math.isnan(d.avg_batch_items)
+
+
+def test_sum_breakdowns_weights_by_requests() -> None:
+    parts = [st.stats_delta(*snapshots(m)) for m in ("bert_tiny_sync", "bert_tiny_inflight")]
+    total = st.sum_breakdowns(parts)
+    assert total.requests == sum(p.requests for p in parts)
+    assert total.executions == sum(p.executions for p in parts)
+    assert total.avg_batch_items == pytest.approx(sum(p.inferences for p in parts) / total.executions)
+    expected = sum(p.queue_us * p.requests for p in parts) / total.requests
+    assert total.queue_us == pytest.approx(expected)
+    assert st.sum_breakdowns(parts[:1]) == parts[0]
+    with pytest.raises(st.StatsError):
+        st.sum_breakdowns([])
+
+
+# -- exact percentiles ---------------------------------------------------------------------------
+
+
+def test_exact_percentiles_nearest_rank() -> None:
+    a = np.arange(1.0, 101.0)
+    np.random.default_rng(0).shuffle(a)
+    assert st.exact_percentiles(a) == {"p50": 50.0, "p95": 95.0, "p99": 99.0}
+    assert st.exact_percentiles(np.array([7.25]))["p99"] == 7.25
+    assert all(math.isnan(v) for v in st.exact_percentiles(np.empty(0)).values())
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 999, 1000, 1001, 54321])
+def test_exact_percentiles_match_definition(n: int) -> None:
+    lat = np.random.default_rng(n).lognormal(3.0, 1.0, n)
+    s = np.sort(lat)
+    for q in (50.0, 95.0, 99.0, 99.9, 100.0):
+        rank = max(1, math.ceil(q / 100.0 * n))  # smallest value with >= q% of requests at or below it
+        assert st.exact_percentiles(lat, [q])[f"p{q:g}"] == s[rank - 1]
+        assert np.mean(lat <= s[rank - 1]) >= q / 100.0
+
+
+def test_exact_percentiles_versus_locust_rounding() -> None:
+    for run in recorded()["runs"]:
+        lat, locust = run["latency_ms"], run["locust"]
+        assert lat["count"] == locust["requests"]
+        # below 100 ms Locust rounds every response time to a whole millisecond before its percentiles
+        assert abs(lat["p50"] - locust["p50_ms"]) <= 1.0
+        assert lat["p50"] != locust["p50_ms"]
+        assert lat["curve"]["50"] == lat["p50"] and lat["curve"]["100"] == lat["max"]
+
+
+def test_raw_latency_files(tmp_path: Path) -> None:
+    parts = [np.random.default_rng(i).random(100 + i) * 50 for i in range(3)]
+    for i, p in enumerate(parts):
+        p.astype("<f8").tofile(tmp_path / f"latencies-host-{i}.f64")
+    got = st.read_raw_latencies(tmp_path)
+    assert np.array_equal(np.sort(got), np.sort(np.concatenate(parts)))
+    summary = st.latency_summary(got)
+    assert summary["count"] == got.size and summary["max"] == got.max()
+    with pytest.raises(st.StatsError, match="--raw-latency-dir"):
+        st.read_raw_latencies(tmp_path / "none")
+
+
+# -- Locust output ---------------------------------------------------------------------------------
+
+
+def test_cpu_warning_detected_in_real_log() -> None:
+    lines = st.cpu_warnings((FIXTURES / "locust-cpu-warning.log").read_text())
+    assert any("CPU usage above 90%" in line for line in lines)
+    assert any("exceeded cpu threshold" in line for line in lines)
+
+
+def test_no_cpu_warning_in_clean_log() -> None:
+    assert st.cpu_warnings((FIXTURES / "locust-clean.log").read_text()) == []
+
+
+def test_locust_csv_files_agree_with_recorded_run() -> None:
+    run = recorded()["runs"][0]
+    figures = st.read_locust_stats(FIXTURES / "locust-A-r1_stats.csv")
+    assert figures == pytest.approx(run["locust"])
+    history = st.read_locust_history(FIXTURES / "locust-A-r1_stats_history.csv")
+    assert runner._finite(history) == run["history"]  # the JSON holds null where the CSV gives NaN
+    assert history[-1]["total_requests"] == figures["requests"]
+    # the counted throughput at the end of the window is close to Locust's average rate
+    assert history[-1]["rps_counted"] == pytest.approx(figures["rps"], rel=0.3)
+    assert st.current_rps(FIXTURES / "locust-A-r1_stats_history.csv") == history[-1]["rps_counted"]
+    assert st.read_locust_failures(FIXTURES / "locust-A-r1_failures.csv") == []
+    with pytest.raises(st.StatsError, match="Locust wrote no statistics"):
+        st.read_locust_stats(FIXTURES / "missing_stats.csv")
+
+
+def test_failure_messages_are_unwrapped() -> None:
+    (top,) = st.read_locust_failures(FIXTURES / "locust-404_failures.csv")
+    assert top["error"].startswith("HTTP 404: Request for unknown model")
+    assert "is the model loaded" in top["error"] and top["occurrences"] > 0
+
+
+# -- metrics endpoint ------------------------------------------------------------------------------
+
+
+def test_metric_values_from_recorded_endpoint() -> None:
+    text = (FIXTURES / "metrics-bert_tiny_inflight.txt").read_text()
+    assert len(st.metric_values(text, "inflight_in_flight", "bert_tiny_inflight")) == 1
+    assert st.metric_values(text, "inflight_in_flight", "bert_tiny_sync") == []
+    # histogram series (_count/_sum/_bucket) are not the metric itself
+    assert st.metric_values(text, "inflight_batch_size", "bert_tiny_inflight") == []
+    # no cupti=true on the CPU host: the GPU gauges are absent
+    assert st.gpu_gauges(text, "bert_tiny_inflight") == {"gpu_activity": None, "sync_share": None}
+    assert st.summarize_gauge([None, None]) == "not available"
+
+
+def test_gpu_gauges_read_like_any_gauge() -> None:
+    # the recorded in-flight gauge line, renamed to the GPU gauges the backend publishes with cupti=true
+    text = (FIXTURES / "metrics-bert_tiny_inflight.txt").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("inflight_in_flight{"))
+    value = float(line.rsplit(" ", 1)[1])
+    fake = "\n".join(
+        [line.replace("inflight_in_flight", name) for name in st.GPU_GAUGES.values()]
+        + [line.replace("inflight_in_flight", "inflight_gpu_activity").replace("_0_0", "_1_0")]
+    )
+    assert st.gpu_gauges(fake, "bert_tiny_inflight") == {"gpu_activity": value, "sync_share": value}
+    assert st.summarize_gauge([value, None, value / 2]) == {
+        "mean": pytest.approx(0.75 * value),
+        "min": value / 2,
+        "max": value,
+        "n": 2,
+    }
+
+
+# -- the report ------------------------------------------------------------------------------------
+
+
+def test_report_from_recorded_json(tmp_path: Path) -> None:
+    src = tmp_path / "ab-smoke.json"
+    shutil.copy(FIXTURES / "ab-smoke.json", src)
+    md, images = report.write_report(src)
+    assert md == tmp_path / "ab-smoke.md"
+    assert sorted(p.name for p in images) == ["ab-smoke-latency.png", "ab-smoke-throughput.png"]
+    for p in images:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
+    text = md.read_text()
+    doc = recorded()
+    a, b = doc["summary"]
+    assert "**Status: valid**" in text
+    assert f"| A: `{a['spec']}` | B: `{b['spec']}` | B/A |" in text
+    assert f"| req/s | {report._fmt(a['rps'])} | {report._fmt(b['rps'])} | {b['rps'] / a['rps']:.2f}x |" in text
+    assert f"| p99 latency (ms, exact) | {a['latency_ms']['p99']:.2f} | {b['latency_ms']['p99']:.2f} |" in text
+    assert "| GPU activity | not available | not available | n/a |" in text
+    assert "tritonserver 2.51.0" in text and "Locust" in text
+    assert "exact (nearest rank)" in text
+    assert "![ab-smoke-throughput](ab-smoke-throughput.png)" in text
+    # regenerating gives the same report
+    assert report.write_report(src)[0].read_text() == text
+
+
+def test_report_marks_invalid_runs(tmp_path: Path) -> None:
+    doc = recorded()
+    warning = st.cpu_warnings((FIXTURES / "locust-cpu-warning.log").read_text())[0]
+    doc["valid"] = False
+    doc["problems"] = [f"A round 1: Locust's CPU was above 90%: {warning!r}"]
+    text = report.markdown(doc)
+    assert "**Status: INVALID**" in text and "CPU usage above 90%" in text
+
+
+def test_gpu_plot_only_with_gauges(tmp_path: Path) -> None:
+    doc = recorded()
+    assert report.plot_gpu(doc, tmp_path / "gpu.png") is None
+    samples = [0.5, 0.75, 1.0]  # what the runner keeps of gauge samples, here for two variants
+    for s in doc["summary"]:
+        s["gpu_activity"] = st.summarize_gauge(samples)
+        s["sync_share"] = st.summarize_gauge([1 - x for x in samples])
+    assert report.plot_gpu(doc, tmp_path / "gpu.png") == tmp_path / "gpu.png"
+    assert "| GPU activity | 75.0% | 75.0% | 1.00x |" in report.markdown(doc)
+
+
+def test_report_rejects_other_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        report.load(tmp_path / "none.json")
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    with pytest.raises(ConfigError, match="not an A/B result"):
+        report.load(other)
