@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 STEP=${1:?usage: gpu_session.sh throughput|published|profile}
 OUT=${OUT:-runs/gpu-out}
 mkdir -p "$OUT" results
-if [ -d .kit ]; then
+if [ -d .kit ] && command -v nvidia-smi >/dev/null; then
   source .kit/setup.sh .kit >/dev/null
   python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
 fi

@@ -110,11 +110,28 @@ def _dist_for(binary: Path) -> TritonDist:
                 f"(it has {available}); run inflight with one of those Python versions"
             )
         return TritonDist(binary=binary, backends_dir=backends, lib_dirs=lib_dirs, stub=stub, source="pytriton")
+    stub_path = backends / "python" / "triton_python_backend_stub"
+    built_for = stub_python_version(stub_path) if stub_path.is_file() else None
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if built_for is not None and built_for != running:
+        raise ServerError(
+            f"the Python-backend stub {stub_path} is built for Python {built_for} but inflight runs under Python "
+            f"{running}; run inflight with Python {built_for}, or point INFLIGHT_TRITONSERVER/TRITONSERVER at a server "
+            "whose stub matches (the nvidia-pytriton wheel carries stubs for 3.8-3.13)"
+        )
     if not (backends / "python").is_dir():
         raise ServerError(
             f"{binary} has no Python backend at {backends / 'python'}; inflight is a Python-based backend and needs it"
         )
     return TritonDist(binary=binary, backends_dir=backends, lib_dirs=lib_dirs, stub=None, source="path")
+
+
+def stub_python_version(stub: Path) -> str | None:
+    """The Python version a Python-backend stub links (``"3.12"``), read from its ``libpythonX.Y`` name."""
+    import re
+
+    m = re.search(rb"libpython(3\.\d+)\.so", stub.read_bytes())
+    return m.group(1).decode() if m else None
 
 
 def backend_source_dir() -> Path:
