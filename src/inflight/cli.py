@@ -185,6 +185,57 @@ def bench_engine_cmd(
     typer.echo(f"wrote {out}")
 
 
+@app.command("demo")
+def demo_cmd(
+    repository: Annotated[Path, typer.Option(help="Model repository.")] = REPO_DEFAULT,
+    window: Annotated[float, typer.Option(help="Measured seconds per variant.")] = 10.0,
+    users: Annotated[int, typer.Option(help="Concurrent users.")] = 20,
+    out: Annotated[Path, typer.Option(help="Where the A/B result goes.")] = Path("results/demo"),
+    verbose: bool = False,
+) -> None:
+    """The main job: build bert_tiny, serve it, A/B the sync and pipelined variants, print what served and how fast."""
+    _setup_logging(verbose)
+    for noisy in ("onnx_ir", "onnxscript", "torch.onnx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import re
+
+    from inflight.build import artifacts_current, build_model
+    from inflight.loadtest.presets import preset
+    from inflight.loadtest.runner import AbConfig, run_ab
+    from inflight.runtime.cuda import device_count
+
+    gpus = device_count()
+    typer.echo(f"device: {'GPU (' + str(gpus) + ' visible)' if gpus else 'CPU (no CUDA device visible)'}")
+    try:
+        if not artifacts_current(repository, "bert_tiny"):
+            typer.echo("building bert_tiny (torch.export artifact) ...")
+            build_model(repository, "bert_tiny", onnx=False)
+        shape = preset("smoke").replace(users=users, spawn_rate=float(users), window_s=window)
+        path = run_ab(
+            AbConfig(
+                variants=["bert_tiny_sync", "bert_tiny_inflight"], shape=shape, repository=repository, out=out,
+                preset="smoke",
+            )
+        )  # fmt: skip
+    except InflightError as e:
+        _fail(e)
+    log = path.parent / "tritonserver.log"
+    if log.is_file():
+        for line in log.read_text(errors="replace").splitlines():
+            m = re.search(r"\] (bert_tiny_\w+ \(.*?\): .*? mode.*?ready in [0-9.]+ s)", line)
+            if m:
+                typer.echo(f"served by: {m.group(1)}")
+    doc = json.loads(path.read_text())
+    for s in doc["summary"]:
+        lat = s.get("latency_ms") or {}
+        typer.echo(
+            f"{s['spec']:<22} {s.get('rps') or 0:>9.1f} req/s  {s.get('items_per_s') or 0:>10.0f} items/s  "
+            f"p50 {lat.get('p50', float('nan')):.1f} ms  p99 {lat.get('p99', float('nan')):.1f} ms  "
+            f"failures {s['failures']}"
+        )
+    typer.echo(f"report: {path.with_suffix('.md')}")
+
+
 def _register_subcommands() -> None:
     from inflight.loadtest.cli import register as register_ab
     from inflight.profiling.cli import register as register_profiling
