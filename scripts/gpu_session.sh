@@ -16,9 +16,10 @@ cd "$(dirname "$0")/.."
 STEP=${1:?usage: gpu_session.sh throughput|published|profile}
 OUT=${OUT:-runs/gpu-out}
 mkdir -p "$OUT" results
-if [ -d .kit ] && command -v nvidia-smi >/dev/null; then
+if [ -d .kit ] && command -v nvidia-smi >/dev/null && [ -z "${INFLIGHT_SETUP_DONE:-}" ]; then
   source .kit/setup.sh .kit >/dev/null
   python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+  export INFLIGHT_SETUP_DONE=1
 fi
 PY=${PYTHON:-python3}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU"
@@ -63,6 +64,21 @@ case "$STEP" in
     done
     $PY -m inflight.cli nsys-summary results/nsys/bert_tiny_sync/bert_tiny_sync.sqlite \
       results/nsys/bert_tiny_inflight/bert_tiny_inflight.sqlite --out results/nsys 2>&1 | tail -30
+    ;;
+  final)  # published (issue 4) + live CUPTI gauges + nsys (issue 5) in one call, each part time-boxed
+    timeout 330 bash "$0" _published_only
+    tar czf "$OUT/results-published.tgz" results 2>/dev/null
+    timeout 70 bash "$0" _cupti_only
+    tar czf "$OUT/results-cupti.tgz" results/cupti 2>/dev/null
+    WINDOW=4 DELAY=10 timeout 190 bash "$0" profile
+    ;;
+  _cupti_only)
+    ab results/cupti 12 4 1 'bert_tiny_inflight@cupti=true'
+    exit 0
+    ;;
+  _published_only)
+    ab results/published "${WINDOW:-120}" "${WARMUP:-5}" 1 'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1'
+    exit 0
     ;;
   *) echo "unknown step $STEP" >&2; exit 2 ;;
 esac
