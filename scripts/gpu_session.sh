@@ -82,5 +82,5 @@ case "$STEP" in
     ;;
   *) echo "unknown step $STEP" >&2; exit 2 ;;
 esac
-tar czf "$OUT/results-$STEP.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' results
+tar czf "$OUT/results-$STEP.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' results
 ls -la "$OUT"
