@@ -55,6 +55,11 @@ case "$STEP" in
   profile)
     for v in 'bert_tiny_sync@instances=4' 'bert_tiny_inflight@instances=1'; do
       name=${v%%@*}
+      # the previous server must be gone: the next one would find its ports taken
+      for _ in $(seq 60); do
+        $PY -c "import sys; from inflight.server.launcher import port_free; sys.exit(0 if all(map(port_free, (8000, 8001, 8002))) else 1)" && break
+        sleep 1
+      done
       $PY -m inflight.cli nsys-profile --out "results/nsys/$name" --name "$name" --mode launch \
         --server "$PY -m inflight.cli serve -m '$v' --workdir runs/nsys-serve-$name" \
         --ready-url "http://localhost:8000/v2/models/$name/ready" \

@@ -236,6 +236,17 @@ def demo_cmd(
     typer.echo(f"report: {path.with_suffix('.md')}")
 
 
+@app.command("results-report")
+def results_report_cmd(
+    root: Annotated[Path, typer.Option(help="Repository root holding results/.")] = Path("."),
+    out: Annotated[Optional[Path], typer.Option(help="Page to write (default docs/RESULTS.md).")] = None,  # noqa: UP045
+) -> None:
+    """Generate docs/RESULTS.md from the JSON files under results/ only."""
+    from inflight.results_report import write
+
+    typer.echo(f"wrote {write(root, out)}")
+
+
 def _register_subcommands() -> None:
     from inflight.loadtest.cli import register as register_ab
     from inflight.profiling.cli import register as register_profiling

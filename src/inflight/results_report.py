@@ -1,0 +1,214 @@
+"""``inflight results-report``: docs/RESULTS.md generated from the JSON files under ``results/`` only.
+
+Every figure in the page is read from a result file written by a command (the engine bench,
+``inflight ab``, the nsys summary); the page names the file and the command that reproduces it.
+Nothing is typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(v: Any, spec: str = ",.0f", suffix: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return f"{format(v, spec)}{suffix}"
+
+
+def _pct(v: Any) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def engine_section(path: Path, root: Path) -> list[str]:
+    """The engine-level benchmark table."""
+    doc = json.loads(path.read_text())
+    cfg = doc.get("config", {})
+    lines = [
+        f"## Engine level: engine-only bound vs sync vs pipelined executor (`{path.relative_to(root)}`)",
+        "",
+        f"Device {doc['device']}, driver {doc.get('driver', '?')}, "
+        + ", ".join(f"{k} {v}" for k, v in doc.get("versions", {}).items())
+        + f"; model {cfg.get('model')}, seq {cfg.get('seq_len')}, {cfg.get('items_per_request')} items per request, "
+        f"{cfg.get('iters')} batches per measurement, {cfg.get('slots')} slots, {cfg.get('response_threads')} "
+        "sender threads (responses only counted: no server).",
+        "",
+        "Reproduce: `inflight bench-engine --repository model_repository` on the GPU host.",
+        "",
+    ]
+    rows = []
+    for r in doc["rows"]:
+        rows.append(
+            [
+                str(r["batch"]),
+                _fmt(r["engine_bound_items_s"]),
+                _fmt(r["sync_items_s"]),
+                _fmt(r["pipelined_items_s"]) + f" ({r.get('pipelined_wait_mode', '?')})",
+                _pct(r["pipelined_fraction_of_bound"]),
+                _pct(r.get("engine_bound_gpu_activity")),
+                _pct(r.get("sync_gpu_activity")),
+                _pct(r.get("pipelined_gpu_activity")),
+                _pct((r.get("traced_over_untraced_throughput") or {}).get("pipelined")),
+            ]
+        )
+    lines += _table(
+        [
+            "batch",
+            "engine bound items/s",
+            "sync items/s",
+            "pipelined items/s (wait)",
+            "pipelined / bound",
+            "bound GPU activity",
+            "sync GPU activity",
+            "pipelined GPU activity",
+            "pipelined traced / untraced",
+        ],
+        rows,
+    )
+    lines += [
+        "",
+        "Throughputs come from untraced passes; GPU activity (union of kernel, graph and copy intervals over "
+        "the window, from CUPTI) from a traced pass of the same batches. *Bound GPU activity* is the activity of "
+        "back-to-back graph replays alone: the gaps between the kernels inside one graph, which no executor can "
+        "remove.",
+        "",
+    ]
+    return lines
+
+
+def ab_section(path: Path, root: Path) -> list[str]:
+    """One A/B result: the side-by-side figures."""
+    doc = json.loads(path.read_text())
+    load = doc.get("load", {})
+    dev = doc.get("device", {})
+    summary = doc["summary"]
+    base = summary[0].get("rps") or math.nan
+    lines = [
+        f"### `{path.relative_to(root)}`",
+        "",
+        f"{dev.get('name', '?')}, driver {dev.get('driver', '?')}; {load.get('users')} users x {load.get('items')} "
+        f"items, seq {load.get('seq_len')}, {load.get('window_s')} s window after {load.get('warmup_s')} s warm-up, "
+        f"{load.get('processes')} Locust processes, order {', '.join(load.get('order', []))}; "
+        f"status {'valid' if doc.get('valid') else 'INVALID'}.",
+        "",
+        "Reproduce: `inflight ab "
+        + " ".join(f"'{s['spec']}'" for s in summary)
+        + f" --preset {doc.get('preset')} --window {load.get('window_s')} --warmup {load.get('warmup_s')}"
+        + (f" --repeat {load.get('repeat')}" if load.get("repeat", 1) > 1 else "")
+        + "`",
+        "",
+    ]
+    rows = []
+    for s in summary:
+        lat = s.get("latency_ms") or {}
+        server = s.get("server") or {}
+        gpu = s["gpu_activity"].get("mean") if isinstance(s.get("gpu_activity"), dict) else None
+        sync = s["sync_share"].get("mean") if isinstance(s.get("sync_share"), dict) else None
+        rows.append(
+            [
+                f"{s['variant']}: `{s['spec']}`",
+                _fmt(s.get("rps")),
+                _fmt(s.get("items_per_s")),
+                _fmt(lat.get("p50"), ".1f"),
+                _fmt(lat.get("p95"), ".1f"),
+                _fmt(lat.get("p99"), ".1f"),
+                str(s.get("failures")),
+                _fmt(server.get("avg_batch_items"), ",.0f"),
+                _pct(gpu),
+                _pct(sync),
+                _fmt((s.get("rps") or math.nan) / base, ".2f", "x"),
+            ]
+        )
+    lines += _table(
+        [
+            "variant",
+            "req/s",
+            "items/s",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "failures",
+            "avg batch",
+            "GPU activity (live)",
+            "sync share (live)",
+            "req/s vs A",
+        ],
+        rows,
+    )
+    lines.append("")
+    return lines
+
+
+def nsys_section(paths: list[Path], root: Path) -> list[str]:
+    """nsys summaries side by side."""
+    entries = []
+    for p in paths:
+        for f in json.loads(p.read_text()).get("files", []):
+            run = p.parent / "run.json"
+            meta = json.loads(run.read_text()) if run.is_file() else {}
+            entries.append((p, f, meta))
+    if not entries:
+        return []
+    lines = ["## Nsight Systems under load (`results/nsys/`)", ""]
+    for p, f, meta in entries:
+        lines.append(
+            f"- `{f['label']}`: server `{meta.get('server', '?')}`; load `{' '.join(str(meta.get('load', '?')).split())}`; "
+            f"capture {meta.get('window_s', '?')} s after {meta.get('delay_s', '?')} s of load "
+            f"({meta.get('nsys_version', 'nsys')}); summary `{p.relative_to(root)}`"
+        )
+    lines.append("")
+    keys = [
+        ("GPU activity (union / wall)", lambda s: _pct(s.get("gpu_activity"))),
+        ("sync share of CUDA API time", lambda s: _pct(s.get("sync_share"))),
+        ("launch share of CUDA API time", lambda s: _pct(s.get("launch_share"))),
+        ("dispatches / s", lambda s: _fmt(s.get("dispatches_per_s"))),
+        ("dispatch median (µs)", lambda s: _fmt(s.get("dispatch_median_us"), ",.1f")),
+        ("H2D average (bytes)", lambda s: _fmt(s.get("h2d_avg_bytes"))),
+        ("idle gaps (median µs)", lambda s: _fmt(s.get("gap_median_us"), ",.1f")),
+        ("sync calls", lambda s: _fmt(s.get("sync_calls"))),
+        ("regime", lambda s: (s.get("verdict") or {}).get("regime", "n/a")),
+    ]
+    header = ["figure", *[f["label"] for _, f, _ in entries]]
+    rows = [[name, *[get(f["summary"]) for _, f, _ in entries]] for name, get in keys]
+    lines += _table(header, rows)
+    lines += ["", "Reproduce: `bash scripts/gpu_session.sh profile` on the GPU host.", ""]
+    return lines
+
+
+def render(root: Path) -> str:
+    """The whole page for the repository at ``root``."""
+    results = root / "results"
+    lines = [
+        "# Results",
+        "",
+        "Generated by `inflight results-report` from the JSON files under `results/`; do not edit by hand.",
+        "",
+    ]
+    eb = results / "engine_bench.json"
+    if eb.is_file():
+        lines += engine_section(eb, root)
+    abs_ = sorted(p for p in results.rglob("ab-*.json"))
+    if abs_:
+        lines += ["## Through the server: A/B load tests", ""]
+        for p in abs_:
+            lines += ab_section(p, root)
+    lines += nsys_section(sorted(results.glob("nsys/*/summary.json")), root)
+    return "\n".join(lines) + "\n"
+
+
+def write(root: Path, out: Path | None = None) -> Path:
+    """Write docs/RESULTS.md (or ``out``)."""
+    out = out or root / "docs" / "RESULTS.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(root))
+    return out
