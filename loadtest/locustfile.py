@@ -126,15 +126,7 @@ class _Process:
         Raises:
             ConfigError: for invalid options or a pool file made for another workload.
         """
-        w = wl.Workload(
-            model=options.model,
-            items=options.items,
-            seq_len=options.seq_len,
-            token_dist=options.token_dist,
-            length_dist=options.length_dist,
-            seed=options.seed,
-            pool=options.pool,
-        )
+        w = wl.Workload.of(options.model, options)
         key = (w, bool(options.check), str(options.repository), str(options.pool_file))
         with self.lock:  # test_start may come while init still prepares
             if key == self.key:

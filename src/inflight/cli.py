@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import logging
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from inflight.cli_util import fail, setup_logging
 from inflight.errors import InflightError
 from inflight.model_config import Kind
 
@@ -22,19 +21,6 @@ app = typer.Typer(
 )
 
 REPO_DEFAULT = Path("model_repository")
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def _fail(e: Exception) -> None:
-    typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
 
 
 @app.command("build-models")
@@ -49,18 +35,18 @@ def build_models_cmd(
     verbose: bool = False,
 ) -> None:
     """Write configs (inflight, sync, trt variants) and the Torch/ONNX artifacts."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from inflight.build import build_models
 
     kinds: dict[str, Kind] = {"auto": "auto", "gpu": "gpu", "cpu": "cpu"}
     if kind not in kinds:
-        _fail(ValueError(f"--kind {kind!r}: choose auto, gpu or cpu"))
+        fail(ValueError(f"--kind {kind!r}: choose auto, gpu or cpu"))
     try:
         out = build_models(
             repository, models, kind=kinds[kind], instances=instances, seed=seed, onnx=onnx, configs_only=configs_only
         )
     except InflightError as e:
-        _fail(e)
+        fail(e)
     for s in out:
         typer.echo(json.dumps(s))
 
@@ -88,7 +74,7 @@ def serve_cmd(
     verbose: bool = False,
 ) -> None:
     """Start tritonserver with the inflight backend; stop cleanly on Ctrl+C / SIGTERM."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from inflight.model_config import parse_variant_arg
     from inflight.server.control import load_variant, variant_config
     from inflight.server.launcher import ServerConfig, TritonServer
@@ -99,7 +85,7 @@ def serve_cmd(
         try:
             variants = [variant_config(repository, *parse_variant_arg(m)) for m in overridden]
         except InflightError as e:
-            _fail(e)
+            fail(e)
         model = plain
     cfg = ServerConfig(
         model_repository=repository,
@@ -122,7 +108,7 @@ def serve_cmd(
             typer.echo(f"loaded {vc.model_name} with overrides in {seconds:.1f} s")
     except InflightError as e:
         server.stop()
-        _fail(e)
+        fail(e)
     typer.echo(
         f"serving {repository} (HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}); "
         f"log: {server.log_path}; Ctrl+C stops"
@@ -151,7 +137,7 @@ def bench_engine_cmd(
     verbose: bool = False,
 ) -> None:
     """Engine-only bound vs sync vs pipelined executor on the GPU, one process; writes a JSON result."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from inflight.bench.engine_bench import BenchConfig, run, write
 
     cfg = BenchConfig(
@@ -167,7 +153,7 @@ def bench_engine_cmd(
     try:
         doc = run(cfg)
     except InflightError as e:
-        _fail(e)
+        fail(e)
     write(doc, out)
     typer.echo(f"{doc['device']}: {model}, seq {seq_len}")
     typer.echo(
@@ -194,9 +180,7 @@ def demo_cmd(
     verbose: bool = False,
 ) -> None:
     """The main job: build bert_tiny, serve it, A/B the sync and pipelined variants, print what served and how fast."""
-    _setup_logging(verbose)
-    for noisy in ("onnx_ir", "onnxscript", "torch.onnx"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    setup_logging(verbose)
     import re
 
     from inflight.build import artifacts_current, build_model
@@ -218,7 +202,7 @@ def demo_cmd(
             )
         )  # fmt: skip
     except InflightError as e:
-        _fail(e)
+        fail(e)
     log = path.parent / "tritonserver.log"
     if log.is_file():
         for line in log.read_text(errors="replace").splitlines():

@@ -150,7 +150,7 @@ def ab_section(path: Path, root: Path) -> list[str]:
 
 
 def nsys_section(paths: list[Path], root: Path) -> list[str]:
-    """nsys summaries side by side."""
+    """Nsys summaries side by side."""
     entries = []
     for p in paths:
         for f in json.loads(p.read_text()).get("files", []):
@@ -161,8 +161,9 @@ def nsys_section(paths: list[Path], root: Path) -> list[str]:
         return []
     lines = ["## Nsight Systems under load (`results/nsys/`)", ""]
     for p, f, meta in entries:
+        load = " ".join(str(meta.get("load", "?")).split())
         lines.append(
-            f"- `{f['label']}`: server `{meta.get('server', '?')}`; load `{' '.join(str(meta.get('load', '?')).split())}`; "
+            f"- `{f['label']}`: server `{meta.get('server', '?')}`; load `{load}`; "
             f"capture {meta.get('window_s', '?')} s after {meta.get('delay_s', '?')} s of load "
             f"({meta.get('nsys_version', 'nsys')}); summary `{p.relative_to(root)}`"
         )

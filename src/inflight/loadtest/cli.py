@@ -7,28 +7,15 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from inflight.cli_util import fail, setup_logging
 from inflight.errors import InflightError
 
 LOGGER = logging.getLogger(__name__)
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def _fail(e: Exception, code: int = 2) -> None:
-    typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
 
 
 def ab_cmd(
@@ -75,7 +62,7 @@ def ab_cmd(
     verbose: bool = False,
 ) -> None:
     """Run the A/B load test: the same Locust load against each variant in turn, on one server."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from inflight.loadtest import presets
     from inflight.loadtest.runner import AbConfig, run_ab
 
@@ -113,7 +100,7 @@ def ab_cmd(
             )
         )
     except InflightError as e:
-        _fail(e)
+        fail(e)
     _echo_summary(path)
 
 
@@ -146,13 +133,13 @@ def ab_report_cmd(
     verbose: bool = False,
 ) -> None:
     """Regenerate the Markdown report and plots of an A/B result from its JSON."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from inflight.loadtest.report import write_report
 
     try:
         md, images = write_report(result)
     except InflightError as e:
-        _fail(e)
+        fail(e)
     typer.echo(f"wrote {md}" + "".join(f", {p}" for p in images))
 
 

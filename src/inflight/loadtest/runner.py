@@ -441,15 +441,7 @@ class AbRunner:
             base = v.config.spec.name
             if base in pools:
                 continue
-            w = wl.Workload(
-                model=v.name,
-                items=s.items,
-                seq_len=s.seq_len,
-                token_dist=s.token_dist,
-                length_dist=s.length_dist,
-                seed=s.seed,
-                pool=s.pool,
-            )
+            w = wl.Workload.of(v.name, s)
             path = self.data / f"pool-{base}.npz"
             wl.save_pool(wl.build_pool(w, repository=self.config.repository, check=s.check), path)
             pools[base] = path

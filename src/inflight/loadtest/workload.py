@@ -78,6 +78,9 @@ def tolerance_for(model: str) -> Tolerance:
     return TOLERANCES.get(get_model(model).name, DEFAULT_TOLERANCE)
 
 
+_LOAD_FIELDS = ("items", "seq_len", "token_dist", "length_dist", "seed", "pool")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Workload:
     """The request mix: one model, fixed items per request, a seeded pool of distinct inputs.
@@ -99,6 +102,15 @@ class Workload:
     length_dist: LengthDist = "full"
     seed: int = 0
     pool: int = 16
+
+    @classmethod
+    def of(cls, model: str, load: Any) -> Workload:
+        """The workload of ``model`` under ``load``.
+
+        ``load`` is anything with the same attribute names: a ``LoadShape``, Locust's parsed
+        options, argparse arguments.
+        """
+        return cls(model=model, **{f: getattr(load, f) for f in _LOAD_FIELDS})
 
     @property
     def spec(self) -> ModelSpec:
@@ -419,15 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    w = Workload(
-        model=a.model,
-        items=a.items,
-        seq_len=a.seq_len,
-        token_dist=a.token_dist,
-        length_dist=a.length_dist,
-        seed=a.seed,
-        pool=a.pool,
-    )
+    w = Workload.of(a.model, a)
     try:
         save_pool(build_pool(w, repository=a.repository, check=a.check), a.out)
     except ConfigError as e:

@@ -16,9 +16,11 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, NoReturn, Optional
+from typing import Annotated, Optional
 
 import typer
+
+from inflight.cli_util import fail, setup_logging
 
 LOGGER = logging.getLogger(__name__)
 
@@ -126,19 +128,6 @@ def run_nsys_profile(*, out: Path, env: dict[str, str] | None = None, **kwargs: 
     return Path(out) / f"{kwargs.get('name', 'profile')}.sqlite"
 
 
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def _fail(msg: str) -> NoReturn:
-    typer.secho(f"error: {msg}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
-
-
 def nsys_summary_cmd(
     files: Annotated[list[Path], typer.Argument(help="nsys sqlite exports (nsys export --type sqlite).")],
     out: Annotated[Optional[Path], typer.Option(help="Write summary.md, summary.json and timeline PNGs here.")] = None,  # noqa: UP045
@@ -157,7 +146,7 @@ def nsys_summary_cmd(
     verbose: bool = False,
 ) -> None:
     """GPU activity (union/wall), sync share, dispatches and the regime, side by side per file."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from inflight.profiling.activity import Thresholds
     from inflight.profiling.nsys_summary import NsysExportError, run, to_json, to_markdown
 
@@ -175,7 +164,7 @@ def nsys_summary_cmd(
             timeline_at=timeline_at,
         )
     except (NsysExportError, ValueError) as e:
-        _fail(str(e))
+        fail(str(e))
     typer.echo(to_json(summaries) if as_json else to_markdown(summaries))
 
 
@@ -210,7 +199,7 @@ def nsys_profile_cmd(
             wait_load=wait_load,
         )
     except FileNotFoundError as e:
-        _fail(str(e))
+        fail(str(e))
     env = dict(os.environ)
     env.setdefault("PYTHON", sys.executable)
     code = subprocess.call(argv, env=env)
@@ -227,17 +216,17 @@ def cupti_trace_cmd(
     verbose: bool = False,
 ) -> None:
     """Run SCRIPT under CUPTI, write a Perfetto trace and print the figures as JSON."""
-    _setup_logging(verbose)
+    setup_logging(verbose)
     from inflight.profiling.cupti_live import CuptiUnavailableError, CuptiWindow
 
     if not script.is_file():
-        _fail(f"{script}: no such file")
+        fail(f"{script}: no such file")
     sys.argv = [str(script), *(args or [])]
     try:
         with CuptiWindow(markers=markers, graph_trace=graph_trace) as w:
             runpy.run_path(str(script), run_name="__main__")
     except CuptiUnavailableError as e:
-        _fail(str(e))
+        fail(str(e))
     path = w.write_trace(out)
     summary = w.summary().to_dict()
     summary["sync_calls_by_thread"] = {str(k): v for k, v in w.sync_calls_by_thread().items()}
