@@ -203,7 +203,7 @@ def demo_cmd(
         )  # fmt: skip
     except InflightError as e:
         fail(e)
-    log = path.parent / "tritonserver.log"
+    log = path.with_suffix("") / "tritonserver.log"
     if log.is_file():
         for line in log.read_text(errors="replace").splitlines():
             m = re.search(r"\] (bert_tiny_\w+ \(.*?\): .*? mode.*?ready in [0-9.]+ s)", line)

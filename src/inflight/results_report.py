@@ -198,7 +198,8 @@ def render(root: Path) -> str:
     eb = results / "engine_bench.json"
     if eb.is_file():
         lines += engine_section(eb, root)
-    abs_ = sorted(p for p in results.rglob("ab-*.json"))
+    # results/demo/ holds what `inflight demo` writes on any machine; it is not published
+    abs_ = sorted(p for p in results.rglob("ab-*.json") if "demo" not in p.relative_to(results).parts)
     if abs_:
         lines += ["## Through the server: A/B load tests", ""]
         for p in abs_:
