@@ -102,3 +102,24 @@ def test_serve_command_stops_cleanly_on_sigterm(tmp_path: Path, repository: Path
     assert p.returncode == 0, out
     assert "tritonserver stopped (exit code 0)" in out
     assert "finalized (drained)" in (tmp_path / "tritonserver.log").read_text()
+
+
+def test_a_stub_built_for_another_python_is_refused(tmp_path: Path) -> None:
+    """An installed server whose stub links another libpython (e.g. a 3.12 kit under 3.11) is refused."""
+    import shutil
+
+    import pytriton
+
+    from inflight.server.launcher import _dist_for, stub_python_version
+
+    stubs = Path(pytriton.__file__).parent / "tritonserver" / "python_backend_stubs"
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    other = next(v for v in ("3.12", "3.11", "3.10") if v != running)
+    assert stub_python_version(stubs / running / "triton_python_backend_stub") == running
+    server = tmp_path / "tritonserver"
+    (server / "bin").mkdir(parents=True)
+    (server / "backends" / "python").mkdir(parents=True)
+    (server / "bin" / "tritonserver").write_text("")
+    shutil.copy(stubs / other / "triton_python_backend_stub", server / "backends" / "python")
+    with pytest.raises(ServerError, match=rf"built for Python {other} but inflight runs under Python {running}"):
+        _dist_for(server / "bin" / "tritonserver")
