@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import bisect
 import math
-import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -132,7 +131,6 @@ class Slot:
         state: Runner-owned resources (device buffers, events).
         pending: Responses not yet sent; the slot is freed when it reaches 0.
         generation: How many batches this slot has carried.
-        t_submit: ``time.perf_counter()`` at launch.
     """
 
     index: int
@@ -143,8 +141,6 @@ class Slot:
     state: Any = None
     pending: int = 0
     generation: int = 0
-    t_submit: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def gather(layout: Layout, slot: Slot, batch: Batch, bucket: tuple[int, int | None]) -> None:
@@ -188,14 +184,4 @@ def outputs_for(layout: Layout, slot: Slot) -> list[dict[str, np.ndarray]]:
     for item in slot.batch.items:
         out.append({name: v[r : r + item.count] for name, v in views.items()})
         r += item.count
-    return out
-
-
-def split_rows(counts: Sequence[int]) -> list[tuple[int, int]]:
-    """``[(start, count)]`` row ranges for consecutive requests."""
-    out = []
-    r = 0
-    for c in counts:
-        out.append((r, c))
-        r += c
     return out

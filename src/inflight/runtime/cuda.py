@@ -312,10 +312,3 @@ class _CudaArray:
             "strides": None,
             "stream": None,
         }
-
-
-def as_torch(buf: DeviceBuffer, dtype: np.dtype | str, count: int, device_id: int) -> Any:
-    """A flat torch tensor over ``buf`` (no copy; the buffer keeps ownership)."""
-    import torch
-
-    return torch.as_tensor(_CudaArray(buf.ptr, (count,), np.dtype(dtype)), device=f"cuda:{device_id}")

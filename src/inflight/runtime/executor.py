@@ -227,7 +227,7 @@ class PipelinedExecutor(_Base):
         try:
             self._prepare(slot, batch)
             slot.generation += 1
-            slot.t_submit = t0 = time.perf_counter()
+            t0 = time.perf_counter()
             with self.ranges.range("enqueue"):
                 self.runner.launch(slot)
             self.stats.launch_s += time.perf_counter() - t0

@@ -18,7 +18,6 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -276,8 +275,3 @@ class CpuRunner(Runner):
         for slot in self.slots:
             slot.host_in.clear()
             slot.host_out.clear()
-
-
-def runner_info(runner: Runner) -> dict[str, Any]:
-    """Facts about a runner for logs and stats."""
-    return {"engine": runner.describe(), "graphs": runner.engine.graphs()}
