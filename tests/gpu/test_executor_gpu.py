@@ -3,35 +3,18 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from tests.helpers import Collect
 
 from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
 from inflight.runtime.batch import Batch, Buckets, Item, Layout, pow2_buckets
 
 pytestmark = pytest.mark.gpu
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.got: dict[int, tuple[dict[str, np.ndarray] | None, str | None]] = {}
-        self.cond = threading.Condition()
-
-    def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
-        copy = None if outputs is None else {k: v.copy() for k, v in outputs.items()}
-        with self.cond:
-            assert handle not in self.got, "two responses for one request"
-            self.got[handle] = (copy, error)
-            self.cond.notify_all()
-
-    def wait(self, n: int, timeout: float = 120) -> None:
-        with self.cond:
-            assert self.cond.wait_for(lambda: len(self.got) >= n, timeout), f"{len(self.got)}/{n} responses"
 
 
 def _make(repository: Path, model: str, slots: int, *, max_batch: int = 2048, graphs: bool = True) -> tuple[Any, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tests.helpers import http_inputs
 from tritonclient.utils import InferenceServerException
 
 from inflight.models import MODELS
@@ -24,12 +25,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.integration]
 
 def _infer(url: str, name: str, x: dict[str, np.ndarray]) -> np.ndarray:
     with httpclient.InferenceServerClient(url, connection_timeout=120, network_timeout=120) as c:
-        ins = []
-        for k, v in x.items():
-            i = httpclient.InferInput(k, list(v.shape), "INT64")
-            i.set_data_from_numpy(v, binary_data=True)
-            ins.append(i)
-        return c.infer(name, ins).as_numpy("cls")
+        return c.infer(name, http_inputs(x)).as_numpy("cls")
 
 
 def _gpu_used_mib() -> int:

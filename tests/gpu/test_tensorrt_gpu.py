@@ -7,13 +7,11 @@ runtime refuses this GPU (TensorRT-RTX 1.7 refuses compute capability 9.0: H100/
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from tests.helpers import Collect
 
 from inflight.errors import EngineError
 from inflight.models import MODELS
@@ -52,17 +50,6 @@ def trt_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-class Collect:
-    def __init__(self) -> None:
-        self.got: dict[int, Any] = {}
-        self.cond = threading.Condition()
-
-    def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
-        with self.cond:
-            self.got[handle] = (None if outputs is None else {k: v.copy() for k, v in outputs.items()}, error)
-            self.cond.notify_all()
-
-
 def test_tensorrt_engine_pipelined_matches_reference(trt_plan: Path) -> None:
     from inflight.models.reference import reference_outputs
     from inflight.runtime.engines.tensorrt_engine import TensorRTEngine
@@ -86,8 +73,7 @@ def test_tensorrt_engine_pipelined_matches_reference(trt_plan: Path) -> None:
         item = Item(inputs=spec.example_inputs(n, seq_len=s, rng=rng), count=n, seq=s, handle=k)
         items.append(item)
         ex.submit(Batch([item]))
-    with sink.cond:
-        assert sink.cond.wait_for(lambda: len(sink.got) == len(items), 60)
+    sink.wait(len(items), 60)
     assert ex.close(30)
     repo = trt_plan.parents[2]
     for item in items:

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tests.helpers import grpc_inputs, http_inputs
 from tritonclient.utils import InferenceServerException
 
 from inflight.models import MODELS
@@ -46,28 +47,6 @@ def kind(request: pytest.FixtureRequest, server: Any, repository: Any) -> Iterat
         unload(server.http_url, n)
 
 
-def _http_inputs(inputs: dict[str, np.ndarray]) -> list[Any]:
-    out = []
-    for name, a in inputs.items():
-        i = httpclient.InferInput(name, list(a.shape), _wire(a))
-        i.set_data_from_numpy(a, binary_data=True)
-        out.append(i)
-    return out
-
-
-def _grpc_inputs(inputs: dict[str, np.ndarray]) -> list[Any]:
-    out = []
-    for name, a in inputs.items():
-        i = grpcclient.InferInput(name, list(a.shape), _wire(a))
-        i.set_data_from_numpy(a)
-        out.append(i)
-    return out
-
-
-def _wire(a: np.ndarray) -> str:
-    return {"int64": "INT64", "int32": "INT32", "float32": "FP32", "float16": "FP16"}[a.dtype.name]
-
-
 def _inputs(model: str, batch: int, seed: int) -> dict[str, np.ndarray]:
     spec = MODELS[model]
     rng = np.random.default_rng(seed)
@@ -84,9 +63,9 @@ def test_http_and_grpc_match_reference(server: Any, repository: Any, kind: str, 
     x = _inputs(model, batch, seed=zlib.crc32(name.encode()) % 1000)
     ref = reference_outputs(repository, model, x)
     with httpclient.InferenceServerClient(server.http_url) as c:
-        y_http = c.infer(name, _http_inputs(x)).as_numpy(out_name)
+        y_http = c.infer(name, http_inputs(x)).as_numpy(out_name)
     with grpcclient.InferenceServerClient(server.grpc_url) as g:
-        y_grpc = g.infer(name, _grpc_inputs(x)).as_numpy(out_name)
+        y_grpc = g.infer(name, grpc_inputs(x)).as_numpy(out_name)
     assert y_http.shape == ref.shape and y_http.dtype == np.float32
     bound = error_bound(kind == "gpu")
     assert relative_error(y_http, ref) <= bound
@@ -143,14 +122,14 @@ def test_bad_input_gets_clear_error_and_server_stays_healthy(
     name = f"{model}_{variant}"
     with httpclient.InferenceServerClient(server.http_url) as c:
         with pytest.raises(InferenceServerException) as e:
-            c.infer(name, _http_inputs(inputs))
+            c.infer(name, http_inputs(inputs))
         assert re.search(pattern, e.value.message()), e.value.message()
         assert c.is_server_live() and c.is_server_ready() and c.is_model_ready(name)
         x = _inputs(model, 3, seed=1)
-        y = c.infer(name, _http_inputs(x)).as_numpy(MODELS[model].outputs[0].name)
+        y = c.infer(name, http_inputs(x)).as_numpy(MODELS[model].outputs[0].name)
     assert relative_error(y, reference_outputs(repository, model, x)) <= error_bound(kind == "gpu")
     with grpcclient.InferenceServerClient(server.grpc_url) as g, pytest.raises(InferenceServerException) as eg:
-        g.infer(name, _grpc_inputs(inputs))
+        g.infer(name, grpc_inputs(inputs))
     assert re.search(pattern, eg.value.message()), eg.value.message()
 
 
@@ -170,7 +149,7 @@ def test_bad_request_fails_alone_inside_a_batch(server: Any, repository: Any, ki
     def call(x: dict[str, np.ndarray]) -> np.ndarray | str:
         with httpclient.InferenceServerClient(server.http_url) as c:
             try:
-                return c.infer(name, _http_inputs(x)).as_numpy("cls")
+                return c.infer(name, http_inputs(x)).as_numpy("cls")
             except InferenceServerException as e:
                 return e.message()
 

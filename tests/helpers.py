@@ -1,0 +1,54 @@
+"""Test doubles shared by several test modules."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from inflight.models.registry import WIRE_TYPES
+
+
+def http_inputs(inputs: Mapping[str, np.ndarray]) -> list[Any]:
+    """tritonclient HTTP inputs (binary tensor data) for ``inputs``."""
+    import tritonclient.http as httpclient
+
+    out = []
+    for name, a in inputs.items():
+        i = httpclient.InferInput(name, list(a.shape), WIRE_TYPES[a.dtype.name])
+        i.set_data_from_numpy(a, binary_data=True)
+        out.append(i)
+    return out
+
+
+def grpc_inputs(inputs: Mapping[str, np.ndarray]) -> list[Any]:
+    """tritonclient gRPC inputs for ``inputs``."""
+    import tritonclient.grpc as grpcclient
+
+    out = []
+    for name, a in inputs.items():
+        i = grpcclient.InferInput(name, list(a.shape), WIRE_TYPES[a.dtype.name])
+        i.set_data_from_numpy(a)
+        out.append(i)
+    return out
+
+
+class Collect:
+    """A response sink that keeps a copy of every response and fails on a second one per request."""
+
+    def __init__(self) -> None:
+        self.got: dict[int, tuple[dict[str, np.ndarray] | None, str | None]] = {}
+        self.cond = threading.Condition()
+
+    def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
+        copy = None if outputs is None else {k: v.copy() for k, v in outputs.items()}
+        with self.cond:
+            assert handle not in self.got, "two responses for one request"
+            self.got[handle] = (copy, error)
+            self.cond.notify_all()
+
+    def wait(self, n: int, timeout: float = 120) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.got) >= n, timeout), f"{len(self.got)}/{n} responses"
