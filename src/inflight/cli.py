@@ -176,7 +176,7 @@ def demo_cmd(
     repository: Annotated[Path, typer.Option(help="Model repository.")] = REPO_DEFAULT,
     window: Annotated[float, typer.Option(help="Measured seconds per variant.")] = 10.0,
     users: Annotated[int, typer.Option(help="Concurrent users.")] = 20,
-    out: Annotated[Path, typer.Option(help="Where the A/B result goes.")] = Path("results/demo"),
+    out: Annotated[Path, typer.Option(help="Where the A/B result goes.")] = Path("runs/demo"),
     verbose: bool = False,
 ) -> None:
     """The main job: build bert_tiny, serve it, A/B the sync and pipelined variants, print what served and how fast."""

@@ -198,8 +198,7 @@ def render(root: Path) -> str:
     eb = results / "engine_bench.json"
     if eb.is_file():
         lines += engine_section(eb, root)
-    # results/demo/ holds what `inflight demo` writes on any machine; it is not published
-    abs_ = sorted(p for p in results.rglob("ab-*.json") if "demo" not in p.relative_to(results).parts)
+    abs_ = sorted(results.rglob("ab-*.json"))
     if abs_:
         lines += ["## Through the server: A/B load tests", ""]
         for p in abs_:
