@@ -6,6 +6,7 @@
 #   bash scripts/gpu_session.sh published    # issue 4: the published preset, 120 s per variant;
 #                                            #   response-path sweep; live CUPTI metrics
 #   bash scripts/gpu_session.sh profile      # issue 5: nsys of sync and pipelined under the same load
+#   bash scripts/gpu_session.sh sweep V...   # one short window per variant (model@key=value,...)
 #
 # Needs the offline kit (.kit, see ../shared/gpuhost) on a host without network; writes results/
 # and copies a tarball of it to $OUT when that is set. WINDOW / WARMUP / USERS / REPEAT override
@@ -13,7 +14,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
-STEP=${1:?usage: gpu_session.sh throughput|published|profile}
+STEP=${1:?usage: gpu_session.sh throughput|published|profile|sweep VARIANT...|final}
 OUT=${OUT:-runs/gpu-out}
 mkdir -p "$OUT" results
 if [ -d .kit ] && command -v nvidia-smi >/dev/null && [ -z "${INFLIGHT_SETUP_DONE:-}" ]; then
@@ -43,6 +44,10 @@ case "$STEP" in
       'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1' \
       'bert_tiny_sync@instances=2' 'bert_tiny_sync@instances=4' 'bert_tiny_sync@instances=8' \
       'bert_tiny_inflight@instances=4'
+    ;;
+  sweep)  # sweep VARIANT...: one window each, for choosing defaults (results/sweep)
+    shift
+    ab results/sweep "${WINDOW:-10}" "${WARMUP:-4}" "${REPEAT:-1}" "$@"
     ;;
   published)
     ab results/published "${WINDOW:-120}" "${WARMUP:-10}" 1 'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1'

@@ -66,6 +66,12 @@ class BackendParameters:
         engine: ``torch``, ``tensorrt`` or ``auto`` (TensorRT when a plan exists and runs here).
         slots: Batches in flight per instance (ring size), pipelined mode.
         response_threads: Threads that send responses concurrently (pipelined mode).
+        response_backlog: Batches whose responses may wait for the sender threads at once
+            (pipelined mode); beyond it the completion side waits, and back-pressure reaches
+            Triton's queue.
+        gil_switch_interval_us: ``sys.setswitchinterval`` for the stub process, in microseconds
+            (0 keeps Python's 5000). The sender threads hand the GIL back and forth once per
+            response; a shorter interval bounds how long one waits for a thread that computes.
         completion_wait: ``blocking`` (blocking-sync events) or ``poll`` (cudaEventQuery).
         precision: ``fp16`` or ``fp32`` on the GPU (the CPU always runs fp32).
         cuda_graphs: Capture and replay CUDA graphs per batch bucket.
@@ -86,6 +92,8 @@ class BackendParameters:
     engine: Literal["torch", "tensorrt", "auto"] = "torch"
     slots: int = 4
     response_threads: int = 8
+    response_backlog: int = 8
+    gil_switch_interval_us: int = 0
     completion_wait: Literal["blocking", "poll"] = "blocking"
     precision: Literal["fp16", "fp32"] = "fp16"
     cuda_graphs: bool = True
@@ -175,6 +183,12 @@ class BackendParameters:
             raise ConfigError(f"slots={self.slots}: use 1..64 batches in flight per instance")
         if self.response_threads < 1 or self.response_threads > 256:
             raise ConfigError(f"response_threads={self.response_threads}: use 1..256")
+        if self.response_backlog < 1 or self.response_backlog > 1024:
+            raise ConfigError(f"response_backlog={self.response_backlog}: use 1..1024 batches")
+        if self.gil_switch_interval_us < 0 or self.gil_switch_interval_us > 1_000_000:
+            raise ConfigError(
+                f"gil_switch_interval_us={self.gil_switch_interval_us}: use 0 (Python's default) or 1..1000000"
+            )
         if any(b < 1 for b in self.batch_buckets) or list(self.batch_buckets) != sorted(set(self.batch_buckets)):
             raise ConfigError(f"batch_buckets={self.batch_buckets}: use increasing positive sizes")
         if any(s < 1 for s in self.seq_buckets) or list(self.seq_buckets) != sorted(set(self.seq_buckets)):

@@ -200,3 +200,109 @@ def test_close_with_work_stuck_fails_it_explicitly_and_does_not_hang() -> None:
     gate.set()
     with pytest.raises(Exception, match="being unloaded"):
         ex.submit(Batch([_item(2, 1, 4, rng)]))
+
+
+class GatedSink(Sink):
+    """Holds every send until ``gate`` opens (a stalled response path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
+        assert self.gate.wait(10), "gate never opened"
+        super().send(handle, outputs, error)
+
+
+def test_a_slot_is_free_once_its_outputs_are_copied_not_when_responses_are_sent() -> None:
+    sink = GatedSink()
+    ex = PipelinedExecutor(_runner(ToyEngine()), sink, slots=1, response_threads=2, response_backlog=8)
+    rng = np.random.default_rng(6)
+    items = [_item(i, 2, 4, rng) for i in range(4)]
+    t0 = time.monotonic()
+    for it in items:
+        ex.submit(Batch([it]))  # one slot: each submit needs the previous batch off the device only
+    assert time.monotonic() - t0 < 5 and not sink.got, "submit waited for the response path"
+    sink.gate.set()
+    assert ex.close(10)
+    for it in items:
+        np.testing.assert_array_equal(sink.got[it.handle][0]["y"], _expect(it))  # type: ignore[index]
+    assert ex.stats.send_waits == 0
+
+
+def test_response_backlog_bounds_waiting_batches_and_back_pressure_reaches_submit() -> None:
+    sink = GatedSink()
+    ex = PipelinedExecutor(_runner(ToyEngine()), sink, slots=1, response_threads=1, response_backlog=1)
+    rng = np.random.default_rng(7)
+    items = [_item(i, 1, 4, rng) for i in range(4)]
+    done = threading.Event()
+
+    def feed() -> None:
+        for it in items:
+            ex.submit(Batch([it]))
+        done.set()
+
+    t = threading.Thread(target=feed)
+    t.start()
+    time.sleep(0.5)
+    # batch 0 waits in the sender, batch 1 waits for backlog room holding the only slot, batch 2 waits for it
+    assert not done.is_set(), "submit should be held back while the response path is stalled"
+    assert ex.stats.send_waits >= 1 and ex.stats.slot_waits >= 1
+    sink.gate.set()
+    t.join(10)
+    assert done.is_set()
+    assert ex.close(10)
+    assert sorted(sink.got) == [0, 1, 2, 3]
+    assert ex.stats.send_wait_s > 0.2 and ex.stats.respond_latency_s > 0
+
+
+TOKENS = ModelSpec(
+    name="toy_tokens",
+    description="row sums of token ids",
+    inputs=(
+        TensorSpec(name="input_ids", dtype="int64", dims=(-1,)),
+        TensorSpec(name="attention_mask", dtype="int64", dims=(-1,)),
+    ),
+    outputs=(TensorSpec(name="y", dtype="float32", dims=(2,)),),
+    max_batch_size=64,
+    make_module=lambda seed: None,  # type: ignore[arg-type,return-value]
+    max_seq_len=16,
+    vocab_size=100,
+    seq_input="input_ids",
+)
+
+
+class TokenEngine(ToyEngine):
+    def run_host(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
+        super().run_host({"x": inputs["input_ids"]}, outputs)
+
+
+def _token_item(i: int, bad: int | None = None) -> Item:
+    ids = np.full((2, 4), 7, dtype=np.int64)
+    if bad is not None:
+        ids[1, 2] = bad
+    return Item(inputs={"input_ids": ids, "attention_mask": np.ones_like(ids)}, count=2, seq=4, handle=i)
+
+
+@pytest.mark.parametrize("bad", [100, -1, 10**12])
+def test_out_of_vocabulary_ids_stop_the_batch_before_anything_is_enqueued(bad: int) -> None:
+    from inflight.errors import ValidationError
+
+    engine = TokenEngine()
+    layout = Layout(TOKENS, 64, 16)
+    runner = CpuRunner(engine, layout, Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
+    sync = SyncExecutor(runner)
+    with pytest.raises(ValidationError, match=f"token id {bad} is outside the vocabulary"):
+        sync.run(Batch([_token_item(0), _token_item(1, bad)]))
+    assert engine.calls == 0
+    assert sync.run(Batch([_token_item(0)]))[0]["y"][0, 0] == 28
+    sync.close()
+
+    engine = TokenEngine()
+    runner = CpuRunner(engine, layout, Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
+    sink = Sink()
+    ex = PipelinedExecutor(runner, sink, slots=1, response_threads=1)
+    with pytest.raises(ValidationError):
+        ex.submit(Batch([_token_item(0), _token_item(1, bad)]))
+    ex.submit(Batch([_token_item(0)]))  # the slot went back to the ring
+    assert ex.close(10) and sorted(sink.got) == [0] and engine.calls == 1

@@ -96,3 +96,12 @@ def test_overrides() -> None:
         apply_overrides(vc, {"instancez": "2"})
     with pytest.raises(ConfigError, match="not key=value"):
         parse_variant_arg("bert_tiny_sync@instances")
+
+
+def test_response_path_parameters_are_range_checked() -> None:
+    p = BackendParameters.from_parameters({"response_backlog": "16", "gil_switch_interval_us": "200"})
+    assert p.response_backlog == 16 and p.gil_switch_interval_us == 200
+    with pytest.raises(ConfigError, match=r"response_backlog=0: use 1..1024"):
+        BackendParameters.from_parameters({"response_backlog": "0"})
+    with pytest.raises(ConfigError, match=r"gil_switch_interval_us=-1"):
+        BackendParameters.from_parameters({"gil_switch_interval_us": "-1"})

@@ -8,6 +8,7 @@ with the function that checks it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -139,49 +140,66 @@ class ModelSpec:
             out[t.name] = rng.standard_normal(t.shape(batch, seq_len)).astype(t.dtype)
         return out
 
-    def validate(self, inputs: Mapping[str, np.ndarray], *, max_batch_size: int | None = None) -> int:
+    @functools.cached_property
+    def _checks(self) -> tuple[tuple[str, np.dtype[Any], int, tuple[int, ...]], ...]:
+        # (name, dtype, ndim, per-item dims) of each input, computed once: validation runs per request
+        return tuple((t.name, np.dtype(t.dtype), len(t.dims) + 1, t.dims) for t in self.inputs)
+
+    def validate(
+        self, inputs: Mapping[str, np.ndarray], *, max_batch_size: int | None = None, check_values: bool = True
+    ) -> int:
         """Check one request's inputs; return its item count.
+
+        This runs once per request on the issue path, so the common case costs a few attribute
+        reads; the messages are built only on failure.
+
+        Args:
+            inputs: The request's arrays by input name.
+            max_batch_size: Largest item count accepted (default: the model's).
+            check_values: Also check token ids and masks (``check_values``). The backend passes
+                False and checks the whole gathered batch at once instead (one reduction per input
+                for the batch rather than per request), falling back to per-request checks to find
+                the offenders when the batch check fails.
 
         Raises:
             ValidationError: with a message that says what is wrong and how to fix it.
         """
         limit = max_batch_size if max_batch_size is not None else self.max_batch_size
-        missing = [t.name for t in self.inputs if t.name not in inputs]
-        if missing:
-            raise ValidationError(
-                f"missing input(s) {missing}; model {self.name!r} needs "
-                f"{[(t.name, t.wire_type, [-1, *t.dims]) for t in self.inputs]}"
-            )
-        batch: int | None = None
-        seq: int | None = None
-        for t in self.inputs:
-            a = inputs[t.name]
-            if a.dtype != np.dtype(t.dtype):
-                raise ValidationError(f"input {t.name!r} has datatype {_wire(a.dtype)}; send {t.wire_type}")
-            if a.ndim != len(t.dims) + 1:
+        batch = -1
+        seq = -1
+        for name, dtype, ndim, dims in self._checks:
+            a = inputs.get(name)
+            if a is None:
                 raise ValidationError(
-                    f"input {t.name!r} has shape {list(a.shape)}; expected [batch, "
-                    f"{', '.join('seq' if d == -1 else str(d) for d in t.dims)}]"
+                    f"missing input(s) {[t.name for t in self.inputs if t.name not in inputs]}; model "
+                    f"{self.name!r} needs {[(t.name, t.wire_type, [-1, *t.dims]) for t in self.inputs]}"
                 )
-            if batch is None:
-                batch = int(a.shape[0])
-            elif a.shape[0] != batch:
+            if a.dtype != dtype:
+                raise ValidationError(f"input {name!r} has datatype {_wire(a.dtype)}; send {WIRE_TYPES[dtype.name]}")
+            shape = a.shape
+            if len(shape) != ndim:
                 raise ValidationError(
-                    f"inputs disagree on the batch dimension: {t.name!r} has {a.shape[0]} items, "
+                    f"input {name!r} has shape {list(shape)}; expected [batch, "
+                    f"{', '.join('seq' if d == -1 else str(d) for d in dims)}]"
+                )
+            if batch < 0:
+                batch = shape[0]
+            elif shape[0] != batch:
+                raise ValidationError(
+                    f"inputs disagree on the batch dimension: {name!r} has {shape[0]} items, "
                     f"others {batch}; send the same number of items in every input"
                 )
-            for axis, d in enumerate(t.dims, start=1):
+            for axis, d in enumerate(dims, start=1):
                 if d == -1:
-                    if seq is None:
-                        seq = int(a.shape[axis])
-                    elif a.shape[axis] != seq:
+                    if seq < 0:
+                        seq = shape[axis]
+                    elif shape[axis] != seq:
                         raise ValidationError(
-                            f"inputs disagree on the sequence length: {t.name!r} has {a.shape[axis]}, "
+                            f"inputs disagree on the sequence length: {name!r} has {shape[axis]}, "
                             f"others {seq}; pad input_ids and attention_mask to the same length"
                         )
-                elif a.shape[axis] != d:
-                    raise ValidationError(f"input {t.name!r} has shape {list(a.shape)}; dimension {axis} must be {d}")
-        assert batch is not None
+                elif shape[axis] != d:
+                    raise ValidationError(f"input {name!r} has shape {list(shape)}; dimension {axis} must be {d}")
         if batch == 0:
             raise ValidationError("empty request: the batch dimension is 0; send at least one item")
         if batch > limit:
@@ -189,7 +207,7 @@ class ModelSpec:
                 f"request has {batch} items but max_batch_size is {limit}; split it into requests "
                 f"of at most {limit} items"
             )
-        if seq is not None:
+        if seq >= 0:
             if seq == 0:
                 raise ValidationError("sequence length is 0; send at least one token per item")
             if self.max_seq_len is not None and seq > self.max_seq_len:
@@ -197,18 +215,32 @@ class ModelSpec:
                     f"sequence length {seq} exceeds the model's limit of {self.max_seq_len} tokens; "
                     f"truncate the input to {self.max_seq_len}"
                 )
-        if self.vocab_size is not None:
-            ids = inputs["input_ids"]
+        if check_values:
+            self.check_values(inputs)
+        return int(batch)
+
+    def check_values(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """Check that token ids lie in the vocabulary and masks hold only 0 and 1.
+
+        Works on one request's arrays or on a whole gathered batch (what the device would fault on,
+        or silently read out of bounds, is refused before anything is enqueued).
+
+        Raises:
+            ValidationError: naming the offending value.
+        """
+        if self.vocab_size is None:
+            return
+        # one reduction each: seen as unsigned, a negative id is huge, so max() catches both ends
+        ids = inputs["input_ids"]
+        if ids.size and int(ids.view(np.uint64).max()) >= self.vocab_size:
             lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= self.vocab_size:
-                bad = hi if hi >= self.vocab_size else lo
-                raise ValidationError(
-                    f"token id {bad} is outside the vocabulary [0, {self.vocab_size}); use the model's tokenizer"
-                )
-            mask = inputs["attention_mask"]
-            if int(mask.min()) < 0 or int(mask.max()) > 1:
-                raise ValidationError("attention_mask must contain only 0 and 1")
-        return batch
+            bad = hi if hi >= self.vocab_size else lo
+            raise ValidationError(
+                f"token id {bad} is outside the vocabulary [0, {self.vocab_size}); use the model's tokenizer"
+            )
+        mask = inputs["attention_mask"]
+        if mask.size and int(mask.view(np.uint64).max()) > 1:
+            raise ValidationError("attention_mask must contain only 0 and 1")
 
     def dynamic_shapes(self) -> dict[str, dict[int, str]]:
         """Variable axes per input: batch always, and the sequence axis where there is one."""

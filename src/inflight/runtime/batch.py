@@ -120,7 +120,7 @@ class Layout:
 
 @dataclass(eq=False)
 class Slot:
-    """One batch's home from gather to the last response.
+    """One batch's home from gather until its outputs are back on the host.
 
     Attributes:
         index: Position in the ring.
@@ -129,7 +129,6 @@ class Slot:
         batch: The batch in flight, None when free.
         bucket: ``(batch, seq)`` the batch is padded to.
         state: Runner-owned resources (device buffers, events).
-        pending: Responses not yet sent; the slot is freed when it reaches 0.
         generation: How many batches this slot has carried.
     """
 
@@ -139,7 +138,6 @@ class Slot:
     batch: Batch | None = None
     bucket: tuple[int, int | None] = (0, None)
     state: Any = None
-    pending: int = 0
     generation: int = 0
 
 

@@ -4,12 +4,12 @@
 one batch at a time, the caller blocked throughout, like Triton's stock backends.
 
 ``PipelinedExecutor``: ``submit`` gathers a batch into a free slot, launches it and returns at
-once; several batches are in flight. A completion thread waits for slots in launch order and
-hands each request's outputs to a pool of sender threads, because every Python-backend
-``send()`` is a blocking round trip to the server process (see FACTS.md: sent one after
-another they made a pipelined instance slower than the sync one). A slot is freed when its
-last response has been sent. When every slot is busy, ``submit`` waits for one (back-pressure),
-and the wait is counted.
+once; several batches are in flight. A completion thread waits for slots in launch order,
+copies each batch's outputs out of the slot, frees the slot, and hands the responses to a pool
+of sender threads, because every Python-backend ``send()`` is a blocking round trip to the
+server process (see FACTS.md: sent one after another they made a pipelined instance slower than
+the sync one). When every slot is busy, ``submit`` waits for one (back-pressure), and when too
+many batches wait for their responses the completion thread waits; both waits are counted.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from inflight.errors import EngineError, ShuttingDownError
+from inflight.errors import EngineError, ShuttingDownError, ValidationError
 from inflight.runtime.batch import Batch, Item, Layout, Slot, gather, outputs_for
 from inflight.runtime.runners import Runner
 
@@ -71,6 +71,10 @@ class ExecutorStats:
         gather_s: Issue-path time copying request inputs into slots.
         launch_s: Issue-path time enqueueing copies and compute.
         send_s: Total time inside ``send()`` (summed over sender threads).
+        send_waits: Times a completed batch waited because ``response_backlog`` batches were
+            already waiting for their responses.
+        send_wait_s: Total time of those waits.
+        respond_latency_s: Summed time from a batch's outputs being ready to its last response sent.
         device_wait_s: Total time the completion side spent waiting for the device.
         batch_sizes: Real rows of recent batches (bounded; drained by the metrics publisher).
     """
@@ -89,6 +93,9 @@ class ExecutorStats:
     gather_s: float = 0.0
     launch_s: float = 0.0
     send_s: float = 0.0
+    send_waits: int = 0
+    send_wait_s: float = 0.0
+    respond_latency_s: float = 0.0
     device_wait_s: float = 0.0
     batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
 
@@ -99,7 +106,19 @@ class ExecutorStats:
         return d
 
 
-_Job = tuple[Slot, int, list[Item], "list[dict[str, np.ndarray]] | None", "str | None"]
+@dataclass(eq=False)
+class _Outgoing:
+    """One batch's responses on their way out: its requests, a private copy of its outputs."""
+
+    items: list[Item]
+    outs: dict[str, np.ndarray] | None
+    error: str | None
+    chunks: int = 0
+    t_ready: float = 0.0
+    offsets: list[int] = field(default_factory=list)
+
+
+_Job = tuple[_Outgoing, int, int]  # (batch, first request, end request)
 
 
 class _Base:
@@ -116,6 +135,10 @@ class _Base:
         t0 = time.perf_counter()
         with self.ranges.range("gather"):
             gather(self.layout, slot, batch, bucket)
+            if self.layout.spec.vocab_size is not None:
+                # one reduction per input over the whole batch instead of per request
+                spec, layout = self.layout.spec, self.layout
+                spec.check_values({t.name: layout.view(slot.host_in[t.name], t, *bucket)[:rows] for t in spec.inputs})
         with self._lock:
             self.stats.gather_s += time.perf_counter() - t0
             self.stats.batches += 1
@@ -136,6 +159,8 @@ class SyncExecutor(_Base):
         """Execute ``batch`` and return per-request output views (valid until the next ``run``).
 
         Raises:
+            ValidationError: when a token id or mask value in the batch is out of range (nothing
+                was enqueued; the caller finds the offending requests and retries the others).
             EngineError: when the batch failed on the device.
         """
         self._prepare(self.slot, batch)
@@ -161,18 +186,36 @@ class SyncExecutor(_Base):
 class PipelinedExecutor(_Base):
     """A ring of slots; ``submit`` returns once the batch is enqueued.
 
+    A slot is busy only while its batch is on the device: once the output event fired, the
+    completion thread copies the batch's outputs out of the slot's pinned buffer (one copy per
+    output per batch), frees the slot, and queues the responses for the sender threads. So the
+    GPU is never held up by the response path, and the response path is bounded separately: at
+    most ``response_backlog`` batches wait for their responses; beyond that the completion thread
+    waits (counted), slots stay busy, and ``submit`` waits for a slot (counted) — back-pressure
+    reaches Triton's queue, nothing is dropped.
+
     Args:
         runner: Device resources.
         sink: Sends responses.
-        slots: Ring size (batches in flight).
+        slots: Ring size (batches on the device at once).
         response_threads: Threads that call ``sink.send`` concurrently.
+        response_backlog: Batches whose responses may wait for the senders at once.
         ranges: NVTX ranges.
     """
 
     def __init__(
-        self, runner: Runner, sink: ResponseSink, *, slots: int, response_threads: int, ranges: Ranges | None = None
+        self,
+        runner: Runner,
+        sink: ResponseSink,
+        *,
+        slots: int,
+        response_threads: int,
+        response_backlog: int = 8,
+        ranges: Ranges | None = None,
     ) -> None:
         super().__init__(runner, ranges)
+        if slots < 1 or response_threads < 1 or response_backlog < 1:
+            raise ValueError("slots, response_threads and response_backlog must be at least 1")
         self.sink = sink
         self.slots = runner.make_slots(slots)
         self._free: deque[Slot] = deque(self.slots)
@@ -180,9 +223,9 @@ class PipelinedExecutor(_Base):
         self._cond = threading.Condition(self._lock)
         self._closing = False
         self._inflight: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
-        # a job: (slot, its generation, requests, their outputs or None, error or None)
         self._sends: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._n_senders = response_threads
+        self._backlog = threading.BoundedSemaphore(response_backlog)
         self._abandoned: set[int] = set()
         self._completion = threading.Thread(target=self._complete_loop, name="inflight-completion", daemon=True)
         self._senders = [
@@ -195,7 +238,7 @@ class PipelinedExecutor(_Base):
 
     # -- issue path (execute thread) ---------------------------------------------------------
     def in_flight(self) -> int:
-        """Slots currently holding a batch."""
+        """Slots currently holding a batch on the device."""
         with self._lock:
             return len(self._busy)
 
@@ -222,10 +265,17 @@ class PipelinedExecutor(_Base):
 
         Raises:
             ShuttingDownError: when the executor is closing (the caller fails the requests).
+            ValidationError: when a token id or mask value in the batch is out of range; nothing
+                was enqueued and no response sent (the caller finds the offending requests).
         """
         slot = self._acquire()
         try:
             self._prepare(slot, batch)
+        except ValidationError:
+            with self._cond:
+                self._release(slot)
+            raise
+        try:
             slot.generation += 1
             t0 = time.perf_counter()
             with self.ranges.range("enqueue"):
@@ -233,7 +283,9 @@ class PipelinedExecutor(_Base):
             self.stats.launch_s += time.perf_counter() - t0
         except Exception as e:
             LOGGER.error("batch of %d requests failed to launch: %s", len(batch.items), e)
-            self._fail_slot(slot, batch, f"batch failed to launch on the device: {e}")
+            with self._cond:
+                self._release(slot)
+            self._dispatch(_Outgoing(batch.items, None, f"batch failed to launch on the device: {e}"))
             return
         self._inflight.put(slot)
 
@@ -246,66 +298,87 @@ class PipelinedExecutor(_Base):
             batch = slot.batch
             assert batch is not None
             t0 = time.perf_counter()
+            error: str | None = None
+            outs: dict[str, np.ndarray] | None = None
             try:
                 with self.ranges.range("complete"):
                     self.runner.wait(slot)
             except Exception as e:
                 LOGGER.error("batch of %d requests failed on the device: %s", len(batch.items), e)
-                with self._lock:
+                error = f"batch failed on the device: {e}"
+            else:
+                # the responses get their own copy of the real rows, so the slot is free at once
+                rows, seq = slot.bucket
+                real = batch.rows
+                outs = {
+                    t.name: self.layout.view(slot.host_out[t.name], t, rows, seq)[:real].copy()
+                    for t in self.layout.spec.outputs
+                }
+            with self._cond:
+                if error is None:
+                    self.stats.device_wait_s += time.perf_counter() - t0
+                else:
                     self.stats.failed_batches += 1
-                self._fail_slot(slot, batch, f"batch failed on the device: {e}")
-                continue
-            with self._lock:
-                self.stats.device_wait_s += time.perf_counter() - t0
                 if slot.index in self._abandoned:
-                    continue
-            outs = outputs_for(self.layout, slot)
-            self._dispatch(slot, batch.items, outs, None)
+                    continue  # close() already failed these requests
+                self._release(slot)
+            self._dispatch(_Outgoing(batch.items, outs, error))
 
-    def _dispatch(
-        self, slot: Slot, items: list[Item], outs: list[dict[str, np.ndarray]] | None, error: str | None
-    ) -> None:
-        """Split a slot's requests into one chunk per sender thread (fewer wake-ups than one job each)."""
-        per = -(-len(items) // self._n_senders)
-        jobs = [
-            (slot, slot.generation, items[i : i + per], None if outs is None else outs[i : i + per], error)
-            for i in range(0, len(items), per)
-        ]
-        with self._lock:
-            slot.pending = len(jobs)
-        for job in jobs:
-            self._sends.put(job)
-
-    def _fail_slot(self, slot: Slot, batch: Batch, message: str) -> None:
-        self._dispatch(slot, batch.items, None, message)
+    def _dispatch(self, out: _Outgoing) -> None:
+        """Queue a batch's responses as one chunk per sender thread (fewer wake-ups than one job each)."""
+        if not self._backlog.acquire(blocking=False):
+            t0 = time.perf_counter()
+            with self._lock:
+                self.stats.send_waits += 1
+            with self.ranges.range("backlog_wait"):
+                self._backlog.acquire()
+            with self._lock:
+                self.stats.send_wait_s += time.perf_counter() - t0
+        n = len(out.items)
+        per = -(-n // self._n_senders)
+        bounds = [(i, min(n, i + per)) for i in range(0, n, per)]
+        out.chunks = len(bounds)
+        if out.outs is not None:
+            out.offsets = np.cumsum([0] + [it.count for it in out.items]).tolist()
+        out.t_ready = time.perf_counter()
+        for lo, hi in bounds:
+            self._sends.put((out, lo, hi))
 
     def _send_loop(self) -> None:
         while True:
             job = self._sends.get()
             if job is None:
                 return
-            slot, gen, items, outs, error = job
+            out, lo, hi = job
             t0 = time.perf_counter()
             sent = 0
-            for k, item in enumerate(items):
-                try:
-                    with self.ranges.range("respond"):
-                        self.sink.send(item.handle, None if outs is None else outs[k], error)
-                    sent += 1
-                except Exception as e:  # the server refused it: log, and carry on with the others
-                    LOGGER.error("sending a response failed: %s: %s", type(e).__name__, e)
-            dt = time.perf_counter() - t0
-            with self._cond:
-                self.stats.send_s += dt
-                if error is None:
-                    self.stats.responses += sent
-                else:
+            outs = out.outs
+            offsets = out.offsets
+            with self.ranges.range("respond"):
+                for k in range(lo, hi):
+                    item = out.items[k]
+                    try:
+                        if outs is None:
+                            self.sink.send(item.handle, None, out.error)
+                        else:
+                            a, b = offsets[k], offsets[k + 1]
+                            self.sink.send(item.handle, {name: v[a:b] for name, v in outs.items()}, None)
+                        sent += 1
+                    except Exception as e:  # the server refused it: log, and carry on with the others
+                        LOGGER.error("sending a response failed: %s: %s", type(e).__name__, e)
+            t1 = time.perf_counter()
+            with self._lock:
+                self.stats.send_s += t1 - t0
+                if outs is None:
                     self.stats.error_responses += sent
-                if gen != slot.generation or slot.index in self._abandoned:
-                    continue
-                slot.pending -= 1
-                if slot.pending == 0:
-                    self._release(slot)
+                else:
+                    self.stats.responses += sent
+                out.chunks -= 1
+                last = out.chunks == 0
+                if last:
+                    self.stats.respond_latency_s += t1 - out.t_ready
+            if last:
+                self._backlog.release()
 
     def _release(self, slot: Slot) -> None:
         # caller holds self._cond
@@ -317,6 +390,9 @@ class PipelinedExecutor(_Base):
     # -- shutdown ----------------------------------------------------------------------------
     def close(self, timeout_s: float = 10.0) -> bool:
         """Stop accepting batches, drain in-flight ones, fail what cannot finish, free everything.
+
+        Batches still on the device after ``timeout_s`` get an explicit error response per
+        request; responses already queued are sent before the sender threads stop.
 
         Returns:
             True when every in-flight batch completed normally.
@@ -341,11 +417,12 @@ class PipelinedExecutor(_Base):
                         with contextlib.suppress(Exception):
                             self.sink.send(item.handle, None, "the model was unloaded before this batch completed")
         self._inflight.put(None)
+        self._completion.join(timeout=max(1.0, deadline - time.monotonic()))
+        # sentinels queue behind every response already dispatched: those are sent first
         for _ in self._senders:
             self._sends.put(None)
-        self._completion.join(timeout=max(1.0, deadline - time.monotonic()))
         for t in self._senders:
-            t.join(timeout=5.0)
+            t.join(timeout=max(5.0, deadline - time.monotonic()))
         alive = [t.name for t in (self._completion, *self._senders) if t.is_alive()]
         if alive:
             LOGGER.error("threads still running at close (blocked on the device?): %s", alive)

@@ -89,6 +89,15 @@ class MetricsPublisher:
             "slot_waits": ("inflight_slot_waits_total", "Times execute() found every slot busy"),
             "slot_wait_s": ("inflight_slot_wait_seconds_total", "Time execute() waited for a free slot"),
             "send_s": ("inflight_send_seconds_total", "Time spent in response send() calls (all threads)"),
+            "send_waits": (
+                "inflight_response_backlog_waits_total",
+                "Times a completed batch waited because response_backlog batches awaited their responses",
+            ),
+            "send_wait_s": ("inflight_response_backlog_wait_seconds_total", "Time spent in those waits"),
+            "respond_latency_s": (
+                "inflight_respond_seconds_total",
+                "Summed time from a batch's outputs on the host to its last response sent",
+            ),
             "device_wait_s": ("inflight_device_wait_seconds_total", "Time the completion side waited for the device"),
             "error_responses": ("inflight_error_responses_total", "Error responses sent"),
             "failed_batches": ("inflight_failed_batches_total", "Batches that failed on the device"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -153,6 +154,9 @@ class InflightModel:
         self.instance = args.get("model_instance_name", self.model_name)
         self.params = BackendParameters.from_parameters(parameters_of(cfg))
         self.spec = resolve_spec(self.model_name, self.params)
+        if self.params.gil_switch_interval_us > 0:
+            # the stub process runs this one instance: the setting is ours to make
+            sys.setswitchinterval(self.params.gil_switch_interval_us / 1e6)
         self._check_tensors(cfg)
         self.max_batch = int(cfg.max_batch_size) or self.spec.max_batch_size
         kind = args.get("model_instance_kind", "CPU")
@@ -190,7 +194,12 @@ class InflightModel:
             slots = 1
         else:
             self.executor = PipelinedExecutor(
-                runner, self.sink, slots=p.slots, response_threads=p.response_threads, ranges=self.ranges
+                runner,
+                self.sink,
+                slots=p.slots,
+                response_threads=p.response_threads,
+                response_backlog=p.response_backlog,
+                ranges=self.ranges,
             )
             slots = p.slots
         graphs = 0
@@ -258,7 +267,8 @@ class InflightModel:
             tensor = self.pb.get_input_tensor_by_name(request, t.name)
             if tensor is not None:
                 inputs[t.name] = tensor.as_numpy()
-        count = self.spec.validate(inputs, max_batch_size=self.max_batch)
+        # token ids and masks are checked once per batch by the executor (see ModelSpec.validate)
+        count = self.spec.validate(inputs, max_batch_size=self.max_batch, check_values=False)
         seq = None
         if self.spec.variable_seq:
             seq = int(inputs[self.spec.inputs[0].name].shape[1])
@@ -286,7 +296,12 @@ class InflightModel:
             items.append(Item(inputs=inputs, count=count, seq=seq, handle=i))
         if items:
             try:
-                outs = self.executor.run(Batch(items))  # type: ignore[union-attr]
+                try:
+                    outs = self._run_sync(items)
+                except ValidationError:
+                    # a token id or mask value in the batch is out of range: fail those requests alone
+                    items = self._split_bad_values(items, lambda item, msg: self._sync_reject(responses, item, msg))
+                    outs = self._run_sync(items) if items else []
             except Exception as e:
                 LOGGER.error("batch failed: %s", e)
                 for item in items:
@@ -295,6 +310,26 @@ class InflightModel:
                 for item, out in zip(items, outs, strict=True):
                     responses[item.handle] = self.sink.response(out, None)
         return responses
+
+    def _run_sync(self, items: list[Item]) -> list[dict[str, np.ndarray]]:
+        executor = self.executor
+        assert isinstance(executor, SyncExecutor)
+        return executor.run(Batch(items))
+
+    def _sync_reject(self, responses: list[Any], item: Item, message: str) -> None:
+        responses[item.handle] = self.sink.response(None, message, self.pb.TritonError.INVALID_ARG)
+
+    def _split_bad_values(self, items: list[Item], reject: Any) -> list[Item]:
+        """After the batch-level value check failed: reject each offending request, return the rest."""
+        good: list[Item] = []
+        for item in items:
+            try:
+                self.spec.check_values(item.inputs)
+            except ValidationError as e:
+                reject(item, str(e))
+            else:
+                good.append(item)
+        return good
 
     def _execute_pipelined(self, requests: Sequence[Any]) -> None:
         executor = self.executor
@@ -315,10 +350,21 @@ class InflightModel:
         if not items:
             return
         try:
-            executor.submit(Batch(items))
+            try:
+                executor.submit(Batch(items))
+            except ValidationError:
+                # a token id or mask value in the batch is out of range: fail those requests alone
+                items = self._split_bad_values(items, self._pipelined_reject)
+                if items:
+                    executor.submit(Batch(items))
         except ShuttingDownError as e:
             for item in items:
                 self.sink.send(item.handle, None, str(e))
+
+    def _pipelined_reject(self, item: Item, message: str) -> None:
+        item.handle.send(self.sink.response(None, message, self.pb.TritonError.INVALID_ARG), flags=self.sink.final)
+        assert isinstance(self.executor, PipelinedExecutor)
+        self.executor.stats.error_responses += 1
 
     def finalize(self) -> None:
         """Drain or fail in-flight batches, then release every resource."""
