@@ -360,6 +360,10 @@ def versions(http_url: str | None) -> dict[str, str | None]:
     }
 
 
+def _num(x: object) -> str:
+    return f"{x:.1f}" if isinstance(x, (int, float)) and math.isfinite(x) else "?"
+
+
 def _fmt_s(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
@@ -563,6 +567,19 @@ class AbRunner:
             with contextlib.suppress(InflightError):
                 control.unload(endpoints.http, v.name)
         record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems))
+        locust, lat, server = record.get("locust"), record.get("latency_ms") or {}, record.get("server") or {}
+        LOGGER.info(
+            "%s %s: %s req/s, p50 %s ms, p99 %s ms, %s failures, avg batch %s requests, execute() %s us/request%s",
+            tag,
+            v.name,
+            f"{locust['rps']:,.0f}" if locust else "?",
+            _num(lat.get("p50")),
+            _num(lat.get("p99")),
+            locust["failures"] if locust else "?",
+            _num(server.get("avg_batch_requests")),
+            _num(server.get("compute_infer_us")),
+            "" if record["valid"] else " (INVALID: " + "; ".join(record["problems"]) + ")",
+        )
         return record
 
     def _figures(
