@@ -69,6 +69,8 @@ class BackendParameters:
         response_backlog: Batches whose responses may wait for the sender threads at once
             (pipelined mode); beyond it the completion side waits, and back-pressure reaches
             Triton's queue.
+        response_yield: Sender threads build responses only while ``execute()`` is not running
+            (pipelined mode), so the issue path does not queue for the GIL behind them.
         gil_switch_interval_us: ``sys.setswitchinterval`` for the stub process, in microseconds
             (0 keeps Python's 5000). The sender threads hand the GIL back and forth once per
             response; a shorter interval bounds how long one waits for a thread that computes.
@@ -93,6 +95,7 @@ class BackendParameters:
     slots: int = 4
     response_threads: int = 8
     response_backlog: int = 8
+    response_yield: bool = True
     gil_switch_interval_us: int = 0
     completion_wait: Literal["blocking", "poll"] = "blocking"
     precision: Literal["fp16", "fp32"] = "fp16"

@@ -306,3 +306,30 @@ def test_out_of_vocabulary_ids_stop_the_batch_before_anything_is_enqueued(bad: i
         ex.submit(Batch([_token_item(0), _token_item(1, bad)]))
     ex.submit(Batch([_token_item(0)]))  # the slot went back to the ring
     assert ex.close(10) and sorted(sink.got) == [0] and engine.calls == 1
+
+
+def test_senders_hold_off_while_the_issue_path_runs_and_never_deadlock() -> None:
+    sink = Sink()
+    ex = PipelinedExecutor(_runner(ToyEngine()), sink, slots=1, response_threads=2, response_backlog=1)
+    rng = np.random.default_rng(8)
+    with ex.issuing():
+        ex.submit(Batch([_item(0, 1, 4, rng)]))
+        time.sleep(0.3)
+        assert not sink.got, "a response was built while execute() was running"
+        # the only slot waits for the backlog, which waits for the senders: submit must let them run
+        # (batch 2 holds the slot while the completion thread waits for backlog room for batch 1)
+        for i in (1, 2, 3):
+            ex.submit(Batch([_item(i, 1, 4, rng)]))
+        assert ex.stats.slot_waits >= 1
+    assert ex.close(10)
+    assert sorted(sink.got) == [0, 1, 2, 3]
+
+    sink = Sink()
+    ex = PipelinedExecutor(_runner(ToyEngine()), sink, slots=1, response_threads=2, yield_to_issue=False)
+    with ex.issuing():
+        ex.submit(Batch([_item(0, 1, 4, rng)]))
+        deadline = time.monotonic() + 5
+        while not sink.got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sink.got, "yield_to_issue=False: responses go out during execute()"
+    assert ex.close(10)

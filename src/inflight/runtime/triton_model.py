@@ -199,6 +199,7 @@ class InflightModel:
                 slots=p.slots,
                 response_threads=p.response_threads,
                 response_backlog=p.response_backlog,
+                yield_to_issue=p.response_yield,
                 ranges=self.ranges,
             )
             slots = p.slots
@@ -281,7 +282,8 @@ class InflightModel:
                 self.metrics.publish()
             if isinstance(self.executor, SyncExecutor):
                 return self._execute_sync(requests)
-            self._execute_pipelined(requests)
+            with self.executor.issuing():
+                self._execute_pipelined(requests)
             return None
 
     def _execute_sync(self, requests: Sequence[Any]) -> list[Any]:
