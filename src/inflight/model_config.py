@@ -87,6 +87,7 @@ class BackendParameters:
         metrics: Export live metrics at Triton's metrics endpoint.
         cupti: Measure GPU temporal activity and sync share live with CUPTI.
         nvtx: Emit NVTX ranges (free when no profiler is attached).
+        gil_probe: Diagnostics: sample how long a sleeping thread waits for the GIL (finalize log).
         drain_timeout_s: How long finalize() waits for in-flight batches before failing them.
     """
 
@@ -109,6 +110,7 @@ class BackendParameters:
     metrics: bool = True
     cupti: bool = False
     nvtx: bool = True
+    gil_probe: bool = False
     drain_timeout_s: float = 10.0
 
     def to_parameters(self, *, full: bool = True) -> dict[str, str]:

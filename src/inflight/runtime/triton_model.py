@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,6 +45,9 @@ class TritonSink:
     def __init__(self, pb_utils: Any) -> None:
         self.pb = pb_utils
         self.final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self._lock = threading.Lock()
+        self.build_s = 0.0
+        self.call_s = 0.0
 
     def response(self, outputs: Mapping[str, np.ndarray] | None, error: str | None, code: Any = None) -> Any:
         """Build an ``InferenceResponse`` with outputs or an error."""
@@ -55,8 +59,55 @@ class TritonSink:
         return pb.InferenceResponse(output_tensors=[pb.Tensor(name, a) for name, a in outputs.items()])
 
     def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
-        """Send the final response for the request whose sender is ``handle``."""
-        handle.send(self.response(outputs, error), flags=self.final)
+        """Send the final response for the request whose sender is ``handle``.
+
+        The time spent building the response object and inside ``send()`` are added to
+        ``build_s`` and ``call_s`` (diagnostics in the finalize log).
+        """
+        t0 = time.perf_counter()
+        response = self.response(outputs, error)
+        t1 = time.perf_counter()
+        handle.send(response, flags=self.final)
+        t2 = time.perf_counter()
+        with self._lock:
+            self.build_s += t1 - t0
+            self.call_s += t2 - t1
+
+
+class GilProbe:
+    """Diagnostics: how late a thread that sleeps 0.5 ms wakes up, i.e. how long it waits for the GIL.
+
+    Enabled by the ``gil_probe`` parameter; ``stop()`` returns its figures.
+    """
+
+    def __init__(self, period_s: float = 0.0005) -> None:
+        self.period_s = period_s
+        self.samples = 0
+        self.late_s = 0.0
+        self.max_late_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="inflight-gil-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            time.sleep(self.period_s)
+            late = time.perf_counter() - t0 - self.period_s
+            self.samples += 1
+            self.late_s += late
+            self.max_late_s = max(self.max_late_s, late)
+
+    def stop(self) -> dict[str, float]:
+        """Stop sampling; return ``gil_probe_samples``, ``gil_probe_mean_late_us``, ``gil_probe_max_late_us``."""
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        n = max(1, self.samples)
+        return {
+            "gil_probe_samples": self.samples,
+            "gil_probe_mean_late_us": self.late_s / n * 1e6,
+            "gil_probe_max_late_us": self.max_late_s * 1e6,
+        }
 
 
 class _Nvtx:
@@ -210,6 +261,10 @@ class InflightModel:
                 warm_seq = buckets.pick(1, min(p.warmup_seq_len, seq_buckets[-1]))[1]
             graphs = runner.warmup(warm_seq)
         self.metrics = self._make_metrics(slots)
+        # where the execute thread's time goes (finalize logs it next to the executor's counters)
+        self.timing: dict[str, float] = {"executes": 0, "execute_s": 0.0, "between_executes_s": 0.0, "parse_s": 0.0}
+        self._t_last_exit = 0.0
+        self._gil_probe = GilProbe() if p.gil_probe else None
         LOGGER.info(
             "%s (%s): %s mode, %d slot(s)%s; %s; %d CUDA graph(s); ready in %.1f s",
             self.model_name,
@@ -277,6 +332,17 @@ class InflightModel:
 
     def execute(self, requests: Sequence[Any]) -> list[Any] | None:
         """Run one batch of requests (see the module docstring for the two modes)."""
+        t0 = time.perf_counter()
+        if self._t_last_exit:
+            self.timing["between_executes_s"] += t0 - self._t_last_exit
+        try:
+            return self._execute(requests)
+        finally:
+            self._t_last_exit = time.perf_counter()
+            self.timing["execute_s"] += self._t_last_exit - t0
+            self.timing["executes"] += 1
+
+    def _execute(self, requests: Sequence[Any]) -> list[Any] | None:
         with self.ranges.range("execute"):
             if self.metrics is not None:
                 self.metrics.publish()
@@ -289,6 +355,7 @@ class InflightModel:
     def _execute_sync(self, requests: Sequence[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
         items: list[Item] = []
+        t0 = time.perf_counter()
         for i, r in enumerate(requests):
             try:
                 inputs, count, seq = self._parse(r)
@@ -296,6 +363,7 @@ class InflightModel:
                 responses[i] = self.sink.response(None, str(e), self.pb.TritonError.INVALID_ARG)
                 continue
             items.append(Item(inputs=inputs, count=count, seq=seq, handle=i))
+        self.timing["parse_s"] += time.perf_counter() - t0
         if items:
             try:
                 try:
@@ -309,8 +377,10 @@ class InflightModel:
                 for item in items:
                     responses[item.handle] = self.sink.response(None, f"batch failed on the device: {e}")
             else:
+                t0 = time.perf_counter()
                 for item, out in zip(items, outs, strict=True):
                     responses[item.handle] = self.sink.response(out, None)
+                self.sink.build_s += time.perf_counter() - t0
         return responses
 
     def _run_sync(self, items: list[Item]) -> list[dict[str, np.ndarray]]:
@@ -337,6 +407,7 @@ class InflightModel:
         executor = self.executor
         assert isinstance(executor, PipelinedExecutor)
         items: list[Item] = []
+        t0 = time.perf_counter()
         with self.ranges.range("parse"):
             for r in requests:
                 sender = r.get_response_sender()
@@ -349,6 +420,7 @@ class InflightModel:
                     executor.stats.error_responses += 1
                     continue
                 items.append(Item(inputs=inputs, count=count, seq=seq, handle=sender))
+        self.timing["parse_s"] += time.perf_counter() - t0
         if not items:
             return
         try:
@@ -372,6 +444,10 @@ class InflightModel:
         """Drain or fail in-flight batches, then release every resource."""
         drained = self.executor.close(self.params.drain_timeout_s)
         stats = self.executor.stats.snapshot()
+        stats.update(self.timing)
+        stats.update(build_s=self.sink.build_s, send_call_s=self.sink.call_s)
+        if self._gil_probe is not None:
+            stats.update(self._gil_probe.stop())
         if getattr(self, "_cupti", None) is not None:
             self._cupti.stop()
         if self.metrics is not None:
