@@ -34,7 +34,7 @@ if not artifacts_current(Path('model_repository'), 'bert_tiny'):
 USERS=${USERS:-1000}
 ab() {  # ab OUTDIR WINDOW WARMUP REPEAT VARIANTS...
   local out=$1 window=$2 warmup=$3 repeat=$4; shift 4
-  $PY -m inflight.cli ab "$@" --preset published --users "$USERS" --window "$window" --warmup "$warmup" \
+  $PY -m inflight.cli ab "$@" ${BACKEND_CONFIG:+--backend-config "$BACKEND_CONFIG"} --preset published --users "$USERS" --window "$window" --warmup "$warmup" \
       --repeat "$repeat" --out "$out" 2>&1 | grep -vE "UserWarning|frombuffer|^\s*$" | tail -40
 }
 

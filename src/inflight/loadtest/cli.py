@@ -58,6 +58,13 @@ def ab_cmd(
     ),
     locustfile: Annotated[Optional[Path], typer.Option(help="Locust file (default: loadtest/locustfile.py).")] = None,  # noqa: UP045
     tritonserver: Annotated[Optional[str], typer.Option(help="tritonserver binary when starting one.")] = None,  # noqa: UP045
+    backend_config: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--backend-config",
+            help="Extra --backend-config for the server it starts, e.g. python,shm-default-byte-size=67108864.",
+        ),
+    ] = None,
     keep_raw: Annotated[bool, typer.Option(help="Keep the raw latency files and the request pools.")] = False,
     verbose: bool = False,
 ) -> None:
@@ -95,6 +102,7 @@ def ab_cmd(
                 repeat=repeat,
                 locustfile=locustfile,
                 tritonserver=tritonserver,
+                backend_config=tuple(backend_config or ()),
                 keep_raw=keep_raw,
                 preset=preset,
             )

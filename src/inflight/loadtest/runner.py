@@ -76,6 +76,7 @@ class AbConfig:
         repeat: Rounds; each round runs every variant once (A, B, A, B...).
         locustfile: The Locust file (default: ``loadtest/locustfile.py`` of the checkout).
         tritonserver: Server binary when the runner starts one.
+        backend_config: Extra ``--backend-config`` entries for the server it starts.
         keep_raw: Keep the raw latency files (they can be large) and the request pools next to the results.
         progress_interval_s: Seconds between progress lines and GPU gauge samples.
         preset: Name of the preset the shape came from (recorded only).
@@ -91,6 +92,7 @@ class AbConfig:
     repeat: int = 1
     locustfile: Path | None = None
     tritonserver: str | None = None
+    backend_config: Sequence[str] = ()
     keep_raw: bool = False
     progress_interval_s: float = 5.0
     preset: str | None = None
@@ -462,6 +464,7 @@ class AbRunner:
             metrics_port=free_port(),
             models=[],
             tritonserver=self.config.tritonserver,
+            backend_config=tuple(self.config.backend_config),
         )
         server = TritonServer(cfg)
         LOGGER.info("starting tritonserver (HTTP %s)", server.http_url)
@@ -700,6 +703,7 @@ class AbRunner:
                 "grpc": endpoints.grpc,
                 "metrics": endpoints.metrics,
                 "started_by_runner": started_server,
+                "backend_config": list(self.config.backend_config),
                 "repository": str(self.config.repository.resolve()),
             },
             "preset": self.config.preset,

@@ -517,6 +517,8 @@ class ApiFigures:
         copy_ns: Part of it in memcpy calls.
         sync_calls: Synchronisation calls that started in the window.
         launch_calls: Launch calls that started in the window.
+        issue_total_ns: API time of the threads that launch work (the issue path).
+        issue_sync_ns: Part of it in synchronisation calls: a wait that holds up the next launch.
     """
 
     calls: int
@@ -526,6 +528,13 @@ class ApiFigures:
     copy_ns: int
     sync_calls: int
     launch_calls: int
+    issue_total_ns: int = 0
+    issue_sync_ns: int = 0
+
+    @property
+    def issue_sync_share(self) -> float | None:
+        """``issue_sync_ns / issue_total_ns``; None when no thread launched anything."""
+        return self.issue_sync_ns / self.issue_total_ns if self.issue_total_ns else None
 
     @property
     def sync_share(self) -> float:
@@ -559,6 +568,9 @@ def api_figures(api: ApiCalls, lo: int, hi: int) -> ApiFigures:
     started = in_window(api.start, lo, hi)
     sync = api.is_in(SYNC_APIS)
     launch = api.is_in(LAUNCH_APIS)
+    # the issue path: every (process, thread) that launched something in the window
+    key = api.process.astype(np.int64) * (1 << 32) + api.thread.astype(np.int64)
+    issuing = np.isin(key, np.unique(key[started & launch]))
     return ApiFigures(
         calls=int(started.sum()),
         total_ns=int(dur.sum()),
@@ -567,6 +579,8 @@ def api_figures(api: ApiCalls, lo: int, hi: int) -> ApiFigures:
         copy_ns=int(dur[api.is_copy()].sum()),
         sync_calls=int((started & sync).sum()),
         launch_calls=int((started & launch).sum()),
+        issue_total_ns=int(dur[issuing].sum()),
+        issue_sync_ns=int(dur[issuing & sync].sum()),
     )
 
 
@@ -695,6 +709,7 @@ class ActivitySummary:
         api_calls: CUDA API calls that started in the window.
         api_time_s: CUDA API time in the window (summed over threads).
         sync_share: Share of the API time in synchronisation calls.
+        issue_sync_share: The same, over the threads that launch work only (None when none did).
         sync_calls: Synchronisation calls.
         launch_share: Share of the API time in launch calls.
         launch_calls: Launch calls.
@@ -729,6 +744,7 @@ class ActivitySummary:
     api_calls: int
     api_time_s: float
     sync_share: float
+    issue_sync_share: float | None
     sync_calls: int
     launch_share: float
     launch_calls: int
@@ -838,6 +854,7 @@ def classify(
     gap_count: int,
     gap_median_us: float | None,
     dispatches: int,
+    issue_sync_share: float | None = None,
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> Verdict:
     """Name the regime from the figures.
@@ -849,6 +866,8 @@ def classify(
       synchronisation: launch, wait, launch -- each round trip leaves a gap.
     * **host-bound**: the GPU idles but the host is neither launching nor synchronising much;
       the time goes to host work outside CUDA (request handling, Python, copies to staging).
+      Also when the synchronisation happens on threads that launch nothing
+      (``issue_sync_share`` low): a completion thread waiting does not hold up the next launch.
 
     Returns:
         The verdict with a sentence citing each figure against its threshold.
@@ -873,6 +892,14 @@ def classify(
             "launch-bound",
             f"{act} (< {t.busy:.0%}) with {gap}; {lau} (>= {t.launch_high:.0%}) of CUDA API time; "
             f"{syn}; median dispatch {med}",
+        )
+    off_path = issue_sync_share is not None and issue_sync_share < t.sync_high
+    if sync_share >= t.sync_high and off_path:
+        return Verdict(
+            "host-bound",
+            f"{act} (< {t.busy:.0%}), {gap}; {syn} overall, but only {issue_sync_share:.0%} "
+            f"(< {t.sync_high:.0%}) on the threads that launch: the waits are off the issue path, "
+            "so the idle time comes from host work outside CUDA (request handling, responses, Python)",
         )
     if sync_share >= t.sync_high:
         short = dispatch_median_us is not None and dispatch_median_us < t.short_dispatch_us
@@ -964,6 +991,7 @@ def summarize(
         gap_count=int(glen.size),
         gap_median_us=gap_median,
         dispatches=int(ddur.size),
+        issue_sync_share=api.issue_sync_share,
         thresholds=thresholds,
     )
     return ActivitySummary(
@@ -987,6 +1015,7 @@ def summarize(
         api_calls=api.calls,
         api_time_s=api.total_ns / 1e9,
         sync_share=api.sync_share,
+        issue_sync_share=api.issue_sync_share,
         sync_calls=api.sync_calls,
         launch_share=api.launch_share,
         launch_calls=api.launch_calls,

@@ -608,6 +608,7 @@ def to_markdown(files: Sequence[FileSummary]) -> str:
     row("window (ms)", lambda s: f"{s.wall_s * 1e3:.1f}")
     row("**GPU activity** (union / wall)", lambda s: _pct(s.gpu_activity))
     row("**sync share** of CUDA API time", lambda s: _pct(s.sync_share))
+    row("sync share on the launching threads", lambda s: _pct(s.issue_sync_share))
     row("launch share of CUDA API time", lambda s: _pct(s.launch_share))
     row("memcpy-call share of CUDA API time", lambda s: _pct(s.copy_share))
     row("kernel median (µs)", lambda s: _num(s.kernel_median_us))
