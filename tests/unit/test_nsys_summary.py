@@ -728,3 +728,19 @@ def test_python_driver_builds_the_script_command_line(tmp_path: Path):
     argv = nsys_profile_argv(out=tmp_path, server="tritonserver", load="locust", graph_trace="node", window_s=3)
     assert argv[:2] == ["bash", str(SCRIPT)]
     assert argv[argv.index("--window") + 1] == "3" and argv[argv.index("--graph-trace") + 1] == "node"
+
+
+def test_trim_keeps_what_the_summary_reads_over_the_window(tmp_path: Path):
+    from inflight.profiling.nsys_trim import trim
+
+    src = sync_bound().write(tmp_path / "full.sqlite")
+    kept = trim(src, tmp_path / "trim.sqlite", keep_ms=0.5, skip_ms=0.2)
+    assert kept["CUPTI_ACTIVITY_KIND_KERNEL"] < 300 and kept["StringIds"] > 0
+    lo, hi = BASE + 200 * US, BASE + 700 * US
+    full = summarize_file(src, window_start=lo, window_end=hi).summary
+    cut = summarize_file(tmp_path / "trim.sqlite", window_start=lo, window_end=hi).summary
+    for field in ("gpu_activity", "sync_share", "kernels", "dispatches", "h2d_copies", "sync_calls", "gap_count"):
+        assert getattr(cut, field) == pytest.approx(getattr(full, field)), field
+    assert cut.verdict.regime == full.verdict.regime
+    with pytest.raises(ValueError, match="no such file"):
+        trim(tmp_path / "nope.sqlite", tmp_path / "x.sqlite")

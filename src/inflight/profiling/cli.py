@@ -168,6 +168,24 @@ def nsys_summary_cmd(
     typer.echo(to_json(summaries) if as_json else to_markdown(summaries))
 
 
+def nsys_trim_cmd(
+    src: Annotated[Path, typer.Argument(help="An nsys sqlite export.")],
+    dst: Annotated[Path, typer.Argument(help="Where to write the trimmed copy.")],
+    keep_ms: Annotated[float, typer.Option(help="Window kept, ms.")] = 200.0,
+    skip_ms: Annotated[float, typer.Option(help="Start this long after the first GPU activity, ms.")] = 0.0,
+    verbose: bool = False,
+) -> None:
+    """Cut an export down to the tables nsys-summary reads over a short window (for fixtures, bug reports)."""
+    setup_logging(verbose)
+    from inflight.profiling.nsys_trim import trim
+
+    try:
+        kept = trim(src, dst, keep_ms=keep_ms, skip_ms=skip_ms)
+    except (ValueError, OSError) as e:
+        fail(str(e))
+    typer.echo(f"{dst}: {dst.stat().st_size:,} bytes; rows kept: {kept}")
+
+
 def nsys_profile_cmd(
     out: Annotated[Path, typer.Option(help="Output folder.")],
     server: Annotated[str, typer.Option(help="Command to profile (bash -c), e.g. a tritonserver command line.")],
@@ -242,6 +260,7 @@ def register(app: typer.Typer) -> None:
     """
     app.command("nsys-summary")(nsys_summary_cmd)
     app.command("nsys-profile")(nsys_profile_cmd)
+    app.command("nsys-trim")(nsys_trim_cmd)
     app.command(
         "cupti-trace",
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
