@@ -7,6 +7,9 @@
 #                                            #   response-path sweep; live CUPTI metrics
 #   bash scripts/gpu_session.sh profile      # issue 5: nsys of sync and pipelined under the same load
 #   bash scripts/gpu_session.sh sweep V...   # one short window per variant (model@key=value,...)
+#   bash scripts/gpu_session.sh engine       # issue 3: engine-only bound vs the executors (no server)
+#   bash scripts/gpu_session.sh fixture      # issue 5: the committed nsys fixture, from the profile step
+#   bash scripts/gpu_session.sh tracing      # issue 5: live CUPTI metrics on vs off, same load
 #
 # Needs the offline kit (.kit, see ../shared/gpuhost) on a host without network; writes results/
 # and copies a tarball of it to $OUT when that is set. WINDOW / WARMUP / USERS / REPEAT override
@@ -81,6 +84,19 @@ case "$STEP" in
     timeout 70 bash "$0" _cupti_only
     tar czf "$OUT/results-cupti.tgz" results/cupti 2>/dev/null
     WINDOW=4 DELAY=10 timeout 190 bash "$0" profile
+    ;;
+  engine)  # issue 3: engine-only bound vs sync vs pipelined executors, no server
+    timeout 200 $PY -m inflight.cli bench-engine --repository model_repository --iters 200 \
+      --out results/engine_bench.json 2>&1 | grep -v "INFO inflight.bench" | tail -12
+    ;;
+  fixture)  # issue 5: trim the pipelined nsys capture (from the profile step) into the committed test fixture
+    $PY -m inflight.cli nsys-trim results/nsys/bert_tiny_inflight/bert_tiny_inflight.sqlite \
+      tests/unit/fixtures/nsys-bert_tiny_inflight.sqlite --keep-ms "${KEEP_MS:-60}" --skip-ms 100
+    cp tests/unit/fixtures/nsys-bert_tiny_inflight.sqlite "$OUT/"
+    ;;
+  tracing)  # issue 5: live CUPTI metrics on vs off through the server, interleaved and repeated
+    ab results/tracing "${WINDOW:-10}" "${WARMUP:-4}" "${REPEAT:-2}" \
+      'bert_tiny_inflight@instances=1' 'bert_tiny_inflight@instances=1,cupti=true'
     ;;
   _cupti_only)
     ab results/cupti 12 4 1 'bert_tiny_inflight@cupti=true'
