@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU-host experiments of this repository, one step per device call (each fits in 10 minutes).
 #
-#   bash scripts/gpu_session.sh throughput   # issue 3: sync at 1/2/4/8 instances vs pipelined at 1/4,
+#   bash scripts/gpu_session.sh throughput   # issue 3: sync at 1/2/4/8 instances vs pipelined at 1/2/4,
 #                                            #   1000 users x 50 items, windows interleaved and repeated
 #   bash scripts/gpu_session.sh published    # issue 4: the published preset, 120 s per variant;
 #                                            #   response-path sweep; live CUPTI metrics
@@ -45,8 +45,8 @@ case "$STEP" in
   throughput)
     ab results/throughput "${WINDOW:-15}" "${WARMUP:-5}" "${REPEAT:-2}" \
       'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1' \
-      'bert_tiny_sync@instances=2' 'bert_tiny_sync@instances=4' 'bert_tiny_sync@instances=8' \
-      'bert_tiny_inflight@instances=4'
+      'bert_tiny_sync@instances=2' 'bert_tiny_inflight@instances=2' \
+      'bert_tiny_sync@instances=4' 'bert_tiny_inflight@instances=4' 'bert_tiny_sync@instances=8'
     ;;
   sweep)  # sweep VARIANT...: one window each, for choosing defaults (results/sweep)
     shift
