@@ -146,6 +146,39 @@ def ab_section(path: Path, root: Path) -> list[str]:
         rows,
     )
     lines.append("")
+    execs = [(s, s.get("executor")) for s in summary if s.get("executor")]
+    if execs:
+        lines += [
+            "Where each instance's time went (the backend's own counters, logged at unload; per execute() "
+            "call or per batch, averaged over instances and rounds):",
+            "",
+        ]
+        lines += _table(
+            [
+                "variant",
+                "execute() ms",
+                "between execute() calls ms",
+                "gather ms",
+                "launch ms",
+                "device wait ms",
+                "send() µs / response",
+                "deepest pipeline",
+            ],
+            (
+                [
+                    f"{s['variant']}",
+                    _fmt(e.get("execute_ms"), ".2f"),
+                    _fmt(e.get("between_executes_ms"), ".2f"),
+                    _fmt(e.get("gather_ms"), ".2f"),
+                    _fmt(e.get("launch_ms"), ".2f"),
+                    _fmt(e.get("device_wait_ms"), ".2f"),
+                    _fmt(e.get("send_call_us_per_response"), ",.0f"),
+                    _fmt(e.get("max_depth"), ".0f"),
+                ]
+                for s, e in execs
+            ),
+        )
+        lines.append("")
     return lines
 
 
@@ -171,6 +204,7 @@ def nsys_section(paths: list[Path], root: Path) -> list[str]:
     keys = [
         ("GPU activity (union / wall)", lambda s: _pct(s.get("gpu_activity"))),
         ("sync share of CUDA API time", lambda s: _pct(s.get("sync_share"))),
+        ("sync share on the threads that launch", lambda s: _pct(s.get("issue_sync_share"))),
         ("launch share of CUDA API time", lambda s: _pct(s.get("launch_share"))),
         ("dispatches / s", lambda s: _fmt(s.get("dispatches_per_s"))),
         ("dispatch median (µs)", lambda s: _fmt(s.get("dispatch_median_us"), ",.1f")),
@@ -178,6 +212,7 @@ def nsys_section(paths: list[Path], root: Path) -> list[str]:
         ("idle gaps (median µs)", lambda s: _fmt(s.get("gap_median_us"), ",.1f")),
         ("sync calls", lambda s: _fmt(s.get("sync_calls"))),
         ("regime", lambda s: (s.get("verdict") or {}).get("regime", "n/a")),
+        ("why", lambda s: (s.get("verdict") or {}).get("reason", "n/a")),
     ]
     header = ["figure", *[f["label"] for _, f, _ in entries]]
     rows = [[name, *[get(f["summary"]) for _, f, _ in entries]] for name, get in keys]

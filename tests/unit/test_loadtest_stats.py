@@ -266,3 +266,34 @@ def test_report_rejects_other_files(tmp_path: Path) -> None:
     other.write_text('{"hello": 1}')
     with pytest.raises(ConfigError, match="not an A/B result"):
         report.load(other)
+
+
+def test_executor_counters_from_a_real_server_log_go_to_the_right_runs() -> None:
+    """Two lines of a real tritonserver log (H200): bert_tiny_sync then bert_tiny_inflight, one instance each."""
+    from inflight.loadtest.stats import attach_executor_stats, executor_stats_from_log
+
+    text = (FIXTURES / "finalize-lines.log").read_text()
+    recs = executor_stats_from_log(text + "\nunrelated line\n")
+    assert [r["model"] for r in recs] == ["bert_tiny_sync", "bert_tiny_inflight"]
+    assert all(r["drained"] for r in recs)
+    sync, pipe = (r["stats"] for r in recs)
+    doc = {
+        "variants": [
+            {"label": "A", "overrides": {"instances": "1"}},
+            {"label": "B", "overrides": {"instances": "1"}},
+        ],
+        # runs in the opposite order of the log, to check matching by model name
+        "runs": [
+            {"variant": "B", "model_name": "bert_tiny_inflight"},
+            {"variant": "A", "model_name": "bert_tiny_sync"},
+        ],
+        "summary": [{"variant": "A"}, {"variant": "B"}],
+    }
+    assert attach_executor_stats(doc, text) == 2
+    a = doc["summary"][0]["executor"]
+    b = doc["summary"][1]["executor"]
+    assert a["batches"] == sync["batches"] and a["max_depth"] == 1 and a["send_call_us_per_response"] is None
+    assert a["execute_ms"] == pytest.approx(sync["execute_s"] / sync["executes"] * 1e3)
+    assert b["gather_ms"] == pytest.approx(pipe["gather_s"] / pipe["batches"] * 1e3)
+    assert b["send_call_us_per_response"] == pytest.approx(pipe["send_call_s"] / pipe["responses"] * 1e6)
+    assert b["max_depth"] == max(int(k) for k in pipe["depth_launches"])

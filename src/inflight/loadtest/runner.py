@@ -432,6 +432,11 @@ class AbRunner:
             if not self.config.keep_raw:  # the pools are reproducible from the seed
                 for path in pools.values():
                     path.unlink(missing_ok=True)
+        if server is not None:
+            # the backend logs its own counters when a variant is unloaded: where its time went
+            with contextlib.suppress(OSError):
+                n = st.attach_executor_stats(doc, (self.data / "tritonserver.log").read_text(errors="replace"))
+                LOGGER.info("executor counters from the server log: %d of %d runs", n, len(doc["runs"]))
         self.json_path.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n")
         LOGGER.info("wrote %s", self.json_path)
         report.write_report(self.json_path)

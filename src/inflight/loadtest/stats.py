@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -354,3 +355,129 @@ def summarize_gauge(samples: Sequence[float | None]) -> dict[str, Any] | str:
     if not values:
         return "not available"
     return {"mean": float(np.mean(values)), "min": float(min(values)), "max": float(max(values)), "n": len(values)}
+
+
+# -- the executor's own counters (the backend logs them when an instance is finalized) ----------
+
+_FINALIZED = re.compile(r"\] (?P<model>\S+) \((?P<instance>[^)]*)\) finalized \((?P<state>[^)]*)\): (?P<json>\{.*\})")
+
+
+def executor_stats_from_log(text: str) -> list[dict[str, Any]]:
+    """The ``finalized`` records the inflight backend logs at unload, in log order.
+
+    Returns:
+        ``[{"model", "instance", "drained", "stats"}]``; lines that do not parse are skipped.
+    """
+    out: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        m = _FINALIZED.search(line.replace('\\"', '"'))
+        if m is None:
+            continue
+        try:
+            stats = json.loads(m.group("json"))
+        except json.JSONDecodeError:
+            continue
+        drained = m.group("state") == "drained"
+        out.append({"model": m.group("model"), "instance": m.group("instance"), "drained": drained, "stats": stats})
+    return out
+
+
+def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Where one run's execute-thread and response time went, summed over its instances.
+
+    Per batch (``_ms``) and per response (``_us``) figures, from the backend's cumulative counters
+    (warm-up included, as they cover the model's whole life).
+
+    Returns:
+        None when the records carry no batches.
+    """
+    tot: dict[str, float] = {}
+    depth: dict[str, int] = {}
+    for r in records:
+        for k, v in r["stats"].items():
+            if isinstance(v, (int, float)):
+                tot[k] = tot.get(k, 0.0) + float(v)
+        for k, v in (r["stats"].get("depth_launches") or {}).items():
+            depth[k] = depth.get(k, 0) + int(v)
+    batches = tot.get("batches", 0.0)
+    if batches <= 0:
+        return None
+    executes = max(tot.get("executes", 0.0), 1.0)
+    responses = tot.get("responses", 0.0) or tot.get("requests", 0.0)
+
+    def per_batch(key: str) -> float | None:
+        return tot[key] / batches * 1e3 if key in tot else None
+
+    return {
+        "instances": len(records),
+        "batches": int(batches),
+        "requests_per_batch": tot.get("requests", 0.0) / batches,
+        "execute_ms": tot["execute_s"] / executes * 1e3 if "execute_s" in tot else None,
+        "between_executes_ms": tot["between_executes_s"] / executes * 1e3 if "between_executes_s" in tot else None,
+        "parse_ms": tot["parse_s"] / executes * 1e3 if "parse_s" in tot else None,
+        "gather_ms": per_batch("gather_s"),
+        "launch_ms": per_batch("launch_s"),
+        "device_wait_ms": per_batch("device_wait_s"),
+        "slot_wait_ms": per_batch("slot_wait_s"),
+        "respond_ms": per_batch("respond_latency_s"),
+        "build_us_per_response": tot["build_s"] / responses * 1e6 if "build_s" in tot and responses else None,
+        "send_call_us_per_response": (
+            tot["send_call_s"] / tot["responses"] * 1e6 if tot.get("send_call_s") and tot.get("responses") else None
+        ),
+        "slot_waits": int(tot.get("slot_waits", 0)),
+        "backlog_waits": int(tot.get("send_waits", 0)),
+        "max_depth": max((int(k) for k in depth), default=0),
+        "depth_launches": dict(sorted(depth.items(), key=lambda kv: int(kv[0]))),
+        "gil_probe_mean_late_us": (
+            tot["gil_probe_mean_late_us"] / len(records) if "gil_probe_mean_late_us" in tot else None
+        ),
+    }
+
+
+def attach_executor_stats(doc: dict[str, Any], log_text: str) -> int:
+    """Give each run of an A/B document its instances' ``finalized`` records from the server log.
+
+    Each run loads its variant, runs the load and unloads it, so the records of a model name
+    appear in run order, one per instance.
+
+    Returns:
+        Runs that got a breakdown.
+    """
+    records = executor_stats_from_log(log_text)
+    instances = {v["label"]: int(v.get("overrides", {}).get("instances", 0) or 0) for v in doc.get("variants", [])}
+    configs = {v["label"]: v.get("config", {}) for v in doc.get("variants", [])}
+    got = 0
+    for run in doc.get("runs", []):
+        n = instances.get(run["variant"]) or sum(
+            int(g.get("count", 1)) for g in configs.get(run["variant"], {}).get("instance_group", [{}])
+        )
+        mine = []
+        for i, r in enumerate(records):
+            if r["model"] == run["model_name"]:
+                mine.append(i)
+                if len(mine) == n:
+                    break
+        taken = [records[i] for i in mine]
+        for i in reversed(mine):
+            records.pop(i)
+        run["executor"] = executor_breakdown(taken) if taken else None
+        got += run["executor"] is not None
+    by_variant: dict[str, list[dict[str, Any]]] = {}
+    for run in doc.get("runs", []):
+        if run.get("executor"):
+            by_variant.setdefault(run["variant"], []).append(run["executor"])
+    for s in doc.get("summary", []):
+        runs = by_variant.get(s["variant"], [])
+        s["executor"] = runs[-1] if len(runs) == 1 else (_mean_breakdown(runs) if runs else None)
+    return got
+
+
+def _mean_breakdown(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in runs[0].items():
+        vals = [r.get(k) for r in runs]
+        if all(isinstance(x, (int, float)) for x in vals):
+            out[k] = float(np.mean([float(x) for x in vals if x is not None]))
+        else:
+            out[k] = v
+    return out
