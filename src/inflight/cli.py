@@ -231,6 +231,45 @@ def results_report_cmd(
     typer.echo(f"wrote {write(root, out)}")
 
 
+@app.command("experiments")
+def experiments_cmd(
+    what: Annotated[str, typer.Argument(help="plan PART | best sync|pipelined | batches | summary")],
+    arg: Annotated[Optional[str], typer.Argument(help="The part (plan) or the mode (best).")] = None,  # noqa: UP045
+    root: Annotated[Path, typer.Option(help="The experiments folder.")] = Path("results/experiments"),
+    out: Annotated[Path, typer.Option(help="summary: where to write it.")] = Path("results/summary.json"),
+) -> None:
+    """The published experiment plan (see scripts/run_experiments.sh): its parts and its summary."""
+    from inflight import experiments as ex
+
+    if what == "plan":
+        if arg not in ex.PLAN:
+            fail(f"unknown part {arg!r}; parts: {', '.join(ex.PLAN)}")
+        typer.echo("\n".join(ex.PLAN[arg]))
+    elif what == "best":
+        parts = {"sync": ex.SYNC_PARTS, "pipelined": ex.PIPELINED_PARTS}.get(arg or "")
+        if parts is None:
+            fail("best needs sync or pipelined")
+        found = ex.best(root, parts)
+        if found is None:
+            fail(f"no valid result under {root} for parts {list(parts)}; run them first")
+        typer.echo(found[1]["spec"])
+    elif what == "batches":
+        sizes = ex.formed_batches(root)
+        if not sizes:
+            fail(f"no bert_tiny A/B result under {root} yet; run the sync and pipelined parts first")
+        typer.echo(" ".join(str(b) for b in sizes))
+    elif what == "summary":
+        try:
+            doc = ex.summary(root)
+        except ValueError as e:
+            fail(str(e))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        typer.echo(f"wrote {out}: {json.dumps({k: v for k, v in doc.items() if k != 'detail'})}")
+    else:
+        fail(f"unknown command {what!r}: use plan, best, batches or summary")
+
+
 def _register_subcommands() -> None:
     from inflight.loadtest.cli import register as register_ab
     from inflight.profiling.cli import register as register_profiling

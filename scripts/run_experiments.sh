@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The published experiment plan on one H100/H200 host, resumable in parts (issue 6).
+#
+#   bash scripts/run_experiments.sh all                # every part not yet done, in order
+#   bash scripts/run_experiments.sh sync-a pipe-b      # named parts (each fits a 10-minute call)
+#
+# Parts (variants: `inflight experiments plan PART`):
+#   sync-a   bert_tiny sync: 4 instances 500 us; preferred 512/1024/2000; 1024/1500/2000; 8 instances
+#   sync-b   bert_tiny sync: 6 instances 1000 us; 6 instances + CUDA graphs; 1 instance + CUDA graphs
+#   pipe-a   bert_tiny pipelined: 1 and 2 instances x 2 and 4 slots
+#   pipe-b   bert_tiny pipelined: 4 instances x 2 and 4 slots
+#   heads-a  linear and stacked heads, sync vs pipelined
+#   heads-b  seqlen head, sync vs pipelined
+#   bound    engine-only bound (back-to-back graph replays) at the batch sizes the runs formed
+#   nsys     Nsight Systems summaries of the best sync and the best pipelined configuration
+#   summary  results/summary.json and docs/RESULTS.md, from the JSON files only
+# A part that finished leaves results/experiments/<part>/DONE and is skipped (FORCE=1 reruns it).
+# Same load for every variant: 1000 users x 50 items, WINDOW s (default 60) after WARMUP s.
+# USERS / WINDOW / WARMUP override it (a dry run on a CPU host:
+#   EXP_ROOT=runs/exp-dry/experiments USERS=20 WINDOW=2 WARMUP=1 bash scripts/run_experiments.sh sync-b pipe-b summary).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { sed -n 2,22p "$0"; exit 2; }
+if [ -d .kit ] && command -v nvidia-smi >/dev/null && [ -z "${INFLIGHT_SETUP_DONE:-}" ]; then
+  source .kit/setup.sh .kit >/dev/null
+  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+  export INFLIGHT_SETUP_DONE=1
+fi
+PY=${PYTHON:-python3}
+ROOT=${EXP_ROOT:-results/experiments}   # a dry run elsewhere: EXP_ROOT=runs/exp-dry/experiments
+WINDOW=${WINDOW:-60}
+WARMUP=${WARMUP:-5}
+USERS=${USERS:-1000}
+mkdir -p "$ROOT"
+$PY -c "
+from pathlib import Path
+from inflight.build import artifacts_current, build_model
+from inflight.models import MODELS
+for name in MODELS:
+    if not artifacts_current(Path('model_repository'), name):
+        build_model(Path('model_repository'), name, onnx=False)
+" 2>&1 | grep -v -i warn | tail -2
+
+parts=("$@")
+[ "$1" = all ] && parts=(sync-a sync-b pipe-a pipe-b heads-a heads-b bound nsys summary)
+
+wait_ports() {  # the previous server must be gone before the next one starts
+  for _ in $(seq 60); do
+    $PY -c "import sys; from inflight.server.launcher import port_free; sys.exit(0 if all(map(port_free, (8000, 8001, 8002))) else 1)" && return 0
+    sleep 1
+  done
+}
+
+for part in "${parts[@]}"; do
+  out="$ROOT/$part"
+  if [ -f "$out/DONE" ] && [ -z "${FORCE:-}" ]; then echo "== $part: done already ($out/DONE)"; continue; fi
+  echo "== $part ($(date +%T))"
+  mkdir -p "$out"
+  case "$part" in
+    sync-a|sync-b|pipe-a|pipe-b|heads-a|heads-b)
+      mapfile -t variants < <($PY -m inflight.cli experiments plan "$part")
+      $PY -m inflight.cli ab "${variants[@]}" --preset published --users "$USERS" --window "$WINDOW" \
+        --warmup "$WARMUP" --out "$out" 2>&1 | grep -E "req/s, p50|INVALID|rror|^[A-H] " || true
+      [ -n "$(ls "$out"/ab-*.json 2>/dev/null)" ] && touch "$out/DONE"
+      ;;
+    bound)
+      batches=$($PY -m inflight.cli experiments batches) || continue
+      args=(); for b in $batches; do args+=(--batch "$b"); done
+      $PY -m inflight.cli bench-engine --repository model_repository "${args[@]}" --iters 200 \
+        --out "$ROOT/engine_bound.json" 2>&1 | grep -v "INFO inflight.bench" | tail -12
+      [ -f "$ROOT/engine_bound.json" ] && touch "$out/DONE"
+      ;;
+    nsys)
+      for mode in sync pipelined; do
+        v=$($PY -m inflight.cli experiments best "$mode") || continue 2
+        name=${v%%@*}
+        wait_ports
+        $PY -m inflight.cli nsys-profile --out "$out/best_$mode" --name "best_$mode" --mode launch \
+          --server "$PY -m inflight.cli serve -m '$v' --workdir runs/exp-nsys-$mode" \
+          --ready-url "http://localhost:8000/v2/models/$name/ready" \
+          --load "$PY -m locust -f loadtest/locustfile.py --headless -u $USERS -r $USERS -t 60s --host http://127.0.0.1:8000 \
+                  --model $name --items 50 --seq-len 64 --processes 8 --only-summary TritonHttpUser" \
+          --delay "${NSYS_DELAY:-15}" --window "${NSYS_WINDOW:-5}" 2>&1 | tail -4
+      done
+      $PY -m inflight.cli nsys-summary "$out/best_sync/best_sync.sqlite" "$out/best_pipelined/best_pipelined.sqlite" \
+        --label best_sync --label best_pipelined --out "$out" 2>&1 | tail -25
+      [ -f "$out/summary.json" ] && touch "$out/DONE"
+      ;;
+    summary)
+      $PY -m inflight.cli experiments summary --root "$ROOT" --out "$(dirname "$ROOT")/summary.json" || continue
+      [ "$ROOT" = results/experiments ] && $PY -m inflight.cli results-report
+      ;;
+    *) echo "unknown part $part; parts: sync-a sync-b pipe-a pipe-b heads-a heads-b bound nsys summary" >&2; exit 2 ;;
+  esac
+done
+if [ -n "${OUT:-}" ]; then
+  tar czf "$OUT/experiments.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' \
+    "$ROOT" "$(dirname "$ROOT")/summary.json" 2>/dev/null
+fi
