@@ -62,7 +62,10 @@ for part in "${parts[@]}"; do
       mapfile -t variants < <($PY -m inflight.cli experiments plan "$part")
       $PY -m inflight.cli ab "${variants[@]}" --preset published --users "$USERS" --window "$WINDOW" \
         --warmup "$WARMUP" --out "$out" 2>&1 | grep -E "req/s, p50|INVALID|rror|^[A-H] " || true
-      [ -n "$(ls "$out"/ab-*.json 2>/dev/null)" ] && touch "$out/DONE"
+      # DONE only when the newest result is valid (every run had successful requests, no Locust trouble)
+      $PY -c "import json, sys; from inflight.experiments import latest_ab; from pathlib import Path; \
+p = latest_ab(Path('$out')); sys.exit(0 if p and json.loads(p.read_text()).get('valid') else 1)" \
+        && touch "$out/DONE" || echo "== $part: result missing or INVALID; not marked done (rerun the part)"
       ;;
     bound)
       batches=$($PY -m inflight.cli experiments batches) || continue
