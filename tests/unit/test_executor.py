@@ -333,3 +333,30 @@ def test_senders_hold_off_while_the_issue_path_runs_and_never_deadlock() -> None
             time.sleep(0.01)
         assert sink.got, "yield_to_issue=False: responses go out during execute()"
     assert ex.close(10)
+
+
+def test_a_launch_failure_with_a_full_backlog_inside_execute_does_not_deadlock() -> None:
+    sink = Sink()
+    runner = _runner(ToyEngine())
+    ex = PipelinedExecutor(runner, sink, slots=2, response_threads=1, response_backlog=1)
+    rng = np.random.default_rng(9)
+    done = threading.Event()
+
+    def execute() -> None:
+        with ex.issuing():
+            ex.submit(Batch([_item(0, 1, 4, rng)]))
+            time.sleep(0.3)  # batch 0 is done and holds the only backlog permit; its sender waits for us
+
+            def broken(slot: Any) -> None:
+                raise RuntimeError("launch failed")
+
+            runner.launch = broken  # type: ignore[method-assign]
+            ex.submit(Batch([_item(1, 1, 4, rng)]))  # its error responses need backlog room
+        done.set()
+
+    t = threading.Thread(target=execute, daemon=True)
+    t.start()
+    t.join(10)
+    assert done.is_set(), "execute() and the senders waited for each other"
+    assert ex.close(10)
+    assert sink.got[0][1] is None and "launch failed" in str(sink.got[1][1])

@@ -235,6 +235,7 @@ class PipelinedExecutor(_Base):
         self._yield = yield_to_issue
         self._issue_idle = threading.Event()  # clear while execute() gathers and launches
         self._issue_idle.set()
+        self._issuer: int | None = None  # thread id of the issue path (set by issuing())
         self._completion = threading.Thread(target=self._complete_loop, name="inflight-completion", daemon=True)
         self._senders = [
             threading.Thread(target=self._send_loop, name=f"inflight-send-{i}", daemon=True)
@@ -253,6 +254,7 @@ class PipelinedExecutor(_Base):
         does not hold the GIL); the senders resume when the block ends or ``submit`` waits for a
         slot, so they can never be starved into a deadlock.
         """
+        self._issuer = threading.get_ident()
         if not self._yield:
             yield
             return
@@ -359,8 +361,15 @@ class PipelinedExecutor(_Base):
             t0 = time.perf_counter()
             with self._lock:
                 self.stats.send_waits += 1
+            # the senders free the backlog: if the issue path itself waits here (a batch that
+            # failed to launch), it must let them run, or both would wait for each other
+            issuer = threading.get_ident() == self._issuer
+            if issuer:
+                self._issue_idle.set()
             with self.ranges.range("backlog_wait"):
                 self._backlog.acquire()
+            if issuer and self._yield:
+                self._issue_idle.clear()
             with self._lock:
                 self.stats.send_wait_s += time.perf_counter() - t0
         n = len(out.items)
@@ -430,6 +439,7 @@ class PipelinedExecutor(_Base):
             True when every in-flight batch completed normally.
         """
         deadline = time.monotonic() + timeout_s
+        self._issue_idle.set()  # nothing is issued any more: the senders must not wait for it
         with self._cond:
             self._closing = True
             self._cond.notify_all()
