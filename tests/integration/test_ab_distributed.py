@@ -48,6 +48,12 @@ def test_master_and_worker(server: Any, inflight_model: str, tmp_path: Path) -> 
             "--master-port",
             str(port),
             "--reset-stats",
+            # the same workload options as the master: the worker then prepares its requests and
+            # references at start-up, not after the master started the clock (on a cold cache the
+            # reference process alone can outlast the 6 s window)
+            "--check",
+            "--repository",
+            str(server.config.model_repository),
             "--model",
             inflight_model,
             *WORKLOAD,
@@ -102,6 +108,7 @@ def test_master_and_worker(server: Any, inflight_model: str, tmp_path: Path) -> 
             worker.wait()
     assert master.returncode == 0, master.stderr[-3000:]
     assert worker.returncode == 0, worker_out[-3000:]
+    assert "prepared again after the clock started" not in worker_out, worker_out[-3000:]
     figures = st.read_locust_stats(tmp_path / "mw_stats.csv")
     assert figures["requests"] > 0 and figures["failures"] == 0
     assert "with reference outputs" in worker_out  # the worker checked every response (--check from the master)
