@@ -20,21 +20,13 @@ cd "$(dirname "$0")/.."
 STEP=${1:?usage: gpu_session.sh throughput|published|profile|sweep VARIANT...|final}
 OUT=${OUT:-runs/gpu-out}
 mkdir -p "$OUT" results
-if [ -d .kit ] && command -v nvidia-smi >/dev/null && [ -z "${INFLIGHT_SETUP_DONE:-}" ]; then
-  source .kit/setup.sh .kit >/dev/null
-  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
-  export INFLIGHT_SETUP_DONE=1
-fi
+source scripts/gpu_lib.sh
+kit_setup
 PY=${PYTHON:-python3}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU"
-$PY -c "
-from pathlib import Path
-from inflight.build import artifacts_current, build_model
-if not artifacts_current(Path('model_repository'), 'bert_tiny'):
-    build_model(Path('model_repository'), 'bert_tiny', onnx=False)
-" 2>&1 | grep -v -i warn | tail -2
-
 USERS=${USERS:-1000}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU"
+ensure_built bert_tiny
+
 ab() {  # ab OUTDIR WINDOW WARMUP REPEAT VARIANTS...
   local out=$1 window=$2 warmup=$3 repeat=$4; shift 4
   $PY -m inflight.cli ab "$@" ${BACKEND_CONFIG:+--backend-config "$BACKEND_CONFIG"} --preset published --users "$USERS" --window "$window" --warmup "$warmup" \
@@ -63,17 +55,7 @@ case "$STEP" in
   profile)
     for v in 'bert_tiny_sync@instances=4' 'bert_tiny_inflight@instances=1'; do
       name=${v%%@*}
-      # the previous server must be gone: the next one would find its ports taken
-      for _ in $(seq 60); do
-        $PY -c "import sys; from inflight.server.launcher import port_free; sys.exit(0 if all(map(port_free, (8000, 8001, 8002))) else 1)" && break
-        sleep 1
-      done
-      $PY -m inflight.cli nsys-profile --out "results/nsys/$name" --name "$name" --mode launch \
-        --server "$PY -m inflight.cli serve -m '$v' --workdir runs/nsys-serve-$name" \
-        --ready-url "http://localhost:8000/v2/models/$name/ready" \
-        --load "$PY -m locust -f loadtest/locustfile.py --headless -u $USERS -r $USERS -t 60s --host http://127.0.0.1:8000 \
-                --model $name --items 50 --seq-len 64 --processes 8 --only-summary TritonHttpUser" \
-        --delay "${DELAY:-15}" --window "${WINDOW:-5}" 2>&1 | tail -8
+      profile_loaded "results/nsys/$name" "$name" "$v" "${DELAY:-15}" "${WINDOW:-5}" 2>&1 | tail -8
     done
     $PY -m inflight.cli nsys-summary results/nsys/bert_tiny_sync/bert_tiny_sync.sqlite \
       results/nsys/bert_tiny_inflight/bert_tiny_inflight.sqlite --out results/nsys 2>&1 | tail -30

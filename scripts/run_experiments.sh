@@ -22,35 +22,18 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { sed -n 2,22p "$0"; exit 2; }
-if [ -d .kit ] && command -v nvidia-smi >/dev/null && [ -z "${INFLIGHT_SETUP_DONE:-}" ]; then
-  source .kit/setup.sh .kit >/dev/null
-  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
-  export INFLIGHT_SETUP_DONE=1
-fi
+source scripts/gpu_lib.sh
+kit_setup
 PY=${PYTHON:-python3}
 ROOT=${EXP_ROOT:-results/experiments}   # a dry run elsewhere: EXP_ROOT=runs/exp-dry/experiments
 WINDOW=${WINDOW:-60}
 WARMUP=${WARMUP:-5}
 USERS=${USERS:-1000}
 mkdir -p "$ROOT"
-$PY -c "
-from pathlib import Path
-from inflight.build import artifacts_current, build_model
-from inflight.models import MODELS
-for name in MODELS:
-    if not artifacts_current(Path('model_repository'), name):
-        build_model(Path('model_repository'), name, onnx=False)
-" 2>&1 | grep -v -i warn | tail -2
+ensure_built
 
 parts=("$@")
 [ "$1" = all ] && parts=(sync-a sync-b pipe-a pipe-b heads-a heads-b bound nsys summary)
-
-wait_ports() {  # the previous server must be gone before the next one starts
-  for _ in $(seq 60); do
-    $PY -c "import sys; from inflight.server.launcher import port_free; sys.exit(0 if all(map(port_free, (8000, 8001, 8002))) else 1)" && return 0
-    sleep 1
-  done
-}
 
 for part in "${parts[@]}"; do
   out="$ROOT/$part"
@@ -77,14 +60,7 @@ p = latest_ab(Path('$out')); sys.exit(0 if p and json.loads(p.read_text()).get('
     nsys)
       for mode in sync pipelined; do
         v=$($PY -m inflight.cli experiments best "$mode") || continue 2
-        name=${v%%@*}
-        wait_ports
-        $PY -m inflight.cli nsys-profile --out "$out/best_$mode" --name "best_$mode" --mode launch \
-          --server "$PY -m inflight.cli serve -m '$v' --workdir runs/exp-nsys-$mode" \
-          --ready-url "http://localhost:8000/v2/models/$name/ready" \
-          --load "$PY -m locust -f loadtest/locustfile.py --headless -u $USERS -r $USERS -t 60s --host http://127.0.0.1:8000 \
-                  --model $name --items 50 --seq-len 64 --processes 8 --only-summary TritonHttpUser" \
-          --delay "${NSYS_DELAY:-15}" --window "${NSYS_WINDOW:-5}" 2>&1 | tail -4
+        profile_loaded "$out/best_$mode" "best_$mode" "$v" "${NSYS_DELAY:-15}" "${NSYS_WINDOW:-5}" 2>&1 | tail -4
       done
       $PY -m inflight.cli nsys-summary "$out/best_sync/best_sync.sqlite" "$out/best_pipelined/best_pipelined.sqlite" \
         --label best_sync --label best_pipelined --out "$out" 2>&1 | tail -25

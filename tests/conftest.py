@@ -39,14 +39,11 @@ def repository() -> Path:
 
     ``INFLIGHT_TEST_REPOSITORY`` points it elsewhere (default ``runs/test-repo``).
     """
-    from inflight.build import artifacts_current, build_model
-    from inflight.models import MODELS
+    from inflight.build import ensure_built
 
     repo = Path(os.environ.get("INFLIGHT_TEST_REPOSITORY", ROOT / "runs" / "test-repo"))
     repo.mkdir(parents=True, exist_ok=True)
-    for name in MODELS:
-        if not artifacts_current(repo, name):
-            build_model(repo, name, onnx=False)
+    ensure_built(repo)
     return repo
 
 

@@ -215,3 +215,19 @@ def artifacts_current(repository: Path, name: str, *, seed: int = 0, onnx: bool 
     except (OSError, ValueError):
         return False
     return bool(meta.get("source") == source_digest() and meta.get("seed") == seed)
+
+
+def ensure_built(
+    repository: Path, names: Sequence[str] | None = None, *, seed: int = 0, onnx: bool = False
+) -> list[str]:
+    """Build the models (all by default) whose artifacts are missing or stale; return those built.
+
+    See ``artifacts_current``: a model counts as current when its artifacts exist and were built
+    from the current model sources and ``seed``.
+    """
+    built = []
+    for name in names or list(MODELS):
+        if not artifacts_current(repository, name, seed=seed, onnx=onnx):
+            build_model(repository, name, seed=seed, onnx=onnx)
+            built.append(name)
+    return built

@@ -39,3 +39,12 @@ def test_exported_artifacts_match_the_module(tmp_path: Path, model: str) -> None
         got_onnx = session.run(None, x)[0]
         assert relative_error(got_pt2, ref) <= 1e-6
         assert relative_error(got_onnx, ref) <= 1e-4
+
+
+def test_ensure_built_builds_only_what_is_missing_or_stale(tmp_path: Path) -> None:
+    from inflight.build import artifacts_current, ensure_built
+
+    assert ensure_built(tmp_path, ["linear_head"]) == ["linear_head"]
+    assert artifacts_current(tmp_path, "linear_head")
+    assert ensure_built(tmp_path, ["linear_head"]) == []  # current: nothing to do
+    assert ensure_built(tmp_path, ["linear_head"], seed=1) == ["linear_head"]  # another seed is stale

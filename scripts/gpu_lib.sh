@@ -1,0 +1,40 @@
+# Shared by scripts/gpu_session.sh and scripts/run_experiments.sh (sourced from the repository root).
+# Needs PY (the Python interpreter) and USERS (Locust users) set by the caller.
+
+# Install the offline kit (.kit, see ../shared/gpuhost) and this checkout, once per shell, on a GPU host.
+kit_setup() {
+  if [ -d .kit ] && command -v nvidia-smi >/dev/null && [ -z "${INFLIGHT_SETUP_DONE:-}" ]; then
+    source .kit/setup.sh .kit >/dev/null
+    python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+    export INFLIGHT_SETUP_DONE=1
+  fi
+}
+
+# ensure_built [MODEL...]: build the Torch artifacts in model_repository that are missing or stale (all by default).
+ensure_built() {
+  local names=""
+  [ $# -gt 0 ] && names=$(printf "'%s'," "$@")
+  $PY -c "from pathlib import Path; from inflight.build import ensure_built; ensure_built(Path('model_repository'), [${names%,}] or None)" \
+    2>&1 | grep -v -i warn | tail -2
+}
+
+# The previous server must be gone before the next one starts: it would find ports 8000-8002 taken.
+wait_ports() {
+  for _ in $(seq 60); do
+    $PY -c "import sys; from inflight.server.launcher import port_free; sys.exit(0 if all(map(port_free, (8000, 8001, 8002))) else 1)" && return 0
+    sleep 1
+  done
+}
+
+# profile_loaded OUTDIR NAME VARIANT DELAY_S WINDOW_S: nsys of a server running VARIANT (model@key=value,...)
+# under the published Locust load (USERS users x 50 items), capturing WINDOW_S seconds after DELAY_S.
+profile_loaded() {
+  local out=$1 name=$2 variant=$3 delay=$4 window=$5 model=${3%%@*}
+  wait_ports
+  $PY -m inflight.cli nsys-profile --out "$out" --name "$name" --mode launch \
+    --server "$PY -m inflight.cli serve -m '$variant' --workdir runs/nsys-serve-$name" \
+    --ready-url "http://localhost:8000/v2/models/$model/ready" \
+    --load "$PY -m locust -f loadtest/locustfile.py --headless -u $USERS -r $USERS -t 60s --host http://127.0.0.1:8000 \
+            --model $model --items 50 --seq-len 64 --processes 8 --only-summary TritonHttpUser" \
+    --delay "$delay" --window "$window"
+}
