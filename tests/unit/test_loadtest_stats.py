@@ -279,8 +279,8 @@ def test_executor_counters_from_a_real_server_log_go_to_the_right_runs() -> None
     sync, pipe = (r["stats"] for r in recs)
     doc = {
         "variants": [
-            {"label": "A", "overrides": {"instances": "1"}},
-            {"label": "B", "overrides": {"instances": "1"}},
+            {"label": "A", "config": {"instance_group": [{"count": 1}]}},
+            {"label": "B", "config": {"instance_group": [{"count": 1}]}},
         ],
         # runs in the opposite order of the log, to check matching by model name
         "runs": [

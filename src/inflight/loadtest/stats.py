@@ -444,13 +444,14 @@ def attach_executor_stats(doc: dict[str, Any], log_text: str) -> int:
         Runs that got a breakdown.
     """
     records = executor_stats_from_log(log_text)
-    instances = {v["label"]: int(v.get("overrides", {}).get("instances", 0) or 0) for v in doc.get("variants", [])}
-    configs = {v["label"]: v.get("config", {}) for v in doc.get("variants", [])}
+    # instances per variant, from the config it was loaded with (overrides already applied)
+    instances = {
+        v["label"]: sum(int(g.get("count", 1)) for g in v.get("config", {}).get("instance_group", [{}]))
+        for v in doc.get("variants", [])
+    }
     got = 0
     for run in doc.get("runs", []):
-        n = instances.get(run["variant"]) or sum(
-            int(g.get("count", 1)) for g in configs.get(run["variant"], {}).get("instance_group", [{}])
-        )
+        n = instances.get(run["variant"], 1)
         mine = []
         for i, r in enumerate(records):
             if r["model"] == run["model_name"]:

@@ -354,13 +354,17 @@ class InflightModel:
 
     def _execute_sync(self, requests: Sequence[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
+
+        def reject(index: int, message: str) -> None:
+            responses[index] = self._invalid(message)
+
         items: list[Item] = []
         t0 = time.perf_counter()
         for i, r in enumerate(requests):
             try:
                 inputs, count, seq = self._parse(r)
             except ValidationError as e:
-                responses[i] = self.sink.response(None, str(e), self.pb.TritonError.INVALID_ARG)
+                reject(i, str(e))
                 continue
             items.append(Item(inputs=inputs, count=count, seq=seq, handle=i))
         self.timing["parse_s"] += time.perf_counter() - t0
@@ -370,7 +374,7 @@ class InflightModel:
                     outs = self._run_sync(items)
                 except ValidationError:
                     # a token id or mask value in the batch is out of range: fail those requests alone
-                    items = self._split_bad_values(items, lambda item, msg: self._sync_reject(responses, item, msg))
+                    items = self._split_bad_values(items, reject)
                     outs = self._run_sync(items) if items else []
             except Exception as e:
                 LOGGER.error("batch failed: %s", e)
@@ -388,17 +392,18 @@ class InflightModel:
         assert isinstance(executor, SyncExecutor)
         return executor.run(Batch(items))
 
-    def _sync_reject(self, responses: list[Any], item: Item, message: str) -> None:
-        responses[item.handle] = self.sink.response(None, message, self.pb.TritonError.INVALID_ARG)
+    def _invalid(self, message: str) -> Any:
+        """The error response for a bad request (``INVALID_ARG``)."""
+        return self.sink.response(None, message, self.pb.TritonError.INVALID_ARG)
 
     def _split_bad_values(self, items: list[Item], reject: Any) -> list[Item]:
-        """After the batch-level value check failed: reject each offending request, return the rest."""
+        """After the batch-level value check failed: ``reject(handle, msg)`` each offender; return the rest."""
         good: list[Item] = []
         for item in items:
             try:
                 self.spec.check_values(item.inputs)
             except ValidationError as e:
-                reject(item, str(e))
+                reject(item.handle, str(e))
             else:
                 good.append(item)
         return good
@@ -414,10 +419,7 @@ class InflightModel:
                 try:
                     inputs, count, seq = self._parse(r)
                 except ValidationError as e:
-                    sender.send(
-                        self.sink.response(None, str(e), self.pb.TritonError.INVALID_ARG), flags=self.sink.final
-                    )
-                    executor.stats.error_responses += 1
+                    self._pipelined_reject(sender, str(e))
                     continue
                 items.append(Item(inputs=inputs, count=count, seq=seq, handle=sender))
         self.timing["parse_s"] += time.perf_counter() - t0
@@ -435,8 +437,8 @@ class InflightModel:
             for item in items:
                 self.sink.send(item.handle, None, str(e))
 
-    def _pipelined_reject(self, item: Item, message: str) -> None:
-        item.handle.send(self.sink.response(None, message, self.pb.TritonError.INVALID_ARG), flags=self.sink.final)
+    def _pipelined_reject(self, sender: Any, message: str) -> None:
+        sender.send(self._invalid(message), flags=self.sink.final)
         assert isinstance(self.executor, PipelinedExecutor)
         self.executor.stats.error_responses += 1
 
