@@ -27,7 +27,9 @@ wait_ports() {
 }
 
 # profile_loaded OUTDIR NAME VARIANT DELAY_S WINDOW_S: nsys of a server running VARIANT (model@key=value,...)
-# under the published Locust load (USERS users x 50 items), capturing WINDOW_S seconds after DELAY_S.
+# under the published Locust load (USERS users x 50 items), capturing WINDOW_S seconds after DELAY_S;
+# Triton's metrics are scraped every second of the capture (live_metrics.jsonl: the backend's live
+# CUPTI gauges for the same window, when the variant has cupti=true).
 profile_loaded() {
   local out=$1 name=$2 variant=$3 delay=$4 window=$5 model=${3%%@*}
   wait_ports
@@ -36,5 +38,5 @@ profile_loaded() {
     --ready-url "http://localhost:8000/v2/models/$model/ready" \
     --load "$PY -m locust -f loadtest/locustfile.py --headless -u $USERS -r $USERS -t 60s --host http://127.0.0.1:8000 \
             --model $model --items 50 --seq-len 64 --processes 8 --only-summary TritonHttpUser" \
-    --delay "$delay" --window "$window"
+    --delay "$delay" --window "$window" --metrics-url http://localhost:8002/metrics --metrics-every 1
 }

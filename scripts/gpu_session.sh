@@ -10,6 +10,7 @@
 #   bash scripts/gpu_session.sh engine       # issue 3: engine-only bound vs the executors (no server)
 #   bash scripts/gpu_session.sh fixture      # issue 5: the committed nsys fixture, from the profile step
 #   bash scripts/gpu_session.sh tracing      # issue 5: live CUPTI metrics on vs off, same load
+#   bash scripts/gpu_session.sh samewindow   # issue 5: nsys and the live CUPTI gauges over one window
 #
 # Needs the offline kit (.kit, see ../shared/gpuhost) on a host without network; writes results/
 # and copies a tarball of it to $OUT when that is set. WINDOW / WARMUP / USERS / REPEAT override
@@ -75,6 +76,14 @@ case "$STEP" in
     $PY -m inflight.cli nsys-trim results/nsys/bert_tiny_inflight/bert_tiny_inflight.sqlite \
       tests/unit/fixtures/nsys-bert_tiny_inflight.sqlite --keep-ms "${KEEP_MS:-60}" --skip-ms 100
     cp tests/unit/fixtures/nsys-bert_tiny_inflight.sqlite "$OUT/"
+    ;;
+  samewindow)  # issue 5: nsys of sync and pipelined with cupti=true; the gauges scraped in the capture window
+    for v in 'bert_tiny_sync@instances=4,cupti=true' 'bert_tiny_inflight@instances=1,cupti=true'; do
+      name=${v%%@*}
+      profile_loaded "results/nsys-live/$name" "$name" "$v" "${DELAY:-10}" "${WINDOW:-5}" 2>&1 | tail -6
+    done
+    $PY -m inflight.cli nsys-summary results/nsys-live/bert_tiny_sync/bert_tiny_sync.sqlite \
+      results/nsys-live/bert_tiny_inflight/bert_tiny_inflight.sqlite --out results/nsys-live 2>&1 | tail -40
     ;;
   tracing)  # issue 5: live CUPTI metrics on vs off through the server, interleaved and repeated
     ab results/tracing "${WINDOW:-10}" "${WARMUP:-4}" "${REPEAT:-2}" \

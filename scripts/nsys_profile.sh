@@ -43,6 +43,10 @@ Capture:
   -t, --trace LIST        nsys -t list (default cuda,nvtx,osrt)
   -n, --name NAME         report base name (default profile)
       --nsys-arg ARG      extra argument for 'nsys launch'/'nsys profile' (repeatable)
+      --metrics-url URL   (launch mode) scrape this Prometheus endpoint (e.g. Triton's
+                          http://localhost:8002/metrics) every --metrics-every s (default 1)
+                          during the capture into live_metrics.jsonl; the summary then shows
+                          the backend's live CUPTI gauges for the same window
       --no-stats          skip 'nsys stats'
       --no-summary        skip the inflight summary
   -h, --help              this text
@@ -59,6 +63,7 @@ Outputs in DIR:
   NAME.nsys-rep  NAME.sqlite  NAME_<report>.csv (cuda_api_sum, cuda_gpu_kern_sum,
   cuda_gpu_mem_time_sum, osrt_sum, nvtx_sum)  summary.md  summary.json  NAME.timeline.png
   server.log  load.log  nsys.log  run.json (commands, window, nsys version)
+  live_metrics.jsonl      (with --metrics-url) one scrape per line: unix time, text
 
 Example:
   $PROG --out runs/prof/sync --delay 15 --window 5 \\
@@ -72,7 +77,7 @@ log() { echo "[$PROG $(date +%H:%M:%S)] $*" >&2; }
 
 OUT=""; SERVER=""; LOAD=""; DELAY=10; WINDOW=5; READY_URL="http://localhost:8000/v2/health/ready"
 READY_TIMEOUT=300; WAIT_LOAD=0; MODE=profile; STARTUP=30; GRAPH_TRACE=""; TRACE="cuda,nvtx,osrt"
-NAME=profile; STATS=1; SUMMARY=1; EXTRA=()
+NAME=profile; STATS=1; SUMMARY=1; EXTRA=(); METRICS_URL=""; METRICS_EVERY=1
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -90,6 +95,8 @@ while [[ $# -gt 0 ]]; do
     -t|--trace) TRACE=${2:?}; shift 2 ;;
     -n|--name) NAME=${2:?}; shift 2 ;;
     --nsys-arg) EXTRA+=("${2:?}"); shift 2 ;;
+    --metrics-url) METRICS_URL=${2:?}; shift 2 ;;
+    --metrics-every) METRICS_EVERY=${2:?}; shift 2 ;;
     --no-stats) STATS=0; shift ;;
     --no-summary) SUMMARY=0; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -102,7 +109,8 @@ done
 [[ "$MODE" == launch || "$MODE" == profile ]] || die "--mode must be 'launch' or 'profile' (got '$MODE')"
 [[ -z "$GRAPH_TRACE" || "$GRAPH_TRACE" == graph || "$GRAPH_TRACE" == node ]] \
   || die "--graph-trace must be 'graph' or 'node' (got '$GRAPH_TRACE')"
-for v in DELAY WINDOW READY_TIMEOUT STARTUP; do
+[[ -z "$METRICS_URL" || "$MODE" == launch ]] || die "--metrics-url needs --mode launch (the capture window is exact only there)"
+for v in DELAY WINDOW READY_TIMEOUT STARTUP METRICS_EVERY; do
   opt=${v,,}; [[ "${!v}" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "--${opt//_/-} must be a number of seconds (got '${!v}')"
 done
 [[ "$NAME" =~ ^[A-Za-z0-9._-]+$ ]] || die "--name may only contain letters, digits, '.', '_' and '-'"
@@ -210,7 +218,26 @@ if [[ "$MODE" == launch ]]; then
     >>"$OUT/nsys.log" 2>&1 || die "'nsys start' failed; see $OUT/nsys.log (or try --mode profile)"
   STARTED=1
   log "capturing for ${WINDOW}s"
-  sleep "$WINDOW"
+  if [[ -n "$METRICS_URL" ]]; then
+    # Scrape the metrics endpoint every METRICS_EVERY s inside the capture window, so live
+    # gauges (e.g. the backend's CUPTI ones) and the nsys summary describe the same seconds.
+    "${PYTHON:-python3}" - "$METRICS_URL" "$WINDOW" "$METRICS_EVERY" "$OUT/live_metrics.jsonl" <<'PY' \
+      2>>"$OUT/nsys.log" || log "warning: metrics sampling failed; see $OUT/nsys.log"
+import json, sys, time, urllib.request
+url, window, every, path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+t0 = time.time()
+with open(path, "w") as f:
+    while (left := window - (time.time() - t0)) > 1e-3:
+        time.sleep(min(every, left))
+        try:
+            text, error = urllib.request.urlopen(url, timeout=min(2.0, every)).read().decode(), None
+        except OSError as e:
+            text, error = "", str(e)
+        f.write(json.dumps({"unix": time.time(), "since_start_s": time.time() - t0, "text": text, "error": error}) + "\n")
+PY
+  else
+    sleep "$WINDOW"
+  fi
   "$NSYS_BIN" stop --session="$SESSION" >>"$OUT/nsys.log" 2>&1 || die "'nsys stop' failed; see $OUT/nsys.log"
   STARTED=0
   CAPTURE_END=$(date +%s.%N)

@@ -16,7 +16,12 @@
 #   summary  results/summary.json and docs/RESULTS.md, from the JSON files only
 # A part that finished leaves results/experiments/<part>/DONE and is skipped (FORCE=1 reruns it).
 # Same load for every variant: 1000 users x 50 items, WINDOW s (default 60) after WARMUP s.
-# USERS / WINDOW / WARMUP override it (a dry run on a CPU host:
+# USERS / WINDOW / WARMUP override it (HEADS_WINDOW: the heads parts' window, default WINDOW). BOUND_BATCHES="40 2000" and BEST_SYNC / BEST_PIPELINED
+# (model@key=value,...) give the bound and nsys parts their inputs when the runs' results are not
+# in EXP_ROOT (e.g. they ran in an earlier call). On a host of several GPUs,
+# scripts/run_experiments_lanes.sh runs parts side by side, one GPU and one share of the cores each
+# (it sets EXP_LANE, which gives each server its own Python-backend shared-memory prefix).
+# A dry run on a CPU host:
 #   EXP_ROOT=runs/exp-dry/experiments USERS=20 WINDOW=2 WARMUP=1 bash scripts/run_experiments.sh sync-b pipe-b summary).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -30,7 +35,16 @@ WINDOW=${WINDOW:-60}
 WARMUP=${WARMUP:-5}
 USERS=${USERS:-1000}
 mkdir -p "$ROOT"
-ensure_built
+[ -n "${INFLIGHT_BUILT:-}" ] || ensure_built
+extra=()
+[ -n "${EXP_LANE:-}" ] && extra+=(--backend-config "python,shm-region-prefix-name=inflight_lane${EXP_LANE}_")
+
+# lane_info DIR: where this part ran (GPU, cores, lanes beside it) when run_experiments_lanes.sh started it
+lane_info() {
+  [ -n "${EXP_LANE:-}" ] || return 0
+  printf '{"lane": %s, "lanes": %s, "cuda_visible_devices": "%s", "cpus": "%s", "parts": "%s"}\n' \
+    "$EXP_LANE" "${EXP_LANES:-1}" "${CUDA_VISIBLE_DEVICES:-}" "${EXP_CPUS:-}" "${EXP_LANE_PARTS:-}" >"$1/lane.json"
+}
 
 parts=("$@")
 [ "$1" = all ] && parts=(sync-a sync-b pipe-a pipe-b heads-a heads-b bound nsys summary)
@@ -43,15 +57,18 @@ for part in "${parts[@]}"; do
   case "$part" in
     sync-a|sync-b|pipe-a|pipe-b|heads-a|heads-b)
       mapfile -t variants < <($PY -m inflight.cli experiments plan "$part")
-      $PY -m inflight.cli ab "${variants[@]}" --preset published --users "$USERS" --window "$WINDOW" \
-        --warmup "$WARMUP" --out "$out" 2>&1 | grep -E "req/s, p50|INVALID|rror|^[A-H] " || true
+      window=$WINDOW; [[ $part == heads-* ]] && window=${HEADS_WINDOW:-$WINDOW}
+      lane_info "$out"
+      $PY -m inflight.cli ab "${variants[@]}" "${extra[@]}" --preset published --users "$USERS" --window "$window" \
+        --warmup "$WARMUP" --out "$out" 2>&1 | tee "$out/ab.log" | grep -E "req/s, p50|INVALID|rror|^[A-H] " || true
       # DONE only when the newest result is valid (every run had successful requests, no Locust trouble)
       $PY -c "import json, sys; from inflight.experiments import latest_ab; from pathlib import Path; \
 p = latest_ab(Path('$out')); sys.exit(0 if p and json.loads(p.read_text()).get('valid') else 1)" \
         && touch "$out/DONE" || echo "== $part: result missing or INVALID; not marked done (rerun the part)"
       ;;
     bound)
-      batches=$($PY -m inflight.cli experiments batches) || continue
+      batches=${BOUND_BATCHES:-$($PY -m inflight.cli experiments batches --root "$ROOT")} || continue
+      lane_info "$out"
       args=(); for b in $batches; do args+=(--batch "$b"); done
       $PY -m inflight.cli bench-engine --repository model_repository "${args[@]}" --iters 200 \
         --out "$ROOT/engine_bound.json" 2>&1 | grep -v "INFO inflight.bench" | tail -12
@@ -59,7 +76,9 @@ p = latest_ab(Path('$out')); sys.exit(0 if p and json.loads(p.read_text()).get('
       ;;
     nsys)
       for mode in sync pipelined; do
-        v=$($PY -m inflight.cli experiments best "$mode") || continue 2
+        override=BEST_${mode^^}
+        v=${!override:-$($PY -m inflight.cli experiments best "$mode" --root "$ROOT")} || continue 2
+        lane_info "$out"
         profile_loaded "$out/best_$mode" "best_$mode" "$v" "${NSYS_DELAY:-15}" "${NSYS_WINDOW:-5}" 2>&1 | tail -4
       done
       $PY -m inflight.cli nsys-summary "$out/best_sync/best_sync.sqlite" "$out/best_pipelined/best_pipelined.sqlite" \

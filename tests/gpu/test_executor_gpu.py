@@ -119,8 +119,11 @@ def test_execute_thread_makes_no_synchronize_calls(repository: Path) -> None:
 def test_repeated_create_and_close_does_not_grow_gpu_memory(repository: Path) -> None:
     """Each cycle builds an engine, slots and graphs, serves, closes; memory must not grow per cycle.
 
-    The first cycle may keep memory that belongs to the process, not to the executor (CUDA module
-    code loaded lazily, cuBLAS handles); cycles 2 and 3 must return everything they took.
+    Memory that belongs to the process, not to an executor, may appear once and stay: CUDA module
+    code loaded lazily, and torch's cuBLAS workspaces, which it caches per (handle, stream) and
+    which a new executor's new streams can add (an H200 run kept 20 MiB once, in cycle 2 of 3, and
+    nothing in cycle 3). cuBLAS workspaces are cleared before each measurement; after the first
+    two cycles, two more must not grow the free-memory figure at all (within 4 MiB).
     """
     import torch
 
@@ -131,7 +134,8 @@ def test_repeated_create_and_close_does_not_grow_gpu_memory(repository: Path) ->
     torch.cuda.synchronize()
     free: list[int] = []
     held: list[float] = []
-    for cycle in range(3):
+    clear_cublas = getattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: None)
+    for cycle in range(4):
         before, _ = cuda.mem_info()
         runner, spec = _make(repository, "bert_tiny", 4)
         sink = Collect()
@@ -143,11 +147,12 @@ def test_repeated_create_and_close_does_not_grow_gpu_memory(repository: Path) ->
         sink.wait(sum(len(b.items) for b in batches))
         during, _ = cuda.mem_info()
         assert ex.close(30)
+        clear_cublas()
         torch.cuda.empty_cache()
         after, _ = cuda.mem_info()
         free.append(after)
         held.append((before - during) / 2**20)
         print(f"cycle {cycle}: held {held[-1]:.0f} MiB, {(before - after) / 2**20:.1f} MiB kept after close")
     assert min(held) > 10
-    growth = (free[0] - free[2]) / 2**20
-    assert growth < 4, f"GPU memory grew by {growth:.1f} MiB over two further create/close cycles"
+    growth = (free[1] - free[3]) / 2**20
+    assert growth < 4, f"GPU memory grew by {growth:.1f} MiB over cycles 3 and 4 (free after each: {free})"

@@ -744,3 +744,63 @@ def test_trim_keeps_what_the_summary_reads_over_the_window(tmp_path: Path):
     assert cut.verdict.regime == full.verdict.regime
     with pytest.raises(ValueError, match="no such file"):
         trim(tmp_path / "nope.sqlite", tmp_path / "x.sqlite")
+
+
+def test_live_gauges_scraped_in_the_capture_window_reach_the_summary(tmp_path: Path, fake_nsys: dict[str, str]):
+    """--metrics-url: the script scrapes the endpoint during the capture; the summary shows the gauges."""
+    port = free_port()
+    out = tmp_path / "out"
+    served = tmp_path / "www"
+    served.mkdir()
+    (served / "metrics").write_text(
+        "# TYPE inflight_gpu_activity gauge\n"
+        'inflight_gpu_activity{model="m",version="1",instance="0"} 0.25\n'
+        'inflight_gpu_activity{model="m",version="1",instance="1"} 0.35\n'
+        'inflight_sync_share{model="m",version="1",instance="0"} 0.8\n'
+        'inflight_sync_share{model="m",version="1",instance="1"} 0.9\n'
+    )
+    argv = [
+        "bash", str(SCRIPT), "--out", str(out), "--mode", "launch",
+        "--server", f"cd {served} && exec {sys.executable} -m http.server {port} --bind 127.0.0.1",
+        "--ready-url", f"http://127.0.0.1:{port}/",
+        "--delay", "0.2", "--window", "2", "--name", "live",
+        "--metrics-url", f"http://127.0.0.1:{port}/metrics", "--metrics-every", "0.5",
+    ]  # fmt: skip
+    r = subprocess.run(argv, capture_output=True, text=True, env=fake_nsys, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    lines = (out / "live_metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 4, lines  # one scrape per 0.5 s of a 2 s window
+    assert all(json.loads(x)["since_start_s"] <= 2.2 for x in lines)
+    doc = json.loads((out / "summary.json").read_text())["files"][0]
+    assert doc["live"]["samples"] == 4 and doc["live"]["failed_scrapes"] == 0
+    assert doc["live"]["gpu_activity"]["mean"] == pytest.approx(0.30)  # mean over instances, then samples
+    assert doc["live"]["sync_share"]["mean"] == pytest.approx(0.85)
+    md = (out / "summary.md").read_text()
+    assert "live CUPTI GPU activity, same window" in md and "30.0 %" in md and "4 samples" in md
+
+
+def test_metrics_url_needs_launch_mode(tmp_path: Path, fake_nsys: dict[str, str]):
+    argv = ["bash", str(SCRIPT), "--out", str(tmp_path / "o"), "--server", "true", "--metrics-url", "http://x/metrics"]
+    r = subprocess.run(argv, capture_output=True, text=True, env=fake_nsys, check=False)
+    assert r.returncode == 2 and "--metrics-url needs --mode launch" in r.stderr
+
+
+def test_live_gauges_absent_are_reported_with_the_servers_reason(tmp_path: Path):
+    path = sync_bound(20).write(tmp_path / "p.sqlite")
+    (tmp_path / "live_metrics.jsonl").write_text(
+        json.dumps({"unix": 1.0, "since_start_s": 1.0, "text": "nv_inference_count 3\n", "error": None})
+        + "\n"
+        + json.dumps({"unix": 2.0, "since_start_s": 2.0, "text": "", "error": "timed out"})
+        + "\n"
+    )
+    (tmp_path / "server.log").write_text(
+        "W1121 model.py] cupti=true but live CUPTI metrics are unavailable: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS\n"
+    )
+    f = summarize_file(path)
+    assert f.live == {"samples": 2, "failed_scrapes": 1, "gpu_activity": "not available", "sync_share": "not available"}
+    assert any("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS" in n for n in f.notes)
+    from inflight.profiling.nsys_summary import to_markdown
+
+    assert "| live CUPTI sync share, same window (backend gauge) | not available |" in to_markdown([f])
+    (tmp_path / "sub").mkdir()
+    assert summarize_file(sync_bound(20).write(tmp_path / "sub" / "q.sqlite")).live is None  # no scrapes beside it

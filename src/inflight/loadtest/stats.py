@@ -321,8 +321,8 @@ _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def metric_values(text: str, metric: str, model: str) -> list[float]:
-    """Values of ``metric`` for ``model`` (one per instance) in Prometheus text; empty when absent."""
+def metric_values(text: str, metric: str, model: str | None) -> list[float]:
+    """Values of ``metric`` for ``model`` (one per instance; all models if None) in Prometheus text, or []."""
     out: list[float] = []
     for line in text.splitlines():
         if not line.startswith(metric):
@@ -331,7 +331,7 @@ def metric_values(text: str, metric: str, model: str) -> list[float]:
         if not m or m.group("name") != metric:
             continue
         labels = dict(_LABEL.findall(m.group("labels") or ""))
-        if labels.get("model") == model:
+        if model is None or labels.get("model") == model:
             out.append(float(m.group("value")))
     return out
 
@@ -340,8 +340,8 @@ def metric_values(text: str, metric: str, model: str) -> list[float]:
 GPU_GAUGES: dict[str, str] = {"gpu_activity": "inflight_gpu_activity", "sync_share": "inflight_sync_share"}
 
 
-def gpu_gauges(text: str, model: str) -> dict[str, float | None]:
-    """Mean over instances of each GPU gauge for ``model``; None where the gauge is absent."""
+def gpu_gauges(text: str, model: str | None) -> dict[str, float | None]:
+    """Mean over instances of each GPU gauge for ``model`` (every model when None); None where absent."""
     out: dict[str, float | None] = {}
     for key, metric in GPU_GAUGES.items():
         values = metric_values(text, metric, model)

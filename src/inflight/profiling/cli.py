@@ -60,6 +60,8 @@ def nsys_profile_argv(
     stats: bool = True,
     summary: bool = True,
     nsys_args: Sequence[str] = (),
+    metrics_url: str | None = None,
+    metrics_every_s: float = 1.0,
 ) -> list[str]:
     """The command line of ``nsys_profile.sh`` for these settings (see its ``--help``).
 
@@ -100,6 +102,8 @@ def nsys_profile_argv(
         argv.append("--no-summary")
     for a in nsys_args:
         argv += ["--nsys-arg", a]
+    if metrics_url:
+        argv += ["--metrics-url", metrics_url, "--metrics-every", f"{metrics_every_s:g}"]
     return argv
 
 
@@ -200,6 +204,13 @@ def nsys_profile_cmd(
     ready_url: Annotated[Optional[str], typer.Option(help="Readiness URL ('none' to skip).")] = None,  # noqa: UP045
     name: Annotated[str, typer.Option(help="Report base name.")] = "profile",
     wait_load: Annotated[bool, typer.Option(help="Wait for the load command instead of stopping it.")] = False,
+    metrics_url: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="(launch mode) Prometheus endpoint scraped during the capture, e.g. http://localhost:8002/metrics."
+        ),
+    ] = None,
+    metrics_every: Annotated[float, typer.Option(help="Seconds between metric scrapes.")] = 1.0,
 ) -> None:
     """Profile a server under load with Nsight Systems (scripts/nsys_profile.sh)."""
     try:
@@ -215,6 +226,8 @@ def nsys_profile_cmd(
             ready_url=ready_url,
             name=name,
             wait_load=wait_load,
+            metrics_url=metrics_url,
+            metrics_every_s=metrics_every,
         )
     except FileNotFoundError as e:
         fail(str(e))

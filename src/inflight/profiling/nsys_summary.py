@@ -438,6 +438,7 @@ class FileSummary:
         osrt_top: OS-runtime calls with the most time.
         notes: Remarks (missing tables, graph-level trace, dropped rows).
         timeline: The PNG written for this file, if any.
+        live: The backend's live gauges scraped during the capture (:func:`read_live_metrics`), if any.
     """
 
     path: Path
@@ -450,6 +451,7 @@ class FileSummary:
     osrt_top: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timeline: Path | None = None
+    live: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -464,7 +466,43 @@ class FileSummary:
             "osrt_top": self.osrt_top,
             "notes": self.notes,
             "timeline": None if self.timeline is None else str(self.timeline),
+            "live": self.live,
         }
+
+
+#: Written beside the export by ``nsys_profile.sh --metrics-url``: one metrics scrape per line.
+LIVE_METRICS_FILE = "live_metrics.jsonl"
+
+
+def read_live_metrics(path: str | Path) -> dict[str, Any] | None:
+    """The backend's live CUPTI gauges as scraped during an nsys capture.
+
+    Each line of the file is ``{"unix", "since_start_s", "text", "error"}`` (``text``: Triton's
+    Prometheus page). The gauges are rolling windows, so samples taken every window length inside
+    the capture tile it; their mean describes the same seconds as the nsys summary.
+
+    Args:
+        path: ``live_metrics.jsonl``.
+
+    Returns:
+        ``{"samples", "failed_scrapes", "gpu_activity", "sync_share"}`` where each gauge is
+        ``{"mean", "min", "max", "n"}`` or ``"not available"`` (no ``cupti=true`` model, or CUPTI
+        could not start in the server); None when the file does not exist.
+    """
+    from inflight.loadtest.stats import GPU_GAUGES, metric_values, summarize_gauge
+
+    p = Path(path)
+    if not p.is_file():
+        return None
+    samples = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    out: dict[str, Any] = {"samples": len(samples), "failed_scrapes": sum(1 for x in samples if x.get("error"))}
+    for key, metric in GPU_GAUGES.items():
+        per_sample: list[float | None] = []
+        for x in samples:
+            values = metric_values(x.get("text") or "", metric, None)
+            per_sample.append(float(np.mean(values)) if values else None)
+        out[key] = summarize_gauge(per_sample)
+    return out
 
 
 def _osrt_top(osrt: Ranges, lo: int, hi: int, limit: int = 5) -> list[dict[str, Any]]:
@@ -562,6 +600,18 @@ def summarize_file(
             ),
             osrt_top=_osrt_top(records.osrt, lo, hi),
             notes=notes,
+            live=read_live_metrics(p.parent / LIVE_METRICS_FILE),
+        )
+    if fs.live is not None and not isinstance(fs.live.get("gpu_activity"), dict):
+        log = p.parent / "server.log"
+        why = [
+            ln.strip()
+            for ln in (log.read_text(errors="replace").splitlines() if log.is_file() else [])
+            if "live CUPTI metrics are unavailable" in ln
+        ]
+        fs.notes.append(
+            "live CUPTI gauges absent during the capture"
+            + (f": {why[0]}" if why else " (no model with cupti=true, or its metrics are off)")
         )
     if timeline_dir is not None and timeline_ms > 0:
         from inflight.profiling.timeline import plot_timeline, slice_at
@@ -623,6 +673,20 @@ def to_markdown(files: Sequence[FileSummary]) -> str:
     row("CUDA API time (s, all threads)", lambda s: f"{s.api_time_s:.3f}")
     row("OS-runtime wait share of CUDA threads", lambda s: _pct(s.osrt_wait_share))
     row("**regime**", lambda s: f"**{s.verdict.regime}**")
+    if any(f.live is not None for f in files):
+
+        def live(key: str) -> list[str]:
+            vals = []
+            for f in files:
+                g = None if f.live is None else f.live.get(key)
+                if isinstance(g, dict):
+                    vals.append(f"{_pct(g['mean'])} ({_pct(g['min'])} to {_pct(g['max'])}, {g['n']} samples)")
+                else:
+                    vals.append("not available" if f.live is not None else "-")
+            return vals
+
+        rows.append(("live CUPTI GPU activity, same window (backend gauge)", live("gpu_activity")))
+        rows.append(("live CUPTI sync share, same window (backend gauge)", live("sync_share")))
 
     head = "| figure | " + " | ".join(f.label for f in files) + " |"
     sep = "|---|" + "---:|" * len(files)
