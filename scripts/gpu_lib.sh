@@ -39,4 +39,5 @@ profile_loaded() {
     --load "$PY -m locust -f loadtest/locustfile.py --headless -u $USERS -r $USERS -t 60s --host http://127.0.0.1:8000 \
             --model $model --items 50 --seq-len 64 --processes 8 --only-summary TritonHttpUser" \
     --delay "$delay" --window "$window" --metrics-url http://localhost:8002/metrics --metrics-every 1
+  cp "runs/nsys-serve-$name/tritonserver.log" "$out/" 2>/dev/null   # the backend's own log (CUPTI start-up etc.)
 }

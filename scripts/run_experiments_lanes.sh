@@ -5,7 +5,7 @@
 #
 #   bash scripts/run_experiments_lanes.sh "sync-a" "sync-b heads-b" "pipe-a" "heads-a"
 #
-# Lane i (0-based) runs its parts in order on GPU i and cores [i*C, (i+1)*C), C = cores / lanes.
+# Lane i (0-based) runs its parts ('-': none, only LANE_AFTER_i) in order on GPU i and cores [i*C, (i+1)*C), C = cores / lanes.
 # Each server gets its own Python-backend shared-memory prefix (EXP_LANE). Each part writes
 # lane.json (GPU, cores, lanes beside it) next to its results, so a report can say the runs were
 # concurrent. LANE_TIMEOUT (s) bounds each lane; LANE_AFTER_i='command' runs after lane i's parts
@@ -36,8 +36,10 @@ for parts in "$@"; do
   (
     export CUDA_VISIBLE_DEVICES=$i EXP_LANE=$i EXP_CPUS=$cpus EXP_LANE_PARTS="$parts"
     # shellcheck disable=SC2086
-    OUT= timeout "${LANE_TIMEOUT:-3600}" taskset -c "$cpus" bash scripts/run_experiments.sh $parts
-    echo "== lane $i parts done (rc $?) at $(date +%T)"
+    if [ "$parts" != - ]; then
+      OUT= timeout "${LANE_TIMEOUT:-3600}" taskset -c "$cpus" bash scripts/run_experiments.sh $parts
+      echo "== lane $i parts done (rc $?) at $(date +%T)"
+    fi
     if [ -n "${!after_var:-}" ]; then
       OUT= timeout "${LANE_AFTER_TIMEOUT:-300}" taskset -c "$cpus" bash -c "${!after_var}"
       echo "== lane $i after-command rc $? at $(date +%T)"

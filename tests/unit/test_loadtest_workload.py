@@ -188,6 +188,9 @@ def test_locust_command(tmp_path: Path) -> None:
     ):
         assert part in joined
     assert cmd[-1] == "TritonGrpcUser"
+    # the master's port is chosen per run (Locust's fixed 5557 broke A/B runs side by side), workers follow it
+    port = cmd[cmd.index("--master-bind-port") + 1]
+    assert cmd[cmd.index("--master-port") + 1] == port and int(port) > 0
 
 
 def test_variants_from_the_repository() -> None:

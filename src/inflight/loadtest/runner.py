@@ -170,8 +170,13 @@ def locust_command(
     repository: Path,
     csv_prefix: Path | None = None,
     raw_dir: Path | None = None,
+    master_port: int | None = None,
 ) -> list[str]:
-    """The headless Locust command line of one run (warm-up or window)."""
+    """The headless Locust command line of one run (warm-up or window).
+
+    With worker processes, Locust's master listens on ``master_port`` (default: a free port picked
+    now) instead of its fixed 5557, so several A/B runs can share a host.
+    """
     cmd = [
         sys.executable,
         "-m",
@@ -211,7 +216,10 @@ def locust_command(
         endpoints.grpc,
     ]
     if shape.processes > 0:
-        cmd += ["--processes", str(shape.processes)]
+        from inflight.server.launcher import free_port
+
+        port = master_port or free_port()
+        cmd += ["--processes", str(shape.processes), "--master-bind-port", str(port), "--master-port", str(port)]
     if shape.check:
         cmd.append("--check")
     if csv_prefix is not None:
