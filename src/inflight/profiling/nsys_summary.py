@@ -603,10 +603,12 @@ def summarize_file(
             live=read_live_metrics(p.parent / LIVE_METRICS_FILE),
         )
     if fs.live is not None and not isinstance(fs.live.get("gpu_activity"), dict):
-        log = p.parent / "server.log"
+        logs = [p.parent / "server.log", p.parent / "tritonserver.log"]  # nsys_profile.sh's, Triton's
         why = [
             ln.strip()
-            for ln in (log.read_text(errors="replace").splitlines() if log.is_file() else [])
+            for log in logs
+            if log.is_file()
+            for ln in log.read_text(errors="replace").splitlines()
             if "live CUPTI metrics are unavailable" in ln
         ]
         fs.notes.append(
