@@ -86,6 +86,20 @@ def engine_section(path: Path, root: Path) -> list[str]:
     return lines
 
 
+def _lane_line(path: Path) -> list[str]:
+    """Where a part ran when scripts/run_experiments_lanes.sh ran several side by side (its lane.json)."""
+    f = path.parent / "lane.json"
+    if not f.is_file():
+        return []
+    lane = json.loads(f.read_text())
+    return [
+        f"Ran in lane {lane.get('lane')} of {lane.get('lanes')} on a host of several GPUs "
+        f"(CUDA_VISIBLE_DEVICES={lane.get('cuda_visible_devices')}, cores {lane.get('cpus')}), beside the other "
+        "lanes' parts: compare the variants of this table first, across tables second.",
+        "",
+    ]
+
+
 def ab_section(path: Path, root: Path) -> list[str]:
     """One A/B result: the side-by-side figures."""
     doc = json.loads(path.read_text())
@@ -101,6 +115,7 @@ def ab_section(path: Path, root: Path) -> list[str]:
         f"{load.get('processes')} Locust processes, order {', '.join(load.get('order', []))}; "
         f"status {'valid' if doc.get('valid') else 'INVALID'}.",
         "",
+        *_lane_line(path),
         "Reproduce: `inflight ab "
         + " ".join(f"'{s['spec']}'" for s in summary)
         + f" --preset {doc.get('preset')} --window {load.get('window_s')} --warmup {load.get('warmup_s')}"
@@ -119,9 +134,9 @@ def ab_section(path: Path, root: Path) -> list[str]:
                 f"{s['variant']}: `{s['spec']}`",
                 _fmt(s.get("rps")),
                 _fmt(s.get("items_per_s")),
-                _fmt(lat.get("p50"), ".1f"),
-                _fmt(lat.get("p95"), ".1f"),
-                _fmt(lat.get("p99"), ".1f"),
+                _fmt(lat.get("p50"), ",.1f"),
+                _fmt(lat.get("p95"), ",.1f"),
+                _fmt(lat.get("p99"), ",.1f"),
                 str(s.get("failures")),
                 _fmt(server.get("avg_batch_items"), ",.0f"),
                 _pct(gpu),
@@ -221,6 +236,63 @@ def nsys_section(paths: list[Path], root: Path) -> list[str]:
     return lines
 
 
+def live_window_section(path: Path, root: Path) -> list[str]:
+    """The nsys summary and the live metrics scraped inside the same capture window (``gpu_session.sh samewindow``)."""
+    from inflight.profiling.nsys_summary import LIVE_METRICS_FILE, read_live_metrics
+
+    files = json.loads(path.read_text()).get("files", [])
+    if not files:
+        return []
+    cols = []
+    for f in files:
+        folder = path.parent / f["label"]
+        live = read_live_metrics(folder / LIVE_METRICS_FILE) or {}
+        run = folder / "run.json"
+        cols.append((f, live, json.loads(run.read_text()) if run.is_file() else {}))
+
+    def gauge(live: dict[str, Any], key: str) -> str:
+        g = live.get(key)
+        if isinstance(g, dict):
+            return f"{_pct(g['mean'])} ({_pct(g['min'])} to {_pct(g['max'])}, {g['n']} scrapes)"
+        return "not available" if live else "-"
+
+    lines = [f"## nsys and live metrics over the same window (`{path.parent.relative_to(root)}/`)", ""]
+    for f, _, meta in cols:
+        lines.append(
+            f"- `{f['label']}`: server `{meta.get('server', '?')}`, capture {meta.get('window_s', '?')} s "
+            f"after {meta.get('delay_s', '?')} s of load; Triton's metrics scraped every second of it"
+        )
+    lines.append("")
+    rows = [
+        ["GPU activity (nsys: union of graph/kernel/copy intervals / wall)",
+         *[_pct(f["summary"].get("gpu_activity")) for f, _, _ in cols]],
+        ["GPU utilization, live (Triton `nv_gpu_utilization`, NVML)",
+         *[gauge(live, "triton_gpu_utilization") for _, live, _ in cols]],
+        ["GPU activity, live (backend CUPTI gauge)", *[gauge(live, "gpu_activity") for _, live, _ in cols]],
+        ["sync share of CUDA API time (nsys)", *[_pct(f["summary"].get("sync_share")) for f, _, _ in cols]],
+        ["sync share on the launching threads (nsys)",
+         *[_pct(f["summary"].get("issue_sync_share")) for f, _, _ in cols]],
+        ["sync share, live (backend CUPTI gauge)", *[gauge(live, "sync_share") for _, live, _ in cols]],
+        ["batches between first and last scrape (backend counter)",
+         *[_fmt(live.get("batches")) for _, live, _ in cols]],
+        ["items per batch (backend histogram)", *[_fmt(live.get("mean_batch_items")) for _, live, _ in cols]],
+        ["regime (nsys)", *[(f["summary"].get("verdict") or {}).get("regime", "n/a") for f, _, _ in cols]],
+    ]  # fmt: skip
+    lines += _table(["figure", *[f["label"] for f, _, _ in cols]], rows)
+    notes = sorted({n for f, _, _ in cols for n in f.get("notes", []) if "live CUPTI" in n})
+    lines += [""] + [f"- {n}" for n in notes]
+    lines += [
+        "",
+        "The backend's CUPTI gauges cannot run under nsys: CUPTI takes one subscriber per process and nsys "
+        "holds it (the backend logs the refusal above and serves on without them). Triton's NVML "
+        "utilization gauge has no such limit, so it is the live figure measured over the same seconds.",
+        "",
+        "Reproduce: `bash scripts/gpu_session.sh samewindow` on the GPU host.",
+        "",
+    ]
+    return lines
+
+
 def render(root: Path) -> str:
     """The whole page for the repository at ``root``."""
     results = root / "results"
@@ -243,6 +315,9 @@ def render(root: Path) -> str:
         for p in abs_:
             lines += ab_section(p, root)
     lines += nsys_section(sorted(results.glob("nsys/*/summary.json")), root)
+    live = results / "nsys-live" / "summary.json"
+    if live.is_file():
+        lines += live_window_section(live, root)
     return "\n".join(lines) + "\n"
 
 

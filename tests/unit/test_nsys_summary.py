@@ -758,6 +758,9 @@ def test_live_gauges_scraped_in_the_capture_window_reach_the_summary(tmp_path: P
         'inflight_gpu_activity{model="m",version="1",instance="1"} 0.35\n'
         'inflight_sync_share{model="m",version="1",instance="0"} 0.8\n'
         'inflight_sync_share{model="m",version="1",instance="1"} 0.9\n'
+        'nv_gpu_utilization{gpu_uuid="GPU-x"} 0.5\n'
+        'inflight_in_flight{model="m",instance="0"} 1\n'
+        'inflight_in_flight{model="m",instance="1"} 2\n'
     )
     argv = [
         "bash", str(SCRIPT), "--out", str(out), "--mode", "launch",
@@ -775,6 +778,9 @@ def test_live_gauges_scraped_in_the_capture_window_reach_the_summary(tmp_path: P
     assert doc["live"]["samples"] == 4 and doc["live"]["failed_scrapes"] == 0
     assert doc["live"]["gpu_activity"]["mean"] == pytest.approx(0.30)  # mean over instances, then samples
     assert doc["live"]["sync_share"]["mean"] == pytest.approx(0.85)
+    assert doc["live"]["triton_gpu_utilization"]["mean"] == pytest.approx(0.5)  # NVML's, no CUPTI needed
+    assert doc["live"]["in_flight"]["mean"] == pytest.approx(3)  # summed over instances
+    assert doc["live"]["batches"] is None and doc["live"]["mean_batch_items"] is None  # no batch counters on the page
     md = (out / "summary.md").read_text()
     assert "live CUPTI GPU activity, same window" in md and "30.0 %" in md and "4 samples" in md
 
@@ -797,10 +803,35 @@ def test_live_gauges_absent_are_reported_with_the_servers_reason(tmp_path: Path)
         "W1121 model.py] cupti=true but live CUPTI metrics are unavailable: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS\n"
     )
     f = summarize_file(path)
-    assert f.live == {"samples": 2, "failed_scrapes": 1, "gpu_activity": "not available", "sync_share": "not available"}
+    assert f.live is not None and (f.live["samples"], f.live["failed_scrapes"]) == (2, 1)
+    assert f.live["gpu_activity"] == f.live["sync_share"] == f.live["triton_gpu_utilization"] == "not available"
     assert any("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS" in n for n in f.notes)
     from inflight.profiling.nsys_summary import to_markdown
 
     assert "| live CUPTI sync share, same window (backend gauge) | not available |" in to_markdown([f])
     (tmp_path / "sub").mkdir()
     assert summarize_file(sync_bound(20).write(tmp_path / "sub" / "q.sqlite")).live is None  # no scrapes beside it
+
+
+def test_live_counters_give_batches_and_items_per_batch_between_first_and_last_scrape(tmp_path: Path):
+    from inflight.profiling.nsys_summary import read_live_metrics
+
+    def page(count: int, total: int) -> str:
+        return (
+            f'inflight_batch_size_count{{model="m",instance="0"}} {count}\n'
+            f'inflight_batch_size_sum{{model="m",instance="0"}} {total}\n'
+            f'inflight_batch_size_count{{model="m",instance="1"}} {count}\n'
+            f'inflight_batch_size_sum{{model="m",instance="1"}} {total}\n'
+            f'inflight_slot_waits_total{{model="m",instance="0"}} {count // 10}\n'
+        )
+
+    lines = [page(100, 200_000), page(150, 300_000), page(300, 600_000)]
+    f = tmp_path / "live_metrics.jsonl"
+    f.write_text(
+        "".join(
+            json.dumps({"unix": i, "since_start_s": i, "text": t, "error": None}) + "\n" for i, t in enumerate(lines)
+        )
+    )
+    live = read_live_metrics(f)
+    assert live is not None
+    assert live["batches"] == 400 and live["mean_batch_items"] == pytest.approx(2000) and live["slot_waits"] == 20

@@ -475,19 +475,24 @@ LIVE_METRICS_FILE = "live_metrics.jsonl"
 
 
 def read_live_metrics(path: str | Path) -> dict[str, Any] | None:
-    """The backend's live CUPTI gauges as scraped during an nsys capture.
+    """Live metrics scraped during an nsys capture: the backend's and Triton's own.
 
     Each line of the file is ``{"unix", "since_start_s", "text", "error"}`` (``text``: Triton's
-    Prometheus page). The gauges are rolling windows, so samples taken every window length inside
-    the capture tile it; their mean describes the same seconds as the nsys summary.
+    Prometheus page). The CUPTI gauges are rolling windows, so samples taken every window length
+    inside the capture tile it; their mean describes the same seconds as the nsys summary. The
+    backend's CUPTI gauges cannot run under nsys (CUPTI allows one subscriber per process: it
+    answers ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED), but Triton's ``nv_gpu_utilization`` (NVML,
+    the share of each sample period in which a kernel ran) and the backend's counters can.
 
     Args:
         path: ``live_metrics.jsonl``.
 
     Returns:
-        ``{"samples", "failed_scrapes", "gpu_activity", "sync_share"}`` where each gauge is
-        ``{"mean", "min", "max", "n"}`` or ``"not available"`` (no ``cupti=true`` model, or CUPTI
-        could not start in the server); None when the file does not exist.
+        None when the file does not exist, else ``{"samples", "failed_scrapes", "gpu_activity",
+        "sync_share", "triton_gpu_utilization", "in_flight"}`` (each ``{"mean", "min", "max", "n"}``
+        or ``"not available"``; the GPU utilization is the mean over the GPUs the server sees) and,
+        from the first and last scrape, ``"batches"``, ``"mean_batch_items"`` and ``"slot_waits"``
+        (None when absent).
     """
     from inflight.loadtest.stats import GPU_GAUGES, metric_values, summarize_gauge
 
@@ -495,13 +500,27 @@ def read_live_metrics(path: str | Path) -> dict[str, Any] | None:
     if not p.is_file():
         return None
     samples = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    texts = [x.get("text") or "" for x in samples]
     out: dict[str, Any] = {"samples": len(samples), "failed_scrapes": sum(1 for x in samples if x.get("error"))}
-    for key, metric in GPU_GAUGES.items():
+    gauges = {**GPU_GAUGES, "triton_gpu_utilization": "nv_gpu_utilization", "in_flight": "inflight_in_flight"}
+    for key, metric in gauges.items():
         per_sample: list[float | None] = []
-        for x in samples:
-            values = metric_values(x.get("text") or "", metric, None)
-            per_sample.append(float(np.mean(values)) if values else None)
+        for text in texts:
+            values = metric_values(text, metric, None)
+            if key == "in_flight":  # batches in flight in the whole model: sum over instances
+                per_sample.append(float(np.sum(values)) if values else None)
+            else:
+                per_sample.append(float(np.mean(values)) if values else None)
         out[key] = summarize_gauge(per_sample)
+
+    def delta(metric: str) -> float | None:
+        scraped = [sum(v) for v in (metric_values(t, metric, None) for t in texts if t) if v]
+        return scraped[-1] - scraped[0] if len(scraped) >= 2 else None
+
+    items, batches = delta("inflight_batch_size_sum"), delta("inflight_batch_size_count")
+    out["batches"] = batches
+    out["mean_batch_items"] = items / batches if items is not None and batches else None
+    out["slot_waits"] = delta("inflight_slot_waits_total")
     return out
 
 
@@ -689,6 +708,7 @@ def to_markdown(files: Sequence[FileSummary]) -> str:
 
         rows.append(("live CUPTI GPU activity, same window (backend gauge)", live("gpu_activity")))
         rows.append(("live CUPTI sync share, same window (backend gauge)", live("sync_share")))
+        rows.append(("live GPU utilization, same window (Triton nv_gpu_utilization)", live("triton_gpu_utilization")))
 
     head = "| figure | " + " | ".join(f.label for f in files) + " |"
     sep = "|---|" + "---:|" * len(files)
