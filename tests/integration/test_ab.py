@@ -6,7 +6,11 @@ bert_tiny_sync against bert_tiny_inflight, 20 users, 10 s windows, 4 items of 16
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +49,13 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
         "--out",
         str(out),
     ]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    # Locust's default master port is taken, as by an A/B run beside this one: the runner must not need it
+    with contextlib.ExitStack() as stack:
+        blocker = stack.enter_context(socket.socket())
+        with contextlib.suppress(OSError):
+            blocker.bind(("0.0.0.0", 5557))
+            blocker.listen()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, f"inflight ab failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"
 
     (path,) = out.glob("ab-*.json")
@@ -73,6 +83,7 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
         assert s["gpu_activity"] == "not available"
     for run in doc["runs"]:
         assert run["locust_returncode"] == 0 and not run["cpu_warnings"]
+        assert 0 <= run["unload_s"] < 120
         log = Path(run["locust_log"]).read_text()
         assert "with reference outputs" in log  # the Locust processes did load the references
     text = md.read_text()
@@ -90,3 +101,30 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert md.read_text() == text
+
+
+def test_sigterm_stops_the_server_and_keeps_its_log(repository: Path, tmp_path: Path) -> None:
+    """`timeout` sends SIGTERM: the runner stops its server and copies the server log before exiting."""
+    out = tmp_path / "results"
+    cmd = [
+        sys.executable, "-m", "inflight.loadtest.cli", "ab", "bert_tiny_sync", "--preset", "smoke",
+        "--users", "5", "--window", "60", "--warmup", "1", "--items", "2", "--seq-len", "8",
+        "--processes", "0", "--repository", str(repository), "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:  # wait until the window's load is running
+        lines.append(line)
+        if "warming up" in line:
+            break
+    else:
+        pytest.fail("the A/B run ended before its warm-up:\n" + "".join(lines))
+    os.kill(proc.pid, signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    text = "".join(lines) + rest
+    assert proc.returncode == 128 + signal.SIGTERM, text
+    assert "SIGTERM: stopping the A/B run" in text and "tritonserver stopped" in text
+    (log,) = out.glob("ab-*/tritonserver.log")
+    assert "bert_tiny_sync" in log.read_text()
+    assert not list(out.glob("ab-*.json"))  # nothing half-measured is written as a result

@@ -66,6 +66,9 @@ def ab_cmd(
         ),
     ] = None,
     keep_raw: Annotated[bool, typer.Option(help="Keep the raw latency files and the request pools.")] = False,
+    unload_timeout: Annotated[
+        float, typer.Option(help="Seconds a variant may take to unload; longer is recorded as a problem of its run.")
+    ] = 120.0,
     verbose: bool = False,
 ) -> None:
     """Run the A/B load test: the same Locust load against each variant in turn, on one server."""
@@ -105,6 +108,7 @@ def ab_cmd(
                 backend_config=tuple(backend_config or ()),
                 keep_raw=keep_raw,
                 preset=preset,
+                unload_timeout_s=unload_timeout,
             )
         )
     except InflightError as e:

@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -80,6 +81,9 @@ class AbConfig:
         keep_raw: Keep the raw latency files (they can be large) and the request pools next to the results.
         progress_interval_s: Seconds between progress lines and GPU gauge samples.
         preset: Name of the preset the shape came from (recorded only).
+        unload_timeout_s: How long a variant may take to unload after its window; longer is
+            recorded as a problem of that run (the server log says where it stalled) and the
+            runner goes on with the next variant.
     """
 
     variants: Sequence[str]
@@ -96,6 +100,7 @@ class AbConfig:
     keep_raw: bool = False
     progress_interval_s: float = 5.0
     preset: str | None = None
+    unload_timeout_s: float = 120.0
 
 
 @dataclass(kw_only=True)
@@ -157,6 +162,29 @@ def resolve_variants(specs: Sequence[str], repository: Path) -> list[Variant]:
         label = chr(ord("A") + i) if i < 26 else f"V{i + 1}"
         out.append(Variant(label=label, spec=spec, config=vc, overrides=overrides))
     return out
+
+
+class _TermAsExit:
+    """While alive, SIGTERM (e.g. from ``timeout``) raises SystemExit, so the runner's cleanup runs.
+
+    The server is then stopped and its log copied next to the results instead of being lost.
+    """
+
+    def __init__(self) -> None:
+        self._previous: Any = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._raise)
+
+    @staticmethod
+    def _raise(signum: int, frame: object) -> None:
+        LOGGER.warning("SIGTERM: stopping the A/B run and the server; results so far are not written")
+        raise SystemExit(128 + signum)
+
+    def restore(self) -> None:
+        """Put the previous SIGTERM handler back."""
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
 
 
 def locust_command(
@@ -421,6 +449,7 @@ class AbRunner:
         server = None
         # the server's backend folder (a copy of the Python backend) stays out of the results
         workdir = tempfile.TemporaryDirectory(prefix="inflight-ab-server-")
+        stop_on_term = _TermAsExit()
         try:
             if self.config.url is None:
                 server = self._start_server(Path(workdir.name))
@@ -437,6 +466,7 @@ class AbRunner:
                     shutil.copy(server.log_path, log)
                 LOGGER.info("tritonserver stopped (exit code %s); its log: %s", code, log)
             workdir.cleanup()
+            stop_on_term.restore()
             if not self.config.keep_raw:  # the pools are reproducible from the seed
                 for path in pools.values():
                     path.unlink(missing_ok=True)
@@ -580,8 +610,12 @@ class AbRunner:
             if text is not None:
                 samples.append({"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name)})
         finally:
-            with contextlib.suppress(InflightError):
-                control.unload(endpoints.http, v.name)
+            t_unload = time.monotonic()
+            try:
+                control.unload(endpoints.http, v.name, timeout_s=self.config.unload_timeout_s)
+            except InflightError as e:
+                problems.append(f"unloading {v.name} failed or stalled: {e} (see tritonserver.log next to the results)")
+            record["unload_s"] = round(time.monotonic() - t_unload, 2)
         record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems))
         locust, lat, server = record.get("locust"), record.get("latency_ms") or {}, record.get("server") or {}
         LOGGER.info(
