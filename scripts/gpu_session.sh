@@ -12,7 +12,8 @@
 #   bash scripts/gpu_session.sh tracing      # issue 5: live CUPTI metrics on vs off, same load
 #   bash scripts/gpu_session.sh samewindow   # issue 5: nsys and the live CUPTI gauges over one window
 #
-# Needs the offline kit (.kit, see ../shared/gpuhost) on a host without network; writes results/
+# Needs the offline kit (.kit, see ../shared/gpuhost; then python3 scripts/slim_kit.py .kit so the tree
+# and kit fit the device tool's 64 MiB) on a host without network; writes results/
 # and copies a tarball of it to $OUT when that is set. WINDOW / WARMUP / USERS / REPEAT override
 # the load (e.g. for a dry run on a CPU host).
 set -uo pipefail
