@@ -1,5 +1,18 @@
-# Shared by scripts/gpu_session.sh and scripts/run_experiments.sh (sourced from the repository root).
+# Shared by scripts/gpu_session.sh, run_experiments.sh and run_experiments_lanes.sh (sourced from the
+# repository root).
 # Needs PY (the Python interpreter) and USERS (Locust users) set by the caller.
+
+# usage SCRIPT: print the script's leading comment block (its help), without the '#'s.
+usage() {
+  awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$1"
+}
+
+# pack_results TARBALL PATH...: the results as a tarball for the device tool to bring back; the
+# Nsight reports and their sqlite exports stay behind (too large).
+pack_results() {
+  local tarball=$1; shift
+  tar czf "$tarball" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' "$@" 2>/dev/null
+}
 
 # Install the offline kit (.kit, see ../shared/gpuhost) and this checkout, once per shell, on a GPU host.
 kit_setup() {

@@ -100,5 +100,5 @@ case "$STEP" in
     ;;
   *) echo "unknown step $STEP" >&2; exit 2 ;;
 esac
-tar czf "$OUT/results-$STEP.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' results
+pack_results "$OUT/results-$STEP.tgz" results
 ls -la "$OUT"

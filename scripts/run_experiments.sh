@@ -26,8 +26,8 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n 2,22p "$0"; exit 2; }
 source scripts/gpu_lib.sh
+[ $# -ge 1 ] || { usage "$0"; exit 2; }
 kit_setup
 PY=${PYTHON:-python3}
 ROOT=${EXP_ROOT:-results/experiments}   # a dry run elsewhere: EXP_ROOT=runs/exp-dry/experiments
@@ -93,6 +93,5 @@ p = latest_ab(Path('$out')); sys.exit(0 if p and json.loads(p.read_text()).get('
   esac
 done
 if [ -n "${OUT:-}" ]; then
-  tar czf "$OUT/experiments.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' \
-    "$ROOT" "$(dirname "$ROOT")/summary.json" 2>/dev/null
+  pack_results "$OUT/experiments.tgz" "$ROOT" "$(dirname "$ROOT")/summary.json"
 fi

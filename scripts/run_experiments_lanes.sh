@@ -15,8 +15,8 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n 2,16p "$0"; exit 2; }
 source scripts/gpu_lib.sh
+[ $# -ge 1 ] || { usage "$0"; exit 2; }
 kit_setup
 PY=${PYTHON:-python3}
 LOGS=${OUT:-runs/lanes}; mkdir -p "$LOGS"
@@ -52,6 +52,6 @@ done
 for p in "${pids[@]}"; do wait "$p"; done
 ROOT=${EXP_ROOT:-results/experiments}
 if [ -n "${OUT:-}" ]; then
-  tar czf "$OUT/experiments.tgz" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' "$ROOT" 2>/dev/null
+  pack_results "$OUT/experiments.tgz" "$ROOT"
 fi
 grep -h -E "^[A-H] |== lane|passed|failed" "$LOGS"/lane-*.log

@@ -238,7 +238,7 @@ def nsys_section(paths: list[Path], root: Path) -> list[str]:
 
 def live_window_section(path: Path, root: Path) -> list[str]:
     """The nsys summary and the live metrics scraped inside the same capture window (``gpu_session.sh samewindow``)."""
-    from inflight.profiling.nsys_summary import LIVE_METRICS_FILE, read_live_metrics
+    from inflight.profiling.nsys_summary import LIVE_METRICS_FILE, live_gauge_text, read_live_metrics
 
     files = json.loads(path.read_text()).get("files", [])
     if not files:
@@ -251,10 +251,7 @@ def live_window_section(path: Path, root: Path) -> list[str]:
         cols.append((f, live, json.loads(run.read_text()) if run.is_file() else {}))
 
     def gauge(live: dict[str, Any], key: str) -> str:
-        g = live.get(key)
-        if isinstance(g, dict):
-            return f"{_pct(g['mean'])} ({_pct(g['min'])} to {_pct(g['max'])}, {g['n']} scrapes)"
-        return "not available" if live else "-"
+        return live_gauge_text(live, key, _pct)
 
     lines = [f"## nsys and live metrics over the same window (`{path.parent.relative_to(root)}/`)", ""]
     for f, _, meta in cols:

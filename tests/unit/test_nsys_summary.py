@@ -294,27 +294,25 @@ def test_sync_bound_figures_and_verdict(tmp_path: Path):
 
 def test_waits_on_a_completion_thread_are_not_called_sync_bound(tmp_path: Path):
     """The pipelined shape: one thread launches, another waits; the GPU idles for host reasons."""
-    b = NsysBuilder()
-    for i in range(100):
-        t = BASE + i * 100 * US
-        c = b.next_corr()
-        b.api(t, t + 2 * US, "cudaGraphLaunch_v10000", corr=c, tid=TID)
-        b.kernel(t + 2 * US, t + 22 * US, corr=c)
-        b.api(t + 2 * US, t + 90 * US, "cudaEventSynchronize_v3020", tid=TID + 1)
-    s = summarize_file(b.write(tmp_path / "p.sqlite")).summary
+
+    def launches_and_waits(waiting_tid: int, path: Path) -> act.ActivitySummary:
+        """100 periods of 100 µs: a graph launch on TID, 20 µs of GPU work, an 88 µs wait on waiting_tid."""
+        b = NsysBuilder()
+        for i in range(100):
+            t = BASE + i * 100 * US
+            c = b.next_corr()
+            b.api(t, t + 2 * US, "cudaGraphLaunch_v10000", corr=c, tid=TID)
+            b.kernel(t + 2 * US, t + 22 * US, corr=c)
+            b.api(t + 2 * US, t + 90 * US, "cudaEventSynchronize_v3020", tid=waiting_tid)
+        return summarize_file(b.write(path)).summary
+
+    s = launches_and_waits(TID + 1, tmp_path / "p.sqlite")
     assert s.sync_share > 0.9 and s.issue_sync_share == pytest.approx(0.0)
     assert s.verdict.regime == "host-bound"
     assert "off the issue path" in s.verdict.reason
 
     # the same waits on the launching thread: the stock loop, sync-bound
-    b = NsysBuilder()
-    for i in range(100):
-        t = BASE + i * 100 * US
-        c = b.next_corr()
-        b.api(t, t + 2 * US, "cudaGraphLaunch_v10000", corr=c, tid=TID)
-        b.kernel(t + 2 * US, t + 22 * US, corr=c)
-        b.api(t + 2 * US, t + 90 * US, "cudaEventSynchronize_v3020", tid=TID)
-    s = summarize_file(b.write(tmp_path / "s.sqlite")).summary
+    s = launches_and_waits(TID, tmp_path / "s.sqlite")
     assert s.issue_sync_share == pytest.approx(88 / 90, rel=1e-3)
     assert s.verdict.regime == "sync-bound"
 

@@ -47,7 +47,7 @@ import json
 import logging
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -524,6 +524,26 @@ def read_live_metrics(path: str | Path) -> dict[str, Any] | None:
     return out
 
 
+def live_gauge_text(live: dict[str, Any] | None, key: str, pct: Callable[[float | None], str] | None = None) -> str:
+    """One gauge of :func:`read_live_metrics` as table text: mean (min to max, n samples).
+
+    Args:
+        live: ``read_live_metrics`` output; None or empty when nothing was scraped.
+        key: The gauge (``gpu_activity``, ``sync_share``, ``triton_gpu_utilization``, ``in_flight``).
+        pct: Percentage formatter (default: this module's).
+
+    Returns:
+        ``"-"`` without scrapes, ``"not available"`` when the scrapes lacked the gauge.
+    """
+    if not live:
+        return "-"
+    g = live.get(key)
+    if not isinstance(g, dict):
+        return "not available"
+    fmt = pct or _pct
+    return f"{fmt(g['mean'])} ({fmt(g['min'])} to {fmt(g['max'])}, {g['n']} samples)"
+
+
 def _osrt_top(osrt: Ranges, lo: int, hi: int, limit: int = 5) -> list[dict[str, Any]]:
     if len(osrt) == 0:
         return []
@@ -697,14 +717,7 @@ def to_markdown(files: Sequence[FileSummary]) -> str:
     if any(f.live is not None for f in files):
 
         def live(key: str) -> list[str]:
-            vals = []
-            for f in files:
-                g = None if f.live is None else f.live.get(key)
-                if isinstance(g, dict):
-                    vals.append(f"{_pct(g['mean'])} ({_pct(g['min'])} to {_pct(g['max'])}, {g['n']} samples)")
-                else:
-                    vals.append("not available" if f.live is not None else "-")
-            return vals
+            return [live_gauge_text(f.live, key) for f in files]
 
         rows.append(("live CUPTI GPU activity, same window (backend gauge)", live("gpu_activity")))
         rows.append(("live CUPTI sync share, same window (backend gauge)", live("sync_share")))
