@@ -16,7 +16,9 @@
 #   summary  results/summary.json and docs/RESULTS.md, from the JSON files only
 # A part that finished leaves results/experiments/<part>/DONE and is skipped (FORCE=1 reruns it).
 # Same load for every variant: 1000 users x 50 items, WINDOW s (default 60) after WARMUP s.
-# USERS / WINDOW / WARMUP override it (HEADS_WINDOW: the heads parts' window, default WINDOW). BOUND_BATCHES="40 2000" and BEST_SYNC / BEST_PIPELINED
+# USERS / WINDOW / WARMUP override it (HEADS_WINDOW: the heads parts' window, default WINDOW;
+# UNLOAD_TIMEOUT: seconds a variant may take to unload before its stubs' stacks are dumped,
+# default 120). BOUND_BATCHES="40 2000" and BEST_SYNC / BEST_PIPELINED
 # (model@key=value,...) give the bound and nsys parts their inputs when the runs' results are not
 # in EXP_ROOT (e.g. they ran in an earlier call). On a host of several GPUs,
 # scripts/run_experiments_lanes.sh runs parts side by side, one GPU and one share of the cores each
@@ -38,6 +40,7 @@ mkdir -p "$ROOT"
 [ -n "${INFLIGHT_BUILT:-}" ] || ensure_built
 extra=()
 [ -n "${EXP_LANE:-}" ] && extra+=(--backend-config "python,shm-region-prefix-name=inflight_lane${EXP_LANE}_")
+[ -n "${UNLOAD_TIMEOUT:-}" ] && extra+=(--unload-timeout "$UNLOAD_TIMEOUT")
 
 # lane_info DIR: where this part ran (GPU, cores, lanes beside it) when run_experiments_lanes.sh started it
 lane_info() {

@@ -49,6 +49,7 @@ from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
 from inflight.model_config import VariantConfig, parse_variant_arg
 from inflight.server import control
+from inflight.server.stalls import dump_stuck_stubs
 
 LOGGER = logging.getLogger(__name__)
 
@@ -614,7 +615,11 @@ class AbRunner:
             try:
                 control.unload(endpoints.http, v.name, timeout_s=self.config.unload_timeout_s)
             except InflightError as e:
-                problems.append(f"unloading {v.name} failed or stalled: {e} (see tritonserver.log next to the results)")
+                dumps = dump_stuck_stubs(v.name, self.data / f"{tag}-stuck")
+                problems.append(
+                    f"unloading {v.name} failed or stalled: {e} (see tritonserver.log next to the results"
+                    + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
+                )
             record["unload_s"] = round(time.monotonic() - t_unload, 2)
         record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems))
         locust, lat, server = record.get("locust"), record.get("latency_ms") or {}, record.get("server") or {}

@@ -35,6 +35,7 @@ from inflight.runtime.batch import Batch, Buckets, Item, Layout, pow2_buckets
 from inflight.runtime.engines.base import Engine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
+from inflight.server.stalls import install_stack_dump
 
 LOGGER = logging.getLogger(__name__)
 
@@ -198,6 +199,7 @@ class InflightModel:
 
     def __init__(self, args: Mapping[str, str], pb_utils: Any) -> None:
         route_to_triton(pb_utils)
+        install_stack_dump()  # SIGUSR2: every thread's Python stack to the server log (see server/stalls.py)
         t_start = time.perf_counter()
         self.pb = pb_utils
         cfg = proto_from_json(args["model_config"])

@@ -1,0 +1,188 @@
+"""What a Python-backend stub that does not go away is doing.
+
+Triton unloads a Python-backend instance by sending its stub process a finalize message and then
+``waitpid()``-ing on it with no time limit (python_backend ``StubLauncher::TerminateStub``): a stub
+that never exits holds the unload, and the server's shutdown, forever. When that happens we want
+evidence, not a guess. Three views of each stuck stub, cheapest first:
+
+* **Python stacks**: the backend registers ``faulthandler`` on ``SIGUSR2`` in every stub
+  (:func:`install_stack_dump`); the dump goes to the stub's stderr, which is the server's log.
+* **threads**: name, state and kernel wait channel of every thread, from ``/proc``.
+* **native stacks**: ``cuda-gdb -p PID -batch -ex "thread apply all bt"`` where a debugger is
+  installed (GPU hosts carry cuda-gdb but no gdb); skipped with a note otherwise.
+
+Linux only (``/proc``); on other systems :func:`stub_processes` finds nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LOGGER = logging.getLogger(__name__)
+
+#: The signal on which a stub writes every thread's Python stack to its stderr (the server log).
+#: python_backend's stub handles SIGINT and SIGTERM itself; SIGUSR2 is free.
+STACK_SIGNAL = signal.SIGUSR2
+
+STUB_EXECUTABLE = "triton_python_backend_stub"
+
+
+def install_stack_dump() -> bool:
+    """Make this process write all threads' Python stacks to stderr on :data:`STACK_SIGNAL`.
+
+    Returns:
+        True when the handler is installed (False where the platform has no such signal or
+        stderr is not a real file).
+    """
+    try:
+        faulthandler.register(STACK_SIGNAL, all_threads=True, chain=False)
+    except (AttributeError, ValueError, RuntimeError, OSError) as e:
+        LOGGER.debug("no stack dump on SIGUSR2: %s", e)
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class StubProcess:
+    """One running Python-backend stub.
+
+    Attributes:
+        pid: Process id.
+        model_path: The ``model.py`` the stub runs (``<repository>/<model>/<version>/model.py``).
+        instance: Triton's instance name (e.g. ``bert_tiny_sync_0_0``), when the command line has it.
+    """
+
+    pid: int
+    model_path: str
+    instance: str | None
+
+    @property
+    def model(self) -> str:
+        """The model's name: the directory two levels above ``model.py``."""
+        return Path(self.model_path).parent.parent.name
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def stub_processes(model: str | None = None, proc: Path = Path("/proc")) -> list[StubProcess]:
+    """The running stub processes (of ``model`` only, when given), by pid.
+
+    The stub's command line is ``triton_python_backend_stub MODEL_PATH SHM_REGION SHM_SIZE
+    SHM_GROWTH PARENT_PID PYTHON_LIB IPC_HANDLE INSTANCE_NAME ...`` (python_backend
+    ``StubLauncher::Launch``).
+    """
+    found = []
+    for entry in proc.glob("[0-9]*"):
+        argv = _argv(int(entry.name))
+        if not argv or not argv[0].endswith(STUB_EXECUTABLE) or len(argv) < 2:
+            continue
+        stub = StubProcess(int(entry.name), argv[1], argv[8] if len(argv) > 8 else None)
+        if model is None or stub.model == model:
+            found.append(stub)
+    return sorted(found, key=lambda s: s.pid)
+
+
+def thread_states(pid: int) -> list[str]:
+    """One line per thread: tid, name, state and kernel wait channel (``/proc/PID/task``)."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("[0-9]*"), key=lambda p: int(p.name)):
+
+        def read(name: str, task: Path = task) -> str:
+            try:
+                return (task / name).read_text(errors="replace").strip()
+            except OSError:
+                return "?"
+
+        stat = read("stat")
+        # field 3 of stat, after the parenthesised name (which may hold spaces)
+        state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+        lines.append(f"{task.name:>8}  {read('comm'):<16} state {state}  wchan {read('wchan') or '-'}")
+    return lines
+
+
+def find_debugger() -> str | None:
+    """``cuda-gdb`` or ``gdb`` on PATH (or in ``/usr/local/cuda/bin``), ``INFLIGHT_DEBUGGER`` first."""
+    for candidate in (os.environ.get("INFLIGHT_DEBUGGER"), "cuda-gdb", "gdb", "/usr/local/cuda/bin/cuda-gdb"):
+        if candidate and (path := shutil.which(candidate)):
+            return path
+    return None
+
+
+def native_stacks(pid: int, debugger: str, timeout_s: float = 60.0) -> str:
+    """Every thread's native backtrace, by attaching ``debugger`` in batch mode (detaches after)."""
+    cmd = [debugger, "-q", "-nx", "-batch", "-p", str(pid), "-ex", "set pagination off", "-ex", "thread apply all bt"]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return f"{debugger} did not finish within {timeout_s:.0f} s"
+    except OSError as e:
+        return f"could not run {debugger}: {e}"
+    return f"$ {' '.join(cmd)}  (exit {res.returncode})\n{res.stdout}{res.stderr}"
+
+
+def dump_stuck_stubs(
+    model: str, out_dir: Path, *, debugger: str | None = None, gdb_timeout_s: float = 60.0
+) -> list[Path]:
+    """Write what each still-running stub of ``model`` is doing to ``out_dir/stuck-stub-<pid>.txt``.
+
+    Sends each stub :data:`STACK_SIGNAL` first (its Python stacks land in the server log), then
+    records its threads and, where a debugger is found, its native stacks.
+
+    Returns:
+        The files written (none when no stub of ``model`` is running).
+    """
+    stubs = stub_processes(model)
+    if not stubs:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for s in stubs:
+        with contextlib.suppress(OSError):
+            os.kill(s.pid, STACK_SIGNAL)
+    time.sleep(1.0)  # let faulthandler write before the debugger stops the process
+    debugger = debugger or find_debugger()
+    written = []
+    for s in stubs:
+        parts = [
+            f"stub pid {s.pid}, instance {s.instance or '?'}, model {s.model} ({s.model_path})",
+            f"Python stacks: sent signal {STACK_SIGNAL.name}; faulthandler writes them to the server log",
+            "",
+            "threads (tid, name, state, wait channel):",
+            *thread_states(s.pid),
+            "",
+        ]
+        if debugger is None:
+            parts.append("native stacks: no cuda-gdb or gdb here (set INFLIGHT_DEBUGGER to a debugger to get them)")
+        else:
+            parts.append(native_stacks(s.pid, debugger, gdb_timeout_s))
+        path = out_dir / f"stuck-stub-{s.pid}.txt"
+        path.write_text("\n".join(parts) + "\n")
+        written.append(path)
+        LOGGER.warning("stub %s of %s (pid %d) has not exited; what it is doing: %s", s.instance, model, s.pid, path)
+    return written
+
+
+__all__ = [
+    "STACK_SIGNAL",
+    "StubProcess",
+    "dump_stuck_stubs",
+    "find_debugger",
+    "install_stack_dump",
+    "native_stacks",
+    "stub_processes",
+    "thread_states",
+]

@@ -1,0 +1,70 @@
+"""Diagnostics for a stub that will not exit, taken from a real server's live stub.
+
+A stub that never exits after finalize holds Triton's unload forever (``waitpid`` with no limit).
+The A/B runner then calls ``dump_stuck_stubs``; here it runs against a healthy stub of a real
+tritonserver, which must answer the same way: Python stacks in the server log (faulthandler on
+SIGUSR2, installed by the backend), thread states from /proc, native stacks where a debugger is.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inflight.server.control import load_variant, unload, variant_config
+from inflight.server.stalls import dump_stuck_stubs, find_debugger, stub_processes
+
+pytestmark = pytest.mark.integration
+
+MODEL = "bert_tiny_sync"
+
+
+def _wait_for(predicate: Any, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_dump_of_a_live_stub(server: Any, repository: Path, tmp_path: Path) -> None:
+    vc = variant_config(repository, MODEL, {"kind": "cpu", "instances": "2"})
+    load_variant(server.http_url, vc)
+    try:
+        stubs = stub_processes(MODEL)
+        assert len(stubs) == 2, f"expected the 2 instances' stubs of {MODEL}, found {stubs}"
+        assert {s.instance for s in stubs} == {f"{MODEL}_0_0", f"{MODEL}_0_1"}
+        assert stub_processes("no_such_model") == []
+
+        log_before = server.log_path.read_text(errors="replace")
+        files = dump_stuck_stubs(MODEL, tmp_path, gdb_timeout_s=60)
+        assert sorted(f.name for f in files) == sorted(f"stuck-stub-{s.pid}.txt" for s in stubs)
+        text = files[0].read_text()
+        assert f"model {MODEL}" in text
+        # every stub has its main thread plus Triton's own; each line names a state
+        assert len([ln for ln in text.splitlines() if " state " in ln]) >= 2
+        if find_debugger():
+            assert "thread apply all bt" in text
+        else:
+            assert "no cuda-gdb or gdb here" in text
+
+        def stacks_logged() -> bool:
+            new = server.log_path.read_text(errors="replace")[len(log_before) :]
+            return new.count("Most recent call first") >= 2 or new.count("Current thread") >= 2
+
+        assert _wait_for(stacks_logged), "faulthandler's Python stacks did not reach the server log"
+        # the signal did no harm: the model still answers its health query after the dump
+        import tritonclient.http as httpclient
+
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            assert client.is_model_ready(MODEL)
+        finally:
+            client.close()
+    finally:
+        unload(server.http_url, MODEL)
+    assert _wait_for(lambda: not stub_processes(MODEL)), "the stubs did not exit after unload"
