@@ -63,7 +63,7 @@ for part in "${parts[@]}"; do
       window=$WINDOW; [[ $part == heads-* ]] && window=${HEADS_WINDOW:-$WINDOW}
       lane_info "$out"
       $PY -m inflight.cli ab "${variants[@]}" "${extra[@]}" --preset published --users "$USERS" --window "$window" \
-        --warmup "$WARMUP" --out "$out" 2>&1 | tee "$out/ab.log" | grep -E "req/s, p50|INVALID|rror|^[A-H] " || true
+        --warmup "$WARMUP" --out "$out" 2>&1 | tee "$out/ab.log" | grep -E "req/s, p50|INVALID|CAVEAT|rror|^[A-H] " || true
       # DONE only when the newest result is valid (every run had successful requests, no Locust trouble)
       $PY -c "import json, sys; from inflight.experiments import latest_ab; from pathlib import Path; \
 p = latest_ab(Path('$out')); sys.exit(0 if p and json.loads(p.read_text()).get('valid') else 1)" \

@@ -41,7 +41,7 @@ def test_dump_of_a_live_stub(server: Any, repository: Path, tmp_path: Path) -> N
         assert stub_processes("no_such_model") == []
 
         log_before = server.log_path.read_text(errors="replace")
-        files = dump_stuck_stubs(MODEL, tmp_path, gdb_timeout_s=60)
+        files = dump_stuck_stubs(MODEL, tmp_path, gdb_timeout_s=60, max_native=1)
         assert sorted(f.name for f in files) == sorted(f"stuck-stub-{s.pid}.txt" for s in stubs)
         text = files[0].read_text()
         assert f"model {MODEL}" in text
@@ -49,6 +49,7 @@ def test_dump_of_a_live_stub(server: Any, repository: Path, tmp_path: Path) -> N
         assert len([ln for ln in text.splitlines() if " state " in ln]) >= 2
         if find_debugger():
             assert "thread apply all bt" in text
+            assert "taken for the first 1 stub(s) only" in files[1].read_text()
         else:
             assert "no cuda-gdb or gdb here" in text
 

@@ -180,6 +180,8 @@ def test_locust_command(tmp_path: Path) -> None:
         "-t 11s",
         "--reset-stats",
         "--only-summary",
+        # users finish the request in flight when the time is up: no connection dropped mid-request
+        "--stop-timeout 10",
         "--processes 3",
         "--check",
         "--model bert_tiny_sync",

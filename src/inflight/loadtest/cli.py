@@ -131,6 +131,8 @@ def _echo_summary(path: Path) -> None:
             f"p95 {ms('p95')} ms, p99 {ms('p99')} ms, {s['failures']} failures"
         )
     typer.echo(f"results: {path} and {path.with_suffix('.md')}")
+    for c in doc.get("caveats", []):
+        typer.secho(f"CAVEAT: {c}", fg=typer.colors.YELLOW, err=True)
     if not doc.get("valid"):
         for p in doc.get("problems", []):
             typer.secho(f"INVALID: {p}", fg=typer.colors.RED, err=True)

@@ -41,6 +41,10 @@ class LoadShape:
         processes: Locust worker processes (``--processes``); 0 runs one plain Locust process.
         protocol: ``http`` (binary tensors) or ``grpc``.
         check: Compare every response with the PyTorch reference.
+        stop_timeout_s: When a run's time is up, each user may finish the request it has in
+            flight for up to this long (Locust ``--stop-timeout``) instead of dropping its
+            connection mid-request. Dropped connections make Triton cancel those requests, and
+            on the GPU host that path left models that never unloaded (see the README).
     """
 
     users: int
@@ -56,6 +60,7 @@ class LoadShape:
     processes: int = 1
     protocol: Protocol = "http"
     check: bool = False
+    stop_timeout_s: float = 10.0
 
     def check_values(self) -> None:
         """Reject impossible shapes.
@@ -73,6 +78,8 @@ class LoadShape:
             raise ConfigError(f"--warmup {self.warmup_s}: must be >= 0 seconds")
         if self.items < 1:
             raise ConfigError(f"--items {self.items}: send at least one item per request")
+        if self.stop_timeout_s < 0:
+            raise ConfigError(f"stop timeout {self.stop_timeout_s}: must be >= 0 seconds")
         if self.processes < 0:
             raise ConfigError(f"--processes {self.processes}: use 0 (one plain Locust process) or more workers")
         if self.protocol not in ("http", "grpc"):

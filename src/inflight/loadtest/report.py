@@ -116,6 +116,12 @@ def comparison_table(doc: dict[str, Any]) -> str:
 
 def runs_table(doc: dict[str, Any]) -> str:
     """One line per Locust window, in the order they ran."""
+
+    def _validity(r: dict[str, Any]) -> str:
+        if not r.get("valid"):
+            return "**no**"
+        return "yes (client-limited)" if r.get("client_limited") else "yes"
+
     lines = [
         "| run | variant | req/s | p50 ms | p99 ms | requests | failures | avg batch | valid |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -126,7 +132,7 @@ def runs_table(doc: dict[str, Any]) -> str:
             f"| {i} | {r['variant']} (round {r['round']}) | {_fmt(locust.get('rps'), 1)} | "
             f"{_fmt(_get(r, 'latency_ms', 'p50'), 2)} | {_fmt(_get(r, 'latency_ms', 'p99'), 2)} | "
             f"{_fmt(locust.get('requests'), 0)} | {_fmt(locust.get('failures'), 0)} | "
-            f"{_fmt(_get(r, 'server', 'avg_batch_items'), 1)} | {'yes' if r.get('valid') else '**no**'} |"
+            f"{_fmt(_get(r, 'server', 'avg_batch_items'), 1)} | {_validity(r)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -166,6 +172,10 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
     else:
         out.append("**Status: INVALID** — these figures must not be compared:\n")
         out += [f"- {p}" for p in doc.get("problems", [])]
+        out.append("")
+    if doc.get("caveats"):
+        out.append("**Caveats** — valid, but read these figures as lower bounds:\n")
+        out += [f"- {c}" for c in doc["caveats"]]
         out.append("")
     device = dev.get("name", "?") + (f", driver {dev['driver']}" if dev.get("driver") else "")
     if dev.get("name") == "cpu" and dev.get("cpu_model"):

@@ -223,6 +223,8 @@ def locust_command(
         f"http://{endpoints.http}",
         "--only-summary",
         "--reset-stats",
+        "--stop-timeout",
+        f"{shape.stop_timeout_s:g}",
         "--model",
         model,
         "--items",
@@ -652,12 +654,18 @@ class AbRunner:
             problems.append(f"Locust overran its window and was killed (log: {res.log})")
         elif res.returncode not in (0, 1):  # 1 = some requests failed, counted below
             problems.append(f"Locust exited with {res.returncode} (log: {res.log}):\n{_tail(res.log)}")
+        # A busy client does not make the figures wrong, it makes them a lower bound of what the server
+        # can do: kept (and used), but flagged on the run, the variant and the report.
+        caveats = []
         if res.cpu_warnings:
-            problems.append(
-                "Locust's CPU was above 90%, so Locust, not the server, may have limited the figures: "
-                f"{res.cpu_warnings[0]!r}; run with more --processes or on a machine with more cores"
+            caveats.append(
+                "client-limited: Locust's CPU was above 90% at some point, so Locust, not the server, may have "
+                f"limited the figures (read them as a lower bound for the server): {res.cpu_warnings[0]!r}; "
+                "give Locust cores of its own or more --processes"
             )
         out["cpu_warnings"] = res.cpu_warnings
+        out["client_limited"] = bool(res.cpu_warnings)
+        out["caveats"] = caveats
         try:
             out["locust"] = st.read_locust_stats(Path(f"{prefix}_stats.csv"))
         except st.StatsError as e:
@@ -730,6 +738,7 @@ class AbRunner:
                     "model_name": v.name,
                     "runs": len(mine),
                     "valid": all(r["valid"] for r in mine),
+                    "client_limited": any(r.get("client_limited") for r in mine),
                     "rps": mean_rps,
                     "rps_runs": rps,
                     "items_per_s": mean_rps * s.items,
@@ -742,6 +751,7 @@ class AbRunner:
                 }
             )
         problems = [f"{r['variant']} round {r['round']}: {p}" for r in runs for p in r["problems"]]
+        caveats = [f"{r['variant']} round {r['round']}: {c}" for r in runs for c in r.get("caveats", [])]
         return {
             "schema": SCHEMA,
             "id": self.run_id,
@@ -788,6 +798,7 @@ class AbRunner:
             "summary": summary,
             "valid": not problems,
             "problems": problems,
+            "caveats": caveats,
             "data_dir": str(self.data),
         }
 

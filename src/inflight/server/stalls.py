@@ -136,12 +136,13 @@ def native_stacks(pid: int, debugger: str, timeout_s: float = 60.0) -> str:
 
 
 def dump_stuck_stubs(
-    model: str, out_dir: Path, *, debugger: str | None = None, gdb_timeout_s: float = 60.0
+    model: str, out_dir: Path, *, debugger: str | None = None, gdb_timeout_s: float = 60.0, max_native: int = 2
 ) -> list[Path]:
     """Write what each still-running stub of ``model`` is doing to ``out_dir/stuck-stub-<pid>.txt``.
 
     Sends each stub :data:`STACK_SIGNAL` first (its Python stacks land in the server log), then
-    records its threads and, where a debugger is found, its native stacks.
+    records its threads and, where a debugger is found, the native stacks of the first
+    ``max_native`` stubs (attaching cuda-gdb takes about 10 s per process on the GPU host).
 
     Returns:
         The files written (none when no stub of ``model`` is running).
@@ -156,7 +157,7 @@ def dump_stuck_stubs(
     time.sleep(1.0)  # let faulthandler write before the debugger stops the process
     debugger = debugger or find_debugger()
     written = []
-    for s in stubs:
+    for i, s in enumerate(stubs):
         parts = [
             f"stub pid {s.pid}, instance {s.instance or '?'}, model {s.model} ({s.model_path})",
             f"Python stacks: sent signal {STACK_SIGNAL.name}; faulthandler writes them to the server log",
@@ -167,6 +168,8 @@ def dump_stuck_stubs(
         ]
         if debugger is None:
             parts.append("native stacks: no cuda-gdb or gdb here (set INFLIGHT_DEBUGGER to a debugger to get them)")
+        elif i >= max_native:
+            parts.append(f"native stacks: taken for the first {max_native} stub(s) only")
         else:
             parts.append(native_stacks(s.pid, debugger, gdb_timeout_s))
         path = out_dir / f"stuck-stub-{s.pid}.txt"
