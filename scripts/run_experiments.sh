@@ -2,10 +2,11 @@
 # The published experiment plan on one H100/H200 host, resumable in parts (issue 6).
 #
 #   bash scripts/run_experiments.sh all                # every part not yet done, in order
-#   bash scripts/run_experiments.sh sync-a pipe-b      # named parts (each fits a 10-minute call)
+#   bash scripts/run_experiments.sh sync-a1 pipe-b     # named parts (each fits a 10-minute call)
 #
 # Parts (variants: `inflight experiments plan PART`):
-#   sync-a   bert_tiny sync: 4 instances 500 us; preferred 512/1024/2000; 1024/1500/2000; 8 instances
+#   sync-a1  bert_tiny sync: 4 instances 500 us; 4 instances, preferred 512/1024/2000
+#   sync-a2  bert_tiny sync: 4 instances, preferred 1024/1500/2000; 8 instances
 #   sync-b   bert_tiny sync: 6 instances 1000 us; 6 instances + CUDA graphs; 1 instance + CUDA graphs
 #   pipe-a   bert_tiny pipelined: 1 and 2 instances x 2 and 4 slots
 #   pipe-b   bert_tiny pipelined: 4 instances x 2 and 4 slots
@@ -50,7 +51,7 @@ lane_info() {
 }
 
 parts=("$@")
-[ "$1" = all ] && parts=(sync-a sync-b pipe-a pipe-b heads-a heads-b bound nsys summary)
+[ "$1" = all ] && parts=(sync-a1 sync-a2 sync-b pipe-a pipe-b heads-a heads-b bound nsys summary)
 
 for part in "${parts[@]}"; do
   out="$ROOT/$part"
@@ -58,7 +59,7 @@ for part in "${parts[@]}"; do
   echo "== $part ($(date +%T))"
   mkdir -p "$out"
   case "$part" in
-    sync-a|sync-b|pipe-a|pipe-b|heads-a|heads-b)
+    sync-a1|sync-a2|sync-b|pipe-a|pipe-b|heads-a|heads-b)
       mapfile -t variants < <($PY -m inflight.cli experiments plan "$part")
       window=$WINDOW; [[ $part == heads-* ]] && window=${HEADS_WINDOW:-$WINDOW}
       lane_info "$out"
@@ -92,7 +93,7 @@ p = latest_ab(Path('$out')); sys.exit(0 if p and json.loads(p.read_text()).get('
       $PY -m inflight.cli experiments summary --root "$ROOT" --out "$(dirname "$ROOT")/summary.json" || continue
       [ "$ROOT" = results/experiments ] && $PY -m inflight.cli results-report
       ;;
-    *) echo "unknown part $part; parts: sync-a sync-b pipe-a pipe-b heads-a heads-b bound nsys summary" >&2; exit 2 ;;
+    *) echo "unknown part $part; parts: sync-a1 sync-a2 sync-b pipe-a pipe-b heads-a heads-b bound nsys summary" >&2; exit 2 ;;
   esac
 done
 if [ -n "${OUT:-}" ]; then

@@ -3,7 +3,7 @@
 # GPU, each lane pinned to its own equal share of the cores, so every lane sees what a one-GPU
 # host gives one run (on the 4-GPU H200 host: 16 cores per lane, as on the 1-GPU one).
 #
-#   bash scripts/run_experiments_lanes.sh "sync-a" "sync-b heads-b" "pipe-a" "heads-a"
+#   bash scripts/run_experiments_lanes.sh "sync-a1 sync-a2" "sync-b heads-b" "pipe-a" "pipe-b heads-a"
 #
 # Lane i (0-based) runs its parts ('-': none, only LANE_AFTER_i) in order on GPU i and cores [i*C, (i+1)*C), C = cores / lanes.
 # Each server gets its own Python-backend shared-memory prefix (EXP_LANE). Each part writes

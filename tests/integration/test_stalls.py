@@ -35,13 +35,15 @@ def test_dump_of_a_live_stub(server: Any, repository: Path, tmp_path: Path) -> N
     vc = variant_config(repository, MODEL, {"kind": "cpu", "instances": "2"})
     load_variant(server.http_url, vc)
     try:
-        stubs = stub_processes(MODEL)
+        stubs = stub_processes(MODEL, parent_pid=server.process.pid)
         assert len(stubs) == 2, f"expected the 2 instances' stubs of {MODEL}, found {stubs}"
+        assert {s.parent_pid for s in stubs} == {server.process.pid}
+        assert stub_processes(MODEL, parent_pid=1) == []  # another server's stubs are not ours
         assert {s.instance for s in stubs} == {f"{MODEL}_0_0", f"{MODEL}_0_1"}
         assert stub_processes("no_such_model") == []
 
         log_before = server.log_path.read_text(errors="replace")
-        files = dump_stuck_stubs(MODEL, tmp_path, gdb_timeout_s=60, max_native=1)
+        files = dump_stuck_stubs(MODEL, tmp_path, parent_pid=server.process.pid, gdb_timeout_s=60, max_native=1)
         assert sorted(f.name for f in files) == sorted(f"stuck-stub-{s.pid}.txt" for s in stubs)
         text = files[0].read_text()
         assert f"model {MODEL}" in text

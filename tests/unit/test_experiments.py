@@ -52,7 +52,10 @@ def _ab(path: Path, entries: list[tuple[str, float, float, float, bool]]) -> Non
 
 def test_summary_picks_the_best_valid_configuration_of_each_mode(tmp_path: Path) -> None:
     root = tmp_path / "experiments"
-    _ab(root / "sync-a" / "ab-1.json", [("s4", 900_000.0, 70.0, 1990.0, True), ("s8", 1_050_000.0, 66.0, 1950.0, True)])
+    _ab(
+        root / "sync-a1" / "ab-1.json",
+        [("s4", 900_000.0, 70.0, 1990.0, True), ("s8", 1_050_000.0, 66.0, 1950.0, True)],
+    )
     _ab(root / "sync-b" / "ab-1.json", [("s6g", 2_000_000.0, 50.0, 1990.0, False)])  # invalid: ignored
     _ab(root / "pipe-a" / "ab-1.json", [("p1", 300_000.0, 200.0, 1996.0, True)])
     with pytest.raises(ValueError, match="pipe-b"):

@@ -425,6 +425,7 @@ class AbRunner:
             raise ConfigError(f"--locustfile {self.locustfile} does not exist")
         now = dt.datetime.now()
         self.run_id = f"ab-{now:%Y%m%d-%H%M%S}"
+        self._server_pid: int | None = None  # the server this runner started (None: --url)
         self.started = now.astimezone().isoformat(timespec="seconds")
         self.out = config.out
         self.data = self.out / self.run_id
@@ -456,6 +457,7 @@ class AbRunner:
         try:
             if self.config.url is None:
                 server = self._start_server(Path(workdir.name))
+                self._server_pid = server.process.pid if server.process is not None else None
                 endpoints = Endpoints(http=server.http_url, grpc=server.grpc_url, metrics=server.metrics_url)
             else:
                 endpoints = self._endpoints_for(self.config.url)
@@ -550,6 +552,7 @@ class AbRunner:
         s = self.shape
         tag = f"{v.label}-r{rnd + 1}"
         problems: list[str] = []
+        stalls: list[str] = []
         record: dict[str, Any] = {"variant": v.label, "round": rnd + 1, "model_name": v.name}
         load_s = control.load_variant(endpoints.http, v.config)
         record["load_s"] = round(load_s, 2)
@@ -617,13 +620,15 @@ class AbRunner:
             try:
                 control.unload(endpoints.http, v.name, timeout_s=self.config.unload_timeout_s)
             except InflightError as e:
-                dumps = dump_stuck_stubs(v.name, self.data / f"{tag}-stuck")
-                problems.append(
+                # the window was measured in full; what follows it is a server defect, reported with the run
+                dumps = dump_stuck_stubs(v.name, self.data / f"{tag}-stuck", parent_pid=self._server_pid)
+                record["unload_stalled"] = True
+                stalls.append(
                     f"unloading {v.name} failed or stalled: {e} (see tritonserver.log next to the results"
                     + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
                 )
             record["unload_s"] = round(time.monotonic() - t_unload, 2)
-        record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems))
+        record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems, stalls))
         locust, lat, server = record.get("locust"), record.get("latency_ms") or {}, record.get("server") or {}
         LOGGER.info(
             "%s %s: %s req/s, p50 %s ms, p99 %s ms, %s failures, avg batch %s requests, execute() %s us/request%s",
@@ -635,7 +640,8 @@ class AbRunner:
             locust["failures"] if locust else "?",
             _num(server.get("avg_batch_requests")),
             _num(server.get("compute_infer_us")),
-            "" if record["valid"] else " (INVALID: " + "; ".join(record["problems"]) + ")",
+            ("" if record["valid"] else " (INVALID: " + "; ".join(record["problems"]) + ")")
+            + ("" if not record["caveats"] else " (CAVEAT: " + "; ".join(record["caveats"]) + ")"),
         )
         return record
 
@@ -648,6 +654,7 @@ class AbRunner:
         raw_dir: Path,
         samples: list[dict[str, Any]],
         problems: list[str],
+        stalls: Sequence[str] = (),
     ) -> dict[str, Any]:
         out: dict[str, Any] = {"locust_log": str(res.log), "locust_returncode": res.returncode}
         if res.killed:
@@ -663,6 +670,11 @@ class AbRunner:
                 f"limited the figures (read them as a lower bound for the server): {res.cpu_warnings[0]!r}; "
                 "give Locust cores of its own or more --processes"
             )
+        caveats += [
+            f"{m}; the window itself was measured in full, but this variant's instances may have stayed loaded "
+            "(idle) through the later windows on this server"
+            for m in stalls
+        ]
         out["cpu_warnings"] = res.cpu_warnings
         out["client_limited"] = bool(res.cpu_warnings)
         out["caveats"] = caveats

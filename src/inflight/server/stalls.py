@@ -59,11 +59,13 @@ class StubProcess:
         pid: Process id.
         model_path: The ``model.py`` the stub runs (``<repository>/<model>/<version>/model.py``).
         instance: Triton's instance name (e.g. ``bert_tiny_sync_0_0``), when the command line has it.
+        parent_pid: The tritonserver that started it (from its command line), when given there.
     """
 
     pid: int
     model_path: str
     instance: str | None
+    parent_pid: int | None = None
 
     @property
     def model(self) -> str:
@@ -79,8 +81,13 @@ def _argv(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
-def stub_processes(model: str | None = None, proc: Path = Path("/proc")) -> list[StubProcess]:
-    """The running stub processes (of ``model`` only, when given), by pid.
+def stub_processes(
+    model: str | None = None, *, parent_pid: int | None = None, proc: Path = Path("/proc")
+) -> list[StubProcess]:
+    """The running stub processes (of ``model`` and of the server ``parent_pid`` only, when given), by pid.
+
+    Several servers on one host (A/B lanes) run stubs of the same model: pass the server's pid to
+    see only its own.
 
     The stub's command line is ``triton_python_backend_stub MODEL_PATH SHM_REGION SHM_SIZE
     SHM_GROWTH PARENT_PID PYTHON_LIB IPC_HANDLE INSTANCE_NAME ...`` (python_backend
@@ -91,8 +98,9 @@ def stub_processes(model: str | None = None, proc: Path = Path("/proc")) -> list
         argv = _argv(int(entry.name))
         if not argv or not argv[0].endswith(STUB_EXECUTABLE) or len(argv) < 2:
             continue
-        stub = StubProcess(int(entry.name), argv[1], argv[8] if len(argv) > 8 else None)
-        if model is None or stub.model == model:
+        parent = int(argv[5]) if len(argv) > 5 and argv[5].isdigit() else None
+        stub = StubProcess(int(entry.name), argv[1], argv[8] if len(argv) > 8 else None, parent)
+        if (model is None or stub.model == model) and (parent_pid is None or stub.parent_pid == parent_pid):
             found.append(stub)
     return sorted(found, key=lambda s: s.pid)
 
@@ -136,20 +144,29 @@ def native_stacks(pid: int, debugger: str, timeout_s: float = 60.0) -> str:
 
 
 def dump_stuck_stubs(
-    model: str, out_dir: Path, *, debugger: str | None = None, gdb_timeout_s: float = 60.0, max_native: int = 2
+    model: str,
+    out_dir: Path,
+    *,
+    parent_pid: int | None = None,
+    debugger: str | None = None,
+    gdb_timeout_s: float = 60.0,
+    max_native: int | None = None,
 ) -> list[Path]:
     """Write what each still-running stub of ``model`` is doing to ``out_dir/stuck-stub-<pid>.txt``.
 
     Sends each stub :data:`STACK_SIGNAL` first (its Python stacks land in the server log), then
     records its threads and, where a debugger is found, the native stacks of the first
-    ``max_native`` stubs (attaching cuda-gdb takes about 10 s per process on the GPU host).
+    ``max_native`` stubs (attaching cuda-gdb takes about 10 s per process on the GPU host; default
+    ``INFLIGHT_STALL_NATIVE_STACKS`` or 2). ``parent_pid`` limits it to one server's stubs.
 
     Returns:
         The files written (none when no stub of ``model`` is running).
     """
-    stubs = stub_processes(model)
+    stubs = stub_processes(model, parent_pid=parent_pid)
     if not stubs:
         return []
+    if max_native is None:
+        max_native = int(os.environ.get("INFLIGHT_STALL_NATIVE_STACKS", "2"))
     out_dir.mkdir(parents=True, exist_ok=True)
     for s in stubs:
         with contextlib.suppress(OSError):
@@ -159,7 +176,8 @@ def dump_stuck_stubs(
     written = []
     for i, s in enumerate(stubs):
         parts = [
-            f"stub pid {s.pid}, instance {s.instance or '?'}, model {s.model} ({s.model_path})",
+            f"stub pid {s.pid}, instance {s.instance or '?'}, model {s.model} ({s.model_path}), "
+            f"server pid {s.parent_pid or '?'}",
             f"Python stacks: sent signal {STACK_SIGNAL.name}; faulthandler writes them to the server log",
             "",
             "threads (tid, name, state, wait channel):",
