@@ -132,6 +132,13 @@ def summary(root: Path) -> dict[str, Any]:
     pipe_nsys = by_label.get("best_pipelined") or {}
     sync_nsys = by_label.get("best_sync") or {}
     doc = json.loads(pipe_file.read_text())
+    profiled = {mode: nsys_spec(root / "nsys" / f"best_{mode}" / "run.json") for mode in ("sync", "pipelined")}
+    notes = [
+        f"the nsys profile of the best {mode} configuration ran {profiled[mode]}, not {best_spec} (it was chosen "
+        "from an earlier call's results); its figures describe the configuration it ran"
+        for mode, best_spec in (("sync", sync["spec"]), ("pipelined", pipe["spec"]))
+        if profiled[mode] is not None and profiled[mode] != best_spec
+    ]
     return {
         "device": (doc.get("device") or {}).get("name", "unknown"),
         "pipelined_over_sync_items_per_s": float(pipe["items_per_s"]) / float(sync["items_per_s"]),
@@ -148,5 +155,21 @@ def summary(root: Path) -> dict[str, Any]:
             "nsys_file": str(nsys_path) if nsys else None,
             "driver": (doc.get("device") or {}).get("driver"),
             "window_s": (doc.get("load") or {}).get("window_s"),
+            "nsys_profiled": profiled,
+            "notes": notes,
         },
     }
+
+
+def nsys_spec(run_json: Path) -> str | None:
+    """The variant (``model@key=value,...``) an nsys profile served, from its ``run.json``."""
+    import shlex
+
+    if not run_json.is_file():
+        return None
+    words = shlex.split(json.loads(run_json.read_text()).get("server", ""))
+    words = words[words.index("serve") + 1 :] if "serve" in words else words  # past python's own -m
+    for flag in ("-m", "--model"):
+        if flag in words and words.index(flag) + 1 < len(words):
+            return words[words.index(flag) + 1]
+    return None

@@ -303,6 +303,9 @@ def render(root: Path) -> str:
     sj = results / "summary.json"
     if sj.is_file():
         lines += summary_section(sj, root)
+    exp = results / "experiments"
+    if exp.is_dir():
+        lines += experiments_section(exp, root, json.loads(sj.read_text()) if sj.is_file() else None)
     eb = results / "engine_bench.json"
     if eb.is_file():
         lines += engine_section(eb, root)
@@ -372,6 +375,143 @@ def summary_section(path: Path, root: Path) -> list[str]:
         "",
     ]
     lines += _table(["figure", "value", "target", ""], rows)
+    lines.append("")
+    lines += [f"- {n}" for n in det.get("notes", [])]
+    if det.get("notes"):
+        lines.append("")
+    return lines
+
+
+def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -> list[str]:
+    """The published plan's bert_tiny configurations in one table, with the profile of the best of each mode.
+
+    One row per configuration (newest A/B result of each part), shaped like the published tables;
+    the nsys columns are filled for the configurations that were profiled. Then the notes that
+    qualify the figures: profiles of another configuration, client-limited runs, unload stalls and
+    requests that never got a response.
+    """
+    from inflight import experiments as ex
+
+    bound_path = exp / "engine_bound.json"
+    bound_doc = json.loads(bound_path.read_text()) if bound_path.is_file() else {}
+    nsys_path = exp / "nsys" / "summary.json"
+    nsys = json.loads(nsys_path.read_text()) if nsys_path.is_file() else {}
+    by_label = {f["label"]: f for f in nsys.get("files", [])}
+    profiled = {
+        ex.nsys_spec(exp / "nsys" / label / "run.json"): by_label[label]
+        for label in ("best_sync", "best_pipelined")
+        if label in by_label
+    }
+    rows, stalls, lost, limited, lanes = [], [], [], [], set()
+    for part in (*ex.SYNC_PARTS, *ex.PIPELINED_PARTS):
+        path = ex.latest_ab(exp / part)
+        if path is None:
+            continue
+        doc = json.loads(path.read_text())
+        lane = exp / part / "lane.json"
+        if lane.is_file():
+            lanes.add(json.loads(lane.read_text()).get("lanes"))
+        for s in doc.get("summary", []):
+            mine = [r for r in doc.get("runs", []) if r.get("variant") == s.get("variant")]
+            items = (s.get("server") or {}).get("avg_batch_items")
+            bound = ex.bound_at(bound_doc, items) if bound_doc else None
+            prof = (profiled.get(s["spec"]) or {}).get("summary") or {}
+            lat = s.get("latency_ms") or {}
+            flags = []
+            if s.get("client_limited"):
+                flags.append("client-limited")
+                limited.append(s["spec"])
+            if any(r.get("unload_stalled") for r in mine):
+                flags.append("unload stalled")
+                stalls.append(s["spec"])
+            if s.get("failures"):
+                lost.append((s["spec"], s["failures"]))
+            rows.append(
+                [
+                    part,
+                    f"`{s['spec']}`",
+                    _fmt(s.get("rps")),
+                    _fmt(s.get("items_per_s")),
+                    _fmt(lat.get("p50"), ".1f"),
+                    _fmt(lat.get("p95"), ".1f"),
+                    _fmt(lat.get("p99"), ".1f"),
+                    _fmt(s.get("failures")),
+                    _fmt(items),
+                    _fmt(prof.get("dispatch_median_us"), ",.0f"),
+                    _fmt(prof.get("dispatches_per_s"), ",.0f"),
+                    _pct(prof.get("sync_share")),
+                    _fmt(None if prof.get("h2d_avg_bytes") is None else prof["h2d_avg_bytes"] / 1024, ",.0f"),
+                    _pct(prof.get("gpu_activity")),
+                    _pct(None if not bound else float(s["items_per_s"]) / bound),
+                    ", ".join(flags) or "-",
+                ]
+            )
+    if not rows:
+        return []
+    lines = [
+        f"## The published experiment plan (`{exp.relative_to(root)}`)",
+        "",
+        "bert_tiny, 1000 closed-loop users x 50 items (seq 64), every configuration of the plan; newest result "
+        "of each part. Reproduce: `bash scripts/run_experiments.sh all` on one GPU host"
+        + (
+            ', or `bash scripts/run_experiments_lanes.sh "sync-a1" "sync-a2" "sync-b" "pipe-a pipe-b"` '
+            "then `bash scripts/run_experiments.sh bound nsys summary` on a host of several GPUs (as here: the "
+            "parts ran side by side, one GPU and 16 cores each; compare rows of one part first)"
+            if lanes
+            else ""
+        )
+        + ". The nsys columns are filled for the configurations that were profiled (5 s under the same load); "
+        "GPU compute median = median graph-execution time per dispatch; % of bound = items/s over the "
+        "engine-only bound (back-to-back graph replays) at the batch size the run formed "
+        f"(`{bound_path.relative_to(root)}`).",
+        "",
+    ]
+    lines += _table(
+        [
+            "part",
+            "configuration",
+            "req/s",
+            "items/s",
+            "p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "failures",
+            "avg batch (items)",
+            "GPU compute median µs",
+            "dispatches/s",
+            "sync %",
+            "H2D avg KiB",
+            "GPU temporal activity",
+            "% of engine bound",
+            "caveats",
+        ],
+        rows,
+    )
+    lines.append("")
+    notes = list((summary or {}).get("detail", {}).get("notes", []))
+    if limited:
+        notes.append(
+            f"client-limited ({len(limited)}): Locust reported its CPU above 90% at some point of the window, so the "
+            "client may have limited these figures; they are lower bounds for the server. Server and Locust shared "
+            "the lane's 16 cores."
+        )
+    if stalls:
+        notes.append(
+            f"unload stalled ({len(stalls)}): after the window the configuration did not unload; its stubs sat idle "
+            "(waiting for Triton's next message, never given finalize) and the server kept HTTP connections of "
+            "requests that never got a response (README, *Known problems*)."
+        )
+    if lost:
+        notes.append(
+            "failures: "
+            + ", ".join(f"`{spec}` {n:,}" for spec, n in lost)
+            + " requests got no HTTP response within Locust's 60 s timeout (lost in the server, the same defect)."
+        )
+    for label in ("best_sync", "best_pipelined"):
+        v = ((by_label.get(label) or {}).get("summary") or {}).get("verdict") or {}
+        if v.get("reason"):
+            notes.append(f"profile of {label}: **{v.get('regime')}**: {v['reason']}")
+    lines += [f"- {n}" for n in notes]
     lines.append("")
     return lines
 

