@@ -462,8 +462,10 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
         )
         + ". The nsys columns are filled for the configurations that were profiled (5 s under the same load); "
         "GPU compute median = median graph-execution time per dispatch; % of bound = items/s over the "
-        "engine-only bound (back-to-back graph replays) at the batch size the run formed "
-        f"(`{bound_path.relative_to(root)}`).",
+        "engine-only bound (back-to-back graph replays) at the measured batch size nearest to the one the run "
+        "formed (measured at "
+        + ", ".join(_fmt(r.get("batch")) for r in bound_doc.get("rows", []))
+        + f" items: `{bound_path.relative_to(root)}`).",
         "",
     ]
     lines += _table(
