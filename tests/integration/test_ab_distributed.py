@@ -79,7 +79,7 @@ def test_master_and_worker(server: Any, inflight_model: str, tmp_path: Path) -> 
                 "-r",
                 "10",
                 "-t",
-                "6s",
+                "12s",
                 "--host",
                 f"http://{server.http_url}",
                 "--csv",
