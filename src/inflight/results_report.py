@@ -24,6 +24,16 @@ def _pct(v: Any) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}%"
 
 
+def _load_cells(s: dict[str, Any]) -> list[str]:
+    """req/s, items/s, p50, p95 and p99 ms of one A/B summary entry, as table cells."""
+    lat = s.get("latency_ms") or {}
+    return [
+        _fmt(s.get("rps")),
+        _fmt(s.get("items_per_s")),
+        *(_fmt(lat.get(p), ",.1f") for p in ("p50", "p95", "p99")),
+    ]
+
+
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -125,18 +135,13 @@ def ab_section(path: Path, root: Path) -> list[str]:
     ]
     rows = []
     for s in summary:
-        lat = s.get("latency_ms") or {}
         server = s.get("server") or {}
         gpu = s["gpu_activity"].get("mean") if isinstance(s.get("gpu_activity"), dict) else None
         sync = s["sync_share"].get("mean") if isinstance(s.get("sync_share"), dict) else None
         rows.append(
             [
                 f"{s['variant']}: `{s['spec']}`",
-                _fmt(s.get("rps")),
-                _fmt(s.get("items_per_s")),
-                _fmt(lat.get("p50"), ",.1f"),
-                _fmt(lat.get("p95"), ",.1f"),
-                _fmt(lat.get("p99"), ",.1f"),
+                *_load_cells(s),
                 str(s.get("failures")),
                 _fmt(server.get("avg_batch_items"), ",.0f"),
                 _pct(gpu),
@@ -416,7 +421,6 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
             items = (s.get("server") or {}).get("avg_batch_items")
             bound = ex.bound_at(bound_doc, items) if bound_doc else None
             prof = (profiled.get(s["spec"]) or {}).get("summary") or {}
-            lat = s.get("latency_ms") or {}
             flags = []
             if s.get("client_limited"):
                 flags.append("client-limited")
@@ -430,11 +434,7 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
                 [
                     part,
                     f"`{s['spec']}`",
-                    _fmt(s.get("rps")),
-                    _fmt(s.get("items_per_s")),
-                    _fmt(lat.get("p50"), ".1f"),
-                    _fmt(lat.get("p95"), ".1f"),
-                    _fmt(lat.get("p99"), ".1f"),
+                    *_load_cells(s),
                     _fmt(s.get("failures")),
                     _fmt(items),
                     _fmt(prof.get("dispatch_median_us"), ",.0f"),

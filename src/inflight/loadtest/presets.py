@@ -43,8 +43,8 @@ class LoadShape:
         check: Compare every response with the PyTorch reference.
         stop_timeout_s: When a run's time is up, each user may finish the request it has in
             flight for up to this long (Locust ``--stop-timeout``) instead of dropping its
-            connection mid-request. Dropped connections make Triton cancel those requests, and
-            on the GPU host that path left models that never unloaded (see the README).
+            connection mid-request (which makes Triton cancel that request). It did not cure the
+            lost requests and unload stalls seen on the GPU host (see the README).
     """
 
     users: int

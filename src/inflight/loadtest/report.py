@@ -174,7 +174,7 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
         out += [f"- {p}" for p in doc.get("problems", [])]
         out.append("")
     if doc.get("caveats"):
-        out.append("**Caveats** — valid, but read these figures as lower bounds:\n")
+        out.append("**Caveats** — valid, but read these figures with them:\n")
         out += [f"- {c}" for c in doc["caveats"]]
         out.append("")
     device = dev.get("name", "?") + (f", driver {dev['driver']}" if dev.get("driver") else "")

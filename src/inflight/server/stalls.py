@@ -73,9 +73,9 @@ class StubProcess:
         return Path(self.model_path).parent.parent.name
 
 
-def _argv(pid: int) -> list[str]:
+def _argv(process: Path) -> list[str]:
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        raw = (process / "cmdline").read_bytes()
     except OSError:
         return []
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
@@ -95,7 +95,7 @@ def stub_processes(
     """
     found = []
     for entry in proc.glob("[0-9]*"):
-        argv = _argv(int(entry.name))
+        argv = _argv(entry)
         if not argv or not argv[0].endswith(STUB_EXECUTABLE) or len(argv) < 2:
             continue
         parent = int(argv[5]) if len(argv) > 5 and argv[5].isdigit() else None
