@@ -408,6 +408,7 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
         if label in by_label
     }
     rows, stalls, lost, limited, lanes = [], [], [], [], set()
+    queued: list[tuple[str, int]] = []
     for part in (*ex.SYNC_PARTS, *ex.PIPELINED_PARTS):
         path = ex.latest_ab(exp / part)
         if path is None:
@@ -428,6 +429,9 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
             if any(r.get("unload_stalled") for r in mine):
                 flags.append("unload stalled")
                 stalls.append(s["spec"])
+                pending = [(r.get("requests_at_stall") or {}).get("pending") for r in mine if r.get("unload_stalled")]
+                if any(p is not None for p in pending):
+                    queued.append((s["spec"], sum(p or 0 for p in pending)))
             if s.get("failures"):
                 lost.append((s["spec"], s["failures"]))
             rows.append(
@@ -502,6 +506,13 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
             f"unload stalled ({len(stalls)}): after the window the configuration did not unload; its stubs sat idle "
             "(waiting for Triton's next message, never given finalize) and the server kept HTTP connections of "
             "requests that never got a response (README, *Known problems*)."
+            + (
+                " Requests in Triton's scheduler queue at the stall (nv_inference_pending_request_count): "
+                + ", ".join(f"`{spec}` {n:,}" for spec, n in queued)
+                + "."
+                if queued
+                else ""
+            )
         )
     if lost:
         notes.append(

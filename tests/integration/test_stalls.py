@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from inflight.loadtest.runner import scrape
 from inflight.server.control import load_variant, unload, variant_config
-from inflight.server.stalls import dump_stuck_stubs, find_debugger, stub_processes
+from inflight.server.stalls import dump_stuck_stubs, find_debugger, request_state, stub_processes
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +73,31 @@ def test_dump_of_a_live_stub(server: Any, repository: Path, tmp_path: Path) -> N
     finally:
         unload(server.http_url, MODEL)
     assert _wait_for(lambda: not stub_processes(MODEL)), "the stubs did not exit after unload"
+
+
+def test_request_state_of_a_live_server(server: Any, repository: Path) -> None:
+    """The request counters the runner records after each window and at a stall exist in 2.51."""
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    vc = variant_config(repository, MODEL, {"kind": "cpu", "instances": "1"})
+    load_variant(server.http_url, vc)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            inputs = []
+            for name in ("input_ids", "attention_mask"):
+                arr = np.ones((3, 64), dtype=np.int64)
+                inputs.append(httpclient.InferInput(name, list(arr.shape), "INT64"))
+                inputs[-1].set_data_from_numpy(arr)
+            client.infer(MODEL, inputs)
+        finally:
+            client.close()
+        text = scrape(server.metrics_url)
+        assert text is not None
+        state = request_state(text, MODEL)
+        assert state["pending"] == 0  # nothing queued once the response came back
+        assert state["success"] == 1 and state["failure"] == 0 and state["executions"] == 1, state
+        assert all(f'model="{MODEL}"' in ln for ln in state["lines"]) and len(state["lines"]) >= 4
+    finally:
+        unload(server.http_url, MODEL)

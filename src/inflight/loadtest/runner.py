@@ -49,7 +49,7 @@ from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
 from inflight.model_config import VariantConfig, parse_variant_arg
 from inflight.server import control
-from inflight.server.stalls import dump_stuck_stubs
+from inflight.server.stalls import dump_stuck_stubs, request_state
 
 LOGGER = logging.getLogger(__name__)
 
@@ -343,6 +343,11 @@ def scrape(url: str, timeout_s: float = 5.0) -> str | None:
         return None
 
 
+def _request_counts(metrics_text: str, model: str) -> dict[str, int | None]:
+    """:func:`request_state` without the raw lines (what a run record keeps)."""
+    return {k: v for k, v in request_state(metrics_text, model).items() if k != "lines"}
+
+
 def device_info() -> dict[str, Any]:
     """The GPU (name, driver, memory) from nvidia-smi, or ``{"name": "cpu"}`` without one."""
     smi = shutil.which("nvidia-smi")
@@ -615,6 +620,8 @@ class AbRunner:
             text = scrape(endpoints.metrics)
             if text is not None:
                 samples.append({"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name)})
+                # Locust has stopped: every request it sent should have left Triton's queue by now
+                record["requests_after_window"] = _request_counts(text, v.name)
         finally:
             t_unload = time.monotonic()
             try:
@@ -623,6 +630,13 @@ class AbRunner:
                 # the window was measured in full; what follows it is a server defect, reported with the run
                 dumps = dump_stuck_stubs(v.name, self.data / f"{tag}-stuck", parent_pid=self._server_pid)
                 record["unload_stalled"] = True
+                text = scrape(endpoints.metrics)
+                if text is not None:
+                    # where the requests that hold the unload are: Triton's queue (pending > 0) or not
+                    record["requests_at_stall"] = _request_counts(text, v.name)
+                    stuck = self.data / f"{tag}-stuck"
+                    stuck.mkdir(parents=True, exist_ok=True)
+                    (stuck / "request-metrics.txt").write_text("\n".join(request_state(text, v.name)["lines"]) + "\n")
                 stalls.append(
                     f"unloading {v.name} failed or stalled: {e} (see tritonserver.log next to the results"
                     + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
