@@ -42,6 +42,7 @@ mkdir -p "$ROOT"
 extra=()
 [ -n "${EXP_LANE:-}" ] && extra+=(--backend-config "python,shm-region-prefix-name=inflight_lane${EXP_LANE}_")
 [ -n "${UNLOAD_TIMEOUT:-}" ] && extra+=(--unload-timeout "$UNLOAD_TIMEOUT")
+[ -n "${UNLOAD_GRACE:-}" ] && extra+=(--unload-grace "$UNLOAD_GRACE")
 
 # lane_info DIR: where this part ran (GPU, cores, lanes beside it) when run_experiments_lanes.sh started it
 lane_info() {

@@ -1,9 +1,10 @@
-"""Drop the test folders from the offline kit's numpy wheel (about 1.7 MB) in place.
+"""Drop what the GPU host never uses from the offline kit's wheels, in place.
 
 The device tool carries the working tree plus ``.kit`` up to 64 MiB in all; the kit from
 ``../shared/gpuhost/make_kit.sh`` is about 62 MB, which leaves too little for the repository.
-numpy's own tests are never run on the GPU host. The wheel's RECORD is rewritten to match, so pip
-installs it as usual.
+Dropped: numpy's own tests (about 1.7 MB) and Locust's web-UI bundle (about 1.4 MB; the load tests
+run ``--headless``, where Locust never serves it). Each wheel's RECORD is rewritten to match, so
+pip installs it as usual.
 
 Usage: python3 scripts/slim_kit.py [.kit]
 """
@@ -15,11 +16,15 @@ import zipfile
 from pathlib import Path
 
 
-def slim(wheel: Path) -> int:
-    """Rewrite ``wheel`` without ``*/tests/*`` members; returns the bytes saved."""
+#: wheel name prefix -> the member-path fragment whose members are dropped
+DROP: dict[str, str] = {"numpy-": "/tests/", "locust-": "locust/webui/dist/"}
+
+
+def slim(wheel: Path, fragment: str = "/tests/") -> int:
+    """Rewrite ``wheel`` without the members whose path contains ``fragment``; returns the bytes saved."""
 
     def drop(name: str) -> bool:
-        return "/tests/" in name
+        return fragment in name
 
     before = wheel.stat().st_size
     tmp = wheel.with_suffix(".tmp")
@@ -37,14 +42,16 @@ def slim(wheel: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Slim every numpy wheel under ``KIT/wheels``."""
+    """Slim the numpy and Locust wheels under ``KIT/wheels``."""
     kit = Path(argv[1] if len(argv) > 1 else ".kit")
-    wheels = sorted((kit / "wheels").glob("numpy-*.whl"))
-    if not wheels:
-        print(f"no numpy wheel under {kit / 'wheels'}; build the kit first", file=sys.stderr)
+    found = 0
+    for prefix, fragment in DROP.items():
+        for w in sorted((kit / "wheels").glob(f"{prefix}*.whl")):
+            found += 1
+            print(f"{w.name}: {slim(w, fragment) / 1e6:.2f} MB smaller")
+    if not found:
+        print(f"no numpy or Locust wheel under {kit / 'wheels'}; build the kit first", file=sys.stderr)
         return 2
-    for w in wheels:
-        print(f"{w.name}: {slim(w) / 1e6:.2f} MB smaller")
     return 0
 
 

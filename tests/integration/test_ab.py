@@ -44,6 +44,9 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
         "--processes",
         "1",
         "--check",
+        # every unload takes longer than 0 s: each run must come out a slow unload, never a stall
+        "--unload-timeout",
+        "0",
         "--repository",
         str(repository),
         "--out",
@@ -80,10 +83,15 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
         assert s["latency_ms"]["count"] == s["requests"]
         assert 0 < s["latency_ms"]["p50"] <= s["latency_ms"]["p95"] <= s["latency_ms"]["p99"]
         assert s["server"]["requests"] >= s["requests"] and s["server"]["avg_batch_items"] >= 4
+        run = next(r for r in doc["runs"] if r["variant"] == s["variant"])
+        assert run["requests_after_window"]["success"] >= s["requests"]  # counted since the server started
         assert s["gpu_activity"] == "not available"
     for run in doc["runs"]:
         assert run["locust_returncode"] == 0 and not run["cpu_warnings"]
-        assert 0 <= run["unload_s"] < 120
+        assert 0 <= run["unload_s"] < 60
+        assert run.get("unload_slow") is True and not run.get("unload_stalled") and not run["caveats"], run
+        # Triton's own counters once Locust stopped: nothing left in its queue, every request answered
+        assert run["requests_after_window"]["pending"] == 0 and run["requests_after_window"]["failure"] == 0
         log = Path(run["locust_log"]).read_text()
         assert "with reference outputs" in log  # the Locust processes did load the references
     text = md.read_text()

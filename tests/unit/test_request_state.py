@@ -9,6 +9,7 @@ TEXT = """\
 # TYPE nv_inference_request_failure counter
 nv_inference_request_failure{model="m",reason="OTHER",version="1"} 2
 nv_inference_request_failure{model="m",reason="BACKEND",version="1"} 1
+nv_inference_request_failure{gpu_uuid="GPU-1",model="m",reason="BACKEND",version="1"} 1
 nv_inference_request_failure{model="other",reason="OTHER",version="1"} 7
 nv_inference_request_success{model="m",version="1"} 100
 nv_inference_request_success{model="m",version="2"} 5
@@ -26,7 +27,7 @@ def test_counters_are_summed_over_versions_and_reasons_of_one_model() -> None:
         "failure": 3,
         "executions": 4,
     }
-    assert len(state["lines"]) == 6 and all('model="m"' in ln for ln in state["lines"])
+    assert len(state["lines"]) == 7 and all('model="m"' in ln for ln in state["lines"])
 
 
 def test_a_metric_the_server_does_not_publish_is_none() -> None:

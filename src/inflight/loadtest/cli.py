@@ -67,8 +67,16 @@ def ab_cmd(
     ] = None,
     keep_raw: Annotated[bool, typer.Option(help="Keep the raw latency files and the request pools.")] = False,
     unload_timeout: Annotated[
-        float, typer.Option(help="Seconds a variant may take to unload; longer is recorded as a problem of its run.")
+        float,
+        typer.Option(
+            help="Seconds a variant may take to unload (Triton finalizes its instances one at a time); "
+            "past it the runner waits --unload-grace more: a slow unload if it completes, "
+            "else a stall (a caveat of its run)."
+        ),
     ] = 120.0,
+    unload_grace: Annotated[
+        float, typer.Option(help="Seconds past --unload-timeout that tell a slow unload from a stalled one.")
+    ] = 60.0,
     verbose: bool = False,
 ) -> None:
     """Run the A/B load test: the same Locust load against each variant in turn, on one server."""
@@ -109,6 +117,7 @@ def ab_cmd(
                 keep_raw=keep_raw,
                 preset=preset,
                 unload_timeout_s=unload_timeout,
+                unload_grace_s=unload_grace,
             )
         )
     except InflightError as e:

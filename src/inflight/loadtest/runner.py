@@ -82,9 +82,13 @@ class AbConfig:
         keep_raw: Keep the raw latency files (they can be large) and the request pools next to the results.
         progress_interval_s: Seconds between progress lines and GPU gauge samples.
         preset: Name of the preset the shape came from (recorded only).
-        unload_timeout_s: How long a variant may take to unload after its window; longer is
-            recorded as a problem of that run (the server log says where it stalled) and the
-            runner goes on with the next variant.
+        unload_timeout_s: How long a variant may take to unload after its window. Triton
+            finalizes a model's instances one after another (about 2 s each for bert_tiny on the
+            H200), so a many-instance variant can take longer: the runner then waits
+            ``unload_grace_s`` more and records a *slow* unload if it completes (not a problem), or
+            a *stalled* one if it does not (a caveat of that run, with a dump of its stubs and
+            Triton's request counters), and goes on with the next variant.
+        unload_grace_s: The extra wait that tells a slow unload from a stalled one.
     """
 
     variants: Sequence[str]
@@ -102,6 +106,7 @@ class AbConfig:
     progress_interval_s: float = 5.0
     preset: str | None = None
     unload_timeout_s: float = 120.0
+    unload_grace_s: float = 60.0
 
 
 @dataclass(kw_only=True)
@@ -627,20 +632,35 @@ class AbRunner:
             try:
                 control.unload(endpoints.http, v.name, timeout_s=self.config.unload_timeout_s)
             except InflightError as e:
-                # the window was measured in full; what follows it is a server defect, reported with the run
-                dumps = dump_stuck_stubs(v.name, self.data / f"{tag}-stuck", parent_pid=self._server_pid)
-                record["unload_stalled"] = True
-                text = scrape(endpoints.metrics)
-                if text is not None:
-                    # where the requests that hold the unload are: Triton's queue (pending > 0) or not
-                    record["requests_at_stall"] = _request_counts(text, v.name)
+                # the window was measured in full; what follows it is either a slow unload (Triton
+                # finalizes instances one at a time) or a stalled one, a server defect reported with the run
+                try:
+                    control.wait_unloaded(endpoints.http, v.name, self.config.unload_grace_s)
+                    record["unload_slow"] = True
+                    LOGGER.warning(
+                        "%s: unloading %s took %.1f s (more than --unload-timeout %.0f s; completed)",
+                        tag,
+                        v.name,
+                        time.monotonic() - t_unload,
+                        self.config.unload_timeout_s,
+                    )
+                except InflightError:
                     stuck = self.data / f"{tag}-stuck"
-                    stuck.mkdir(parents=True, exist_ok=True)
-                    (stuck / "request-metrics.txt").write_text("\n".join(request_state(text, v.name)["lines"]) + "\n")
-                stalls.append(
-                    f"unloading {v.name} failed or stalled: {e} (see tritonserver.log next to the results"
-                    + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
-                )
+                    text = scrape(endpoints.metrics)
+                    if text is not None:
+                        # where the requests that hold the unload are: Triton's queue (pending > 0) or not
+                        record["requests_at_stall"] = _request_counts(text, v.name)
+                        stuck.mkdir(parents=True, exist_ok=True)
+                        lines = request_state(text, v.name)["lines"]
+                        (stuck / "request-metrics.txt").write_text("\n".join(lines) + "\n")
+                    dumps = dump_stuck_stubs(v.name, stuck, parent_pid=self._server_pid)
+                    record["unload_stalled"] = True
+                    waited = time.monotonic() - t_unload
+                    stalls.append(
+                        f"unloading {v.name} stalled: {e}, still not unloaded {waited:.0f} s after the request "
+                        "(see tritonserver.log next to the results"
+                        + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
+                    )
             record["unload_s"] = round(time.monotonic() - t_unload, 2)
         record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems, stalls))
         locust, lat, server = record.get("locust"), record.get("latency_ms") or {}, record.get("server") or {}

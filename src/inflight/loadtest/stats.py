@@ -321,9 +321,9 @@ _SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def metric_values(text: str, metric: str, model: str | None) -> list[float]:
-    """Values of ``metric`` for ``model`` (one per instance; all models if None) in Prometheus text, or []."""
-    out: list[float] = []
+def metric_samples(text: str, metric: str, model: str | None) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of each sample of ``metric`` for ``model`` (all models if None) in Prometheus text."""
+    out: list[tuple[dict[str, str], float]] = []
     for line in text.splitlines():
         if not line.startswith(metric):
             continue
@@ -332,8 +332,13 @@ def metric_values(text: str, metric: str, model: str | None) -> list[float]:
             continue
         labels = dict(_LABEL.findall(m.group("labels") or ""))
         if model is None or labels.get("model") == model:
-            out.append(float(m.group("value")))
+            out.append((labels, float(m.group("value"))))
     return out
+
+
+def metric_values(text: str, metric: str, model: str | None) -> list[float]:
+    """Values of ``metric`` for ``model`` (one per instance; all models if None) in Prometheus text, or []."""
+    return [value for _, value in metric_samples(text, metric, model)]
 
 
 #: The backend's live GPU gauges (published only with the model parameter cupti=true).

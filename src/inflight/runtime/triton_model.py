@@ -446,7 +446,9 @@ class InflightModel:
 
     def finalize(self) -> None:
         """Drain or fail in-flight batches, then release every resource."""
+        t0 = time.perf_counter()
         drained = self.executor.close(self.params.drain_timeout_s)
+        close_s = time.perf_counter() - t0
         stats = self.executor.stats.snapshot()
         stats.update(self.timing)
         stats.update(build_s=self.sink.build_s, send_call_s=self.sink.call_s)
@@ -456,6 +458,8 @@ class InflightModel:
             self._cupti.stop()
         if self.metrics is not None:
             self.metrics.close()
+        # how long finalize() itself took (Triton finalizes a model's instances one after another)
+        stats.update(close_s=round(close_s, 3), finalize_s=round(time.perf_counter() - t0, 3))
         LOGGER.info(
             "%s (%s) finalized (%s): %s",
             self.model_name,

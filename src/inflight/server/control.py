@@ -57,14 +57,25 @@ def load_variant(url: str, vc: VariantConfig, timeout_s: float = 600.0) -> float
 
 def unload(url: str, name: str, timeout_s: float = 300.0) -> None:
     """Unload ``name`` and wait until it is gone (finalize() has returned)."""
-    client = http_client(url, network_timeout=timeout_s)
+    client = http_client(url, network_timeout=max(timeout_s, 10.0))
     try:
         client.unload_model(name)
+    finally:
+        client.close()
+    wait_unloaded(url, name, timeout_s)
+
+
+def wait_unloaded(url: str, name: str, timeout_s: float) -> None:
+    """Wait until ``name`` is no longer loaded (after an unload request); ServerError after ``timeout_s``."""
+    client = http_client(url, network_timeout=max(timeout_s, 10.0))
+    try:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while True:
             index = {m["name"]: m.get("state") for m in client.get_model_repository_index()}
             if index.get(name) not in ("READY", "UNLOADING", "LOADING"):
                 return
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.2)
         raise ServerError(f"{name} still loaded {timeout_s:.0f} s after unload")
     finally:
