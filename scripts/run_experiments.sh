@@ -18,8 +18,8 @@
 # A part that finished leaves results/experiments/<part>/DONE and is skipped (FORCE=1 reruns it).
 # Same load for every variant: 1000 users x 50 items, WINDOW s (default 60) after WARMUP s.
 # USERS / WINDOW / WARMUP override it (HEADS_WINDOW: the heads parts' window, default WINDOW;
-# UNLOAD_TIMEOUT: seconds a variant may take to unload before its stubs' stacks are dumped,
-# default 120). BOUND_BATCHES="40 2000" and BEST_SYNC / BEST_PIPELINED
+# UNLOAD_TIMEOUT: seconds a variant may take to unload, default 120; UNLOAD_GRACE: the extra wait,
+# default 60, after which an unload counts as stalled and its stubs are dumped). BOUND_BATCHES="40 2000" and BEST_SYNC / BEST_PIPELINED
 # (model@key=value,...) give the bound and nsys parts their inputs when the runs' results are not
 # in EXP_ROOT (e.g. they ran in an earlier call). On a host of several GPUs,
 # scripts/run_experiments_lanes.sh runs parts side by side, one GPU and one share of the cores each
