@@ -15,7 +15,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-
 #: wheel name prefix -> the member-path fragment whose members are dropped
 DROP: dict[str, str] = {"numpy-": "/tests/", "locust-": "locust/webui/dist/"}
 
