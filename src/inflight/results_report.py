@@ -24,8 +24,12 @@ def _pct(v: Any) -> str:
     return "n/a" if v is None else f"{100 * v:.1f}%"
 
 
+#: The column headers of :func:`_load_cells`.
+_LOAD_HEADERS = ["req/s", "items/s", "p50 ms", "p95 ms", "p99 ms"]
+
+
 def _load_cells(s: dict[str, Any]) -> list[str]:
-    """req/s, items/s, p50, p95 and p99 ms of one A/B summary entry, as table cells."""
+    """req/s, items/s, p50, p95 and p99 ms of one A/B summary entry, as table cells (headers: ``_LOAD_HEADERS``)."""
     lat = s.get("latency_ms") or {}
     return [
         _fmt(s.get("rps")),
@@ -173,11 +177,7 @@ def ab_section(path: Path, root: Path) -> list[str]:
     lines += _table(
         [
             "variant",
-            "req/s",
-            "items/s",
-            "p50 ms",
-            "p95 ms",
-            "p99 ms",
+            *_LOAD_HEADERS,
             "failures",
             "avg batch",
             "GPU activity (live)",
@@ -526,11 +526,7 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
         [
             "part",
             "configuration",
-            "req/s",
-            "items/s",
-            "p50 ms",
-            "p95 ms",
-            "p99 ms",
+            *_LOAD_HEADERS,
             "failures",
             "avg batch (items)",
             "GPU compute median µs",

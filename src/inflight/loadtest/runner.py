@@ -348,11 +348,6 @@ def scrape(url: str, timeout_s: float = 5.0) -> str | None:
         return None
 
 
-def _request_counts(metrics_text: str, model: str) -> dict[str, int | None]:
-    """:func:`request_state` without the raw lines (what a run record keeps)."""
-    return {k: v for k, v in request_state(metrics_text, model).items() if k != "lines"}
-
-
 def device_info() -> dict[str, Any]:
     """The GPU (name, driver, memory) from nvidia-smi, or ``{"name": "cpu"}`` without one."""
     smi = shutil.which("nvidia-smi")
@@ -626,7 +621,9 @@ class AbRunner:
             if text is not None:
                 samples.append({"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name)})
                 # Locust has stopped: every request it sent should have left Triton's queue by now
-                record["requests_after_window"] = _request_counts(text, v.name)
+                counts = request_state(text, v.name)
+                counts.pop("lines")  # the record keeps the counters only
+                record["requests_after_window"] = counts
         finally:
             t_unload = time.monotonic()
             try:
@@ -649,9 +646,10 @@ class AbRunner:
                     text = scrape(endpoints.metrics)
                     if text is not None:
                         # where the requests that hold the unload are: Triton's queue (pending > 0) or not
-                        record["requests_at_stall"] = _request_counts(text, v.name)
+                        counts = request_state(text, v.name)
+                        lines = counts.pop("lines")
+                        record["requests_at_stall"] = counts
                         stuck.mkdir(parents=True, exist_ok=True)
-                        lines = request_state(text, v.name)["lines"]
                         (stuck / "request-metrics.txt").write_text("\n".join(lines) + "\n")
                     dumps = dump_stuck_stubs(v.name, stuck, parent_pid=self._server_pid)
                     record["unload_stalled"] = True
