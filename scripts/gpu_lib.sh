@@ -1,6 +1,9 @@
 # Shared by scripts/gpu_session.sh, run_experiments.sh and run_experiments_lanes.sh (sourced from the
-# repository root).
-# Needs PY (the Python interpreter) and USERS (Locust users) set by the caller.
+# repository root). Sets PY (the Python interpreter: $PYTHON or python3) and unbuffered Python
+# output; profile_loaded needs USERS (Locust users) set by the caller.
+
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
 
 # usage SCRIPT: print the script's leading comment block (its help), without the '#'s.
 usage() {

@@ -17,14 +17,12 @@
 # and copies a tarball of it to $OUT when that is set. WINDOW / WARMUP / USERS / REPEAT override
 # the load (e.g. for a dry run on a CPU host).
 set -uo pipefail
-export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 STEP=${1:?usage: gpu_session.sh throughput|published|profile|sweep VARIANT...|final}
 OUT=${OUT:-runs/gpu-out}
 mkdir -p "$OUT" results
 source scripts/gpu_lib.sh
 kit_setup
-PY=${PYTHON:-python3}
 USERS=${USERS:-1000}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU"
 ensure_built bert_tiny

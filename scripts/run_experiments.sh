@@ -27,12 +27,10 @@
 # A dry run on a CPU host:
 #   EXP_ROOT=runs/exp-dry/experiments USERS=20 WINDOW=2 WARMUP=1 bash scripts/run_experiments.sh sync-b pipe-b summary).
 set -uo pipefail
-export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 source scripts/gpu_lib.sh
 [ $# -ge 1 ] || { usage "$0"; exit 2; }
 kit_setup
-PY=${PYTHON:-python3}
 ROOT=${EXP_ROOT:-results/experiments}   # a dry run elsewhere: EXP_ROOT=runs/exp-dry/experiments
 WINDOW=${WINDOW:-60}
 WARMUP=${WARMUP:-5}

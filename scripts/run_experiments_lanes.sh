@@ -13,12 +13,10 @@
 # Caveat, stated with the results: lanes share the host's memory bandwidth, PCIe root and
 # loopback network; compare variants of one lane first, across lanes second.
 set -uo pipefail
-export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 source scripts/gpu_lib.sh
 [ $# -ge 1 ] || { usage "$0"; exit 2; }
 kit_setup
-PY=${PYTHON:-python3}
 LOGS=${OUT:-runs/lanes}; mkdir -p "$LOGS"
 lanes=$#
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
