@@ -104,7 +104,7 @@ def write_configs(
     batching: BatchingConfig | None = None,
     params: BackendParameters | None = None,
 ) -> list[Path]:
-    """Write the three variants' config.pbtxt (and empty version folders)."""
+    """Write every variant's config.pbtxt (and empty version folders), the null control model's included."""
     out = []
     for variant in VARIANTS:
         vc = VariantConfig(
@@ -139,7 +139,7 @@ def build_model(
     spec = MODELS[name]
     t0 = time.perf_counter()
     write_configs(repository, spec, batching=batching, params=params)
-    summary: dict[str, Any] = {"model": name, "configs": [f"{name}_{v}" for v in ("inflight", "sync", "trt")]}
+    summary: dict[str, Any] = {"model": name, "configs": [f"{name}_{v}" for v in VARIANTS]}
     if configs_only:
         return summary
     module = spec.make_module(seed)

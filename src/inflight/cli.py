@@ -34,7 +34,7 @@ def build_models_cmd(
     configs_only: Annotated[bool, typer.Option(help="Write config.pbtxt files only.")] = False,
     verbose: bool = False,
 ) -> None:
-    """Write configs (inflight, sync, trt variants) and the Torch/ONNX artifacts."""
+    """Write configs (inflight, sync, trt variants and the null control model) and the Torch/ONNX artifacts."""
     setup_logging(verbose)
     from inflight.build import build_models
 

@@ -26,9 +26,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from inflight.errors import ConfigError
 from inflight.models.registry import ModelSpec, get_model
 
-Variant = Literal["inflight", "sync", "trt"]
+Variant = Literal["inflight", "sync", "trt", "null"]
 Kind = Literal["auto", "gpu", "cpu"]
-VARIANTS: tuple[Variant, ...] = ("inflight", "sync", "trt")
+VARIANTS: tuple[Variant, ...] = ("inflight", "sync", "trt", "null")
+"""``null``: the control model of ``backends/null`` (Triton's Python backend answering zeros, no inflight code)."""
 
 _KINDS = {
     "auto": mc.ModelInstanceGroup.KIND_AUTO,
@@ -39,7 +40,7 @@ _KINDS = {
 
 @dataclass(kw_only=True)
 class BatchingConfig:
-    """Dynamic batching and instance placement, shared by all three variants.
+    """Dynamic batching and instance placement, shared by all variants.
 
     Attributes:
         instances: Model instances (one stub process each for our backend).
@@ -214,6 +215,8 @@ class VariantConfig:
     params: BackendParameters = field(default_factory=BackendParameters)
     max_batch_size: int | None = None
     name: str | None = None
+    sleep_us: int = 0
+    """``null`` variant only: microseconds the control model sleeps per batch (its stand-in device wait)."""
 
     @property
     def spec(self) -> ModelSpec:
@@ -231,6 +234,8 @@ class VariantConfig:
         cfg = mc.ModelConfig(name=self.model_name, max_batch_size=self.max_batch_size or spec.max_batch_size)
         if self.variant == "trt":
             cfg.platform = "tensorrt_plan"
+        elif self.variant == "null":
+            cfg.backend = "null"
         else:
             cfg.backend = "inflight"
         for t in spec.inputs:
@@ -245,6 +250,8 @@ class VariantConfig:
         if self.variant == "trt":
             if b.cuda_graphs:
                 cfg.optimization.cuda.graphs = True
+        elif self.variant == "null":
+            cfg.parameters["sleep_us"].string_value = str(self.sleep_us)
         else:
             p = dataclasses.replace(self.params, mode="sync" if self.variant == "sync" else "pipelined")
             for k, v in p.to_parameters(full=False).items():
@@ -298,8 +305,16 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
     """Rebuild a ``VariantConfig`` from a parsed config (inverse of ``to_proto``)."""
     spec = get_model(cfg.name)
     variant: Variant
+    sleep_us = 0
     if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":
         variant = "trt"
+    elif cfg.backend == "null":
+        variant = "null"
+        raw = parameters_of(cfg).get("sleep_us") or "0"
+        try:
+            sleep_us = int(raw)
+        except ValueError:
+            raise ConfigError(f"{cfg.name}: parameter sleep_us={raw!r} is not an integer (microseconds)") from None
     else:
         params = BackendParameters.from_parameters(parameters_of(cfg))
         variant = "sync" if params.mode == "sync" else "inflight"
@@ -318,8 +333,9 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
         batching=batching,
         max_batch_size=cfg.max_batch_size,
         name=cfg.name,
+        sleep_us=sleep_us,
     )
-    if variant != "trt":
+    if variant not in ("trt", "null"):
         vc.params = BackendParameters.from_parameters(parameters_of(cfg))
     return vc
 
@@ -328,18 +344,25 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
     """Return a copy of ``vc`` with ``key=value`` overrides applied.
 
     Keys: ``instances``, ``kind``, ``delay_us``, ``preferred`` (``512/1024/2000``), ``graphs``
-    (TensorRT backend CUDA graphs), ``name``, and any backend parameter (``slots``,
-    ``response_threads``, ``cuda_graphs``...).
+    (TensorRT backend CUDA graphs), ``name``, any backend parameter (``slots``,
+    ``response_threads``, ``cuda_graphs``...) and, for the ``null`` control model only, ``sleep_us``.
 
     Raises:
         ConfigError: for an unknown key or a bad value.
     """
     b = dataclasses.replace(vc.batching)
-    params = dict(vc.params.to_parameters())
+    params = dict(vc.params.to_parameters()) if vc.variant != "null" else {}
     name = vc.name
+    sleep_us = vc.sleep_us
     for key, value in overrides.items():
         try:
-            if key == "instances":
+            if key == "sleep_us":
+                if vc.variant != "null":
+                    raise ValueError(f"only the null control model sleeps; {vc.model_name} is a {vc.variant} variant")
+                sleep_us = int(value)
+                if sleep_us < 0:
+                    raise ValueError("must be >= 0 (microseconds per batch)")
+            elif key == "instances":
                 b.instances = int(value)
             elif key == "kind":
                 if value not in _KINDS:
@@ -357,8 +380,8 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
                 params[key] = value
             else:
                 raise ValueError(
-                    "unknown key; use instances, kind, delay_us, preferred, graphs, name or a backend "
-                    f"parameter ({', '.join(sorted(params))})"
+                    "unknown key; use instances, kind, delay_us, preferred, graphs, name or "
+                    + (f"a backend parameter ({', '.join(sorted(params))})" if params else "sleep_us (null variant)")
                 )
         except ValueError as e:
             raise ConfigError(f"override {key}={value!r}: {e}") from None
@@ -366,9 +389,10 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
         model=vc.model,
         variant=vc.variant,
         batching=b,
-        params=BackendParameters.from_parameters(params),
+        params=BackendParameters.from_parameters(params) if params else vc.params,
         max_batch_size=vc.max_batch_size,
         name=name,
+        sleep_us=sleep_us,
     )
 
 

@@ -21,7 +21,7 @@ def test_exported_artifacts_match_the_module(tmp_path: Path, model: str) -> None
 
     summary = build_model(tmp_path, model, onnx=True)
     assert summary["parameters"] == sum(p.numel() for p in MODELS[model].make_module(0).parameters())
-    for variant in ("inflight", "sync", "trt"):
+    for variant in ("inflight", "sync", "trt", "null"):
         assert (tmp_path / f"{model}_{variant}" / "config.pbtxt").is_file()
     pt2 = tmp_path / f"{model}_inflight" / "1" / "model.pt2"
     assert (tmp_path / f"{model}_sync" / "1" / "model.pt2").stat().st_ino == pt2.stat().st_ino, "not hard-linked"

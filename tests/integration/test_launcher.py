@@ -67,6 +67,7 @@ def test_stub_environment_uses_this_interpreter(tmp_path: Path) -> None:
     assert check_stub_numpy(env).startswith("1.")
     backends = prepare_backend_dir(dist, tmp_path)
     assert (backends / "inflight" / "model.py").is_file()
+    assert (backends / "null" / "model.py").is_file(), "the null control model travels with ours"
     assert (backends / "python" / "triton_python_backend_stub").exists()
 
 

@@ -20,7 +20,7 @@ from inflight.model_config import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("variant", ["inflight", "sync", "trt"])
+@pytest.mark.parametrize("variant", ["inflight", "sync", "trt", "null"])
 @pytest.mark.parametrize("model", ["bert_tiny", "linear_head", "stacked_head", "seqlen_head"])
 def test_pbtxt_round_trip(model: str, variant: str) -> None:
     vc = VariantConfig(
@@ -31,7 +31,8 @@ def test_pbtxt_round_trip(model: str, variant: str) -> None:
     )
     back = variant_from_proto(parse_pbtxt(vc.to_pbtxt()))
     assert back.batching == vc.batching if variant != "trt" else back.batching.instances == 3
-    if variant != "trt":
+    assert back.variant == variant
+    if variant not in ("trt", "null"):
         assert back.params.slots == 3 and back.params.response_threads == 5
         assert back.params.mode == ("sync" if variant == "sync" else "pipelined")
     assert back.model_name == f"{model}_{variant}"
@@ -54,7 +55,7 @@ def test_committed_configs_are_what_the_generator_writes() -> None:
 
     repo = ROOT / "model_repository"
     for spec in MODELS.values():
-        for variant in ("inflight", "sync", "trt"):
+        for variant in ("inflight", "sync", "trt", "null"):
             path = repo / f"{spec.name}_{variant}" / "config.pbtxt"
             assert path.is_file(), f"{path} missing: run `inflight build-models --configs-only`"
     import tempfile
@@ -105,3 +106,56 @@ def test_response_path_parameters_are_range_checked() -> None:
         BackendParameters.from_parameters({"response_backlog": "0"})
     with pytest.raises(ConfigError, match=r"gil_switch_interval_us=-1"):
         BackendParameters.from_parameters({"gil_switch_interval_us": "-1"})
+
+
+def test_null_variant_is_the_python_control_model_with_its_sleep() -> None:
+    vc = variant_config_of("bert_tiny", "null")
+    cfg = apply_overrides(vc, {"sleep_us": "1900", "instances": "8"}).to_proto()
+    assert cfg.backend == "null" and not cfg.platform
+    assert cfg.parameters["sleep_us"].string_value == "1900"
+    assert [p for p in cfg.parameters] == ["sleep_us"], "the control model takes none of inflight's parameters"
+    assert cfg.instance_group[0].count == 8
+    back = variant_from_proto(cfg)
+    assert back.variant == "null" and back.sleep_us == 1900 and back.model_name == "bert_tiny_null"
+
+
+def test_sleep_us_is_refused_outside_the_null_variant_and_inflight_keys_inside_it() -> None:
+    with pytest.raises(ConfigError, match="only the null control model sleeps"):
+        apply_overrides(variant_config_of("bert_tiny", "sync"), {"sleep_us": "10"})
+    with pytest.raises(ConfigError, match=r"slots=.*sleep_us"):
+        apply_overrides(variant_config_of("bert_tiny", "null"), {"slots": "4"})
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        apply_overrides(variant_config_of("bert_tiny", "null"), {"sleep_us": "-1"})
+    with pytest.raises(ConfigError, match="not an integer"):
+        cfg = variant_config_of("bert_tiny", "null").to_proto()
+        cfg.parameters["sleep_us"].string_value = "fast"
+        variant_from_proto(cfg)
+
+
+def variant_config_of(model: str, variant: str) -> VariantConfig:
+    return VariantConfig(model=model, variant=variant)  # type: ignore[arg-type]
+
+
+def test_ab_refuses_to_check_the_null_models_zeros(tmp_path: Path) -> None:
+    from inflight.loadtest.presets import preset
+    from inflight.loadtest.runner import AbConfig, AbRunner
+
+    shape = preset("smoke").replace(check=True)
+    with pytest.raises(ConfigError, match=r"bert_tiny_null@sleep_us=5 is the null control model"):
+        AbRunner(
+            AbConfig(
+                variants=["bert_tiny_sync", "bert_tiny_null@sleep_us=5"],
+                shape=shape,
+                repository=ROOT / "model_repository",
+                out=tmp_path,
+            )
+        )
+    # without --check the same variants are accepted
+    AbRunner(
+        AbConfig(
+            variants=["bert_tiny_sync", "bert_tiny_null@sleep_us=5"],
+            shape=shape.replace(check=False),
+            repository=ROOT / "model_repository",
+            out=tmp_path,
+        )
+    )

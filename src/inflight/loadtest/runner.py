@@ -425,6 +425,12 @@ class AbRunner:
         if config.repeat < 1:
             raise ConfigError(f"--repeat {config.repeat}: run each variant at least once")
         self.variants = resolve_variants(config.variants, config.repository)
+        nulls = [v.spec for v in self.variants if v.config.variant == "null"]
+        if self.shape.check and nulls:
+            raise ConfigError(
+                f"--check compares responses with the model, but {', '.join(nulls)} is the null control model "
+                "(it answers zeros); drop --check or the null variant"
+            )
         self.locustfile = (config.locustfile or default_locustfile()).resolve()
         if not self.locustfile.is_file():
             raise ConfigError(f"--locustfile {self.locustfile} does not exist")

@@ -272,7 +272,7 @@ def get_model(name: str) -> ModelSpec:
     """The model called ``name`` (a base name, or a variant name such as ``bert_tiny_sync``)."""
     if name in MODELS:
         return MODELS[name]
-    for suffix in ("_inflight", "_sync", "_trt"):
+    for suffix in ("_inflight", "_sync", "_trt", "_null"):
         if name.endswith(suffix) and name[: -len(suffix)] in MODELS:
             return MODELS[name[: -len(suffix)]]
     raise KeyError(f"unknown model {name!r}; known models: {sorted(MODELS)}")

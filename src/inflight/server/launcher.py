@@ -153,8 +153,17 @@ def backend_source_dir() -> Path:
     )
 
 
+def null_backend_source_dir() -> Path | None:
+    """The folder of the ``null`` control model's ``model.py`` (``backends/null``, beside ours), if shipped."""
+    d = backend_source_dir().parent / "null"
+    return d if (d / "model.py").is_file() else None
+
+
 def prepare_backend_dir(dist: TritonDist, workdir: Path) -> Path:
-    """Create ``<workdir>/backends`` with ``python/`` (and the stub) and ``inflight/``.
+    """Create ``<workdir>/backends`` with ``python/`` (and the stub), ``inflight/`` and ``null/``.
+
+    ``null/`` is the control model of ``backends/null`` (Triton's Python backend answering zeros,
+    none of our code); it is copied when the checkout has it.
 
     Returns:
         The folder to pass as ``--backend-directory``.
@@ -170,9 +179,12 @@ def prepare_backend_dir(dist: TritonDist, workdir: Path) -> Path:
         target.chmod(0o755)
     else:
         for entry in dist.backends_dir.iterdir():
-            if entry.name != "inflight":
+            if entry.name not in ("inflight", "null"):
                 (dest / entry.name).symlink_to(entry)
     shutil.copytree(backend_source_dir(), dest / "inflight", ignore=shutil.ignore_patterns("__pycache__"))
+    null = null_backend_source_dir()
+    if null is not None:
+        shutil.copytree(null, dest / "null", ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
 
