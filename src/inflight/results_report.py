@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +115,9 @@ def _lane_line(path: Path) -> list[str]:
 
 
 def _unload_lines(doc: dict[str, Any]) -> list[str]:
-    """How each run's unload went, when one took longer than the runner's --unload-timeout."""
+    """How each run's unload went (stalled, slow or in time), where the runner recorded it."""
     runs = doc.get("runs", [])
-    if not any(r.get("unload_slow") or r.get("unload_stalled") for r in runs):
+    if not any(r.get("unload_s") is not None for r in runs):
         return []
     parts = []
     for r in runs:
@@ -146,7 +146,8 @@ def ab_section(path: Path, root: Path) -> list[str]:
         f"### `{path.relative_to(root)}`",
         "",
         f"{dev.get('name', '?')}, driver {dev.get('driver', '?')}; {load.get('users')} users x {load.get('items')} "
-        f"items, seq {load.get('seq_len')}, {load.get('window_s')} s window after {load.get('warmup_s')} s warm-up, "
+        f"items, seq {load.get('seq_len')}, {str(load.get('protocol', 'http')).upper()}, "
+        f"{load.get('window_s')} s window after {load.get('warmup_s')} s warm-up, "
         f"{load.get('processes')} Locust processes, order {', '.join(load.get('order', []))}; "
         f"status {'valid' if doc.get('valid') else 'INVALID'}.",
         "",
@@ -154,6 +155,7 @@ def ab_section(path: Path, root: Path) -> list[str]:
         "Reproduce: `inflight ab "
         + " ".join(f"'{s['spec']}'" for s in summary)
         + f" --preset {doc.get('preset')} --window {load.get('window_s')} --warmup {load.get('warmup_s')}"
+        + (f" --protocol {load.get('protocol')}" if load.get("protocol", "http") != "http" else "")
         + (f" --repeat {load.get('repeat')}" if load.get("repeat", 1) > 1 else "")
         + "`",
         "",
@@ -336,6 +338,9 @@ def render(root: Path) -> str:
     eb = results / "engine_bench.json"
     if eb.is_file():
         lines += engine_section(eb, root)
+    ceiling = results / "per-instance-ceiling"
+    if ceiling.is_dir():
+        lines += ceiling_section(sorted(ceiling.rglob("ab-*.json")), root)
     abs_ = sorted(results.rglob("ab-*.json"))
     if abs_:
         lines += ["## Through the server: A/B load tests", ""]
@@ -407,6 +412,119 @@ def summary_section(path: Path, root: Path) -> list[str]:
     if det.get("notes"):
         lines.append("")
     lines += _why_missed(d, root)
+    return lines
+
+
+PER_INSTANCE_TARGET = 2.0
+"""Issue 3: one pipelined instance serves at least this many times the req/s of one sync instance."""
+
+
+def _one_instance(variant: Mapping[str, Any]) -> str | None:
+    """``null`` (sleeping 0), ``sync`` or ``inflight`` for a one-instance variant of an A/B document, else None."""
+    cfg = variant.get("config") or {}
+    if sum(int(g.get("count", 1)) for g in cfg.get("instance_group", [{}])) != 1:
+        return None
+    kind = variant.get("variant")
+    if kind == "null":
+        sleep = (cfg.get("parameters") or {}).get("sleep_us", {}).get("string_value", "0")
+        return "null" if int(sleep or 0) == 0 else None
+    return kind if kind in ("sync", "inflight") else None
+
+
+def ceiling_section(paths: list[Path], root: Path) -> list[str]:
+    """One instance of each mode beside the null control model, per A/B file: the request path's ceiling.
+
+    The null model (``backends/null``, sleeping 0) does no work besides Triton's Python-backend
+    request path, so its req/s bounds what any executor can serve in one instance; its ratio to the
+    sync instance bounds what hiding the device wait can gain.
+    """
+    rows: list[list[str]] = []
+    ceilings: list[float] = []
+    ratios: list[float] = []
+    for path in paths:
+        doc = json.loads(path.read_text())
+        kinds = {v["label"]: _one_instance(v) for v in doc.get("variants", [])}
+        by: dict[str, dict[str, Any]] = {}
+        for s in doc.get("summary", []):
+            k = kinds.get(s.get("variant"))
+            if k and s.get("rps"):
+                by[k] = s
+        if not {"null", "sync"} <= by.keys():
+            continue
+        null, sync, pipe = by["null"], by["sync"], by.get("inflight")
+        ceiling = float(null["rps"]) / float(sync["rps"])
+        ceilings.append(ceiling)
+        ratio = float(pipe["rps"]) / float(sync["rps"]) if pipe else None
+        if ratio is not None:
+            ratios.append(ratio)
+
+        def between(s: Mapping[str, Any] | None) -> str:
+            e = (s or {}).get("executor") or {}
+            return f"{_fmt(e.get('execute_ms'), '.2f')} + {_fmt(e.get('between_executes_ms'), '.2f')}"
+
+        rows.append(
+            [
+                f"`{path.relative_to(root)}`",
+                str((doc.get("load") or {}).get("protocol", "?")),
+                str(int(null.get("runs", 1))),
+                _fmt(null["rps"]),
+                _fmt(sync["rps"]),
+                _fmt(pipe["rps"]) if pipe else "n/a",
+                _fmt(ceiling, ".2f", "x"),
+                _fmt(ratio, ".2f", "x"),
+                between(null),
+                between(sync),
+                between(pipe),
+            ]
+        )
+    if not rows:
+        return []
+    lines = [
+        "## One instance: the request path's ceiling (`results/per-instance-ceiling`)",
+        "",
+        "Each A/B runs, on one server under the published load, one instance of the **null control model** "
+        "(`backends/null`: Triton's Python backend reading the inputs and answering zeros, no device work and none "
+        "of this project's code), one sync instance and one pipelined instance. The null instance's req/s is what "
+        "*any* executor could serve in one Python-backend instance: the request path alone (shared memory, request "
+        "and response objects, the frontend) sets it. *execute + between* = the instance's mean time inside "
+        "`execute()` + between two calls, per batch (the backends' own counters). Reproduce: `inflight ab "
+        "'bert_tiny_null@instances=1' 'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1,slots=4' "
+        "--preset published --window 30 --warmup 5` (add `--protocol grpc`).",
+        "",
+    ]
+    lines += _table(
+        [
+            "A/B",
+            "protocol",
+            "rounds",
+            "null req/s",
+            "sync req/s",
+            "pipelined req/s",
+            "null / sync (ceiling)",
+            "pipelined / sync",
+            "null execute + between ms",
+            "sync execute + between ms",
+            "pipelined execute + between ms",
+        ],
+        rows,
+    )
+    lines.append("")
+    top = max(ceilings)
+    lines.append(
+        f"- Target: one pipelined instance >= {PER_INSTANCE_TARGET:.0f}x one sync instance. Measured: "
+        + (f"{min(ratios):.2f}x to {max(ratios):.2f}x" if ratios else "no pipelined run")
+        + f"; **{'met' if ratios and min(ratios) >= PER_INSTANCE_TARGET else 'missed'}**. The null instance, which "
+        f"does no work at all, serves {min(ceilings):.2f}x to {top:.2f}x one sync instance, "
+        + (
+            f"so no executor can reach {PER_INSTANCE_TARGET:.0f}x here: even with zero cost per batch an instance "
+            "pays the request path, and most of one sync instance's cycle is that path, not the device wait."
+            if top < PER_INSTANCE_TARGET
+            else f"so {PER_INSTANCE_TARGET:.0f}x needs an executor whose own work per batch is as cheap as the null "
+            "model's (nothing but reading inputs and building responses): most of one sync instance's cycle is the "
+            "request path, not the device wait."
+        )
+    )
+    lines.append("")
     return lines
 
 

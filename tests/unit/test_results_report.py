@@ -57,3 +57,49 @@ def test_experiment_plan_table_comes_from_the_committed_json() -> None:
     nsys = json.loads((exp / "nsys" / "summary.json").read_text())
     for f in nsys["files"]:
         assert f"{100 * f['summary']['gpu_activity']:.1f}%" in section
+
+
+def _ab_doc(protocol: str, rps: dict[str, float], instances: int = 1, sleep_us: int = 0) -> dict[str, object]:
+    """A minimal A/B document: one null, one sync and one pipelined variant."""
+    variants, summary = [], []
+    for label, kind in zip("ABC", ("null", "sync", "inflight"), strict=True):
+        params = {"sleep_us": {"string_value": str(sleep_us)}} if kind == "null" else {}
+        config = {"instance_group": [{"count": instances}], "parameters": params}
+        variants.append({"label": label, "variant": kind, "config": config})
+        summary.append({"variant": label, "spec": f"bert_tiny_{kind}", "rps": rps[kind], "runs": 1, "executor": None})
+    return {"load": {"protocol": protocol}, "variants": variants, "summary": summary, "runs": []}
+
+
+def test_ceiling_section_computes_the_ratios_from_the_json(tmp_path: Path) -> None:
+    from inflight.results_report import ceiling_section
+
+    d = tmp_path / "results" / "per-instance-ceiling"
+    d.mkdir(parents=True)
+    (d / "ab-1.json").write_text(json.dumps(_ab_doc("http", {"null": 9000.0, "sync": 5000.0, "inflight": 5500.0})))
+    (d / "ab-2.json").write_text(json.dumps(_ab_doc("grpc", {"null": 8000.0, "sync": 5000.0, "inflight": 6000.0})))
+    # not a one-instance null run with sleep 0: left out
+    (d / "ab-3.json").write_text(json.dumps(_ab_doc("http", {"null": 1.0, "sync": 1.0, "inflight": 1.0}, instances=8)))
+    (d / "ab-4.json").write_text(json.dumps(_ab_doc("http", {"null": 1.0, "sync": 1.0, "inflight": 1.0}, sleep_us=5)))
+    text = "\n".join(ceiling_section(sorted(d.glob("ab-*.json")), tmp_path))
+    assert "| 1.80x | 1.10x |" in text and "| 1.60x | 1.20x |" in text
+    assert "ab-3.json" not in text and "ab-4.json" not in text
+    assert "Measured: 1.10x to 1.20x; **missed**" in text
+    assert "so no executor can reach 2x here" in text  # the null model stays under 2x in both
+
+
+def test_ceiling_section_says_when_the_ceiling_allows_the_target(tmp_path: Path) -> None:
+    from inflight.results_report import ceiling_section
+
+    p = tmp_path / "ab-1.json"
+    p.write_text(json.dumps(_ab_doc("grpc", {"null": 12000.0, "sync": 5000.0, "inflight": 11000.0})))
+    text = "\n".join(ceiling_section([p], tmp_path))
+    assert "**met**" in text and "as cheap as the null model's" in text
+
+
+def test_ab_section_reproduce_line_names_the_protocol() -> None:
+    page = render(ROOT)
+    for path in sorted((ROOT / "results").rglob("ab-*.json")):
+        doc = json.loads(path.read_text())
+        section = page.split(f"### `{path.relative_to(ROOT)}`", 1)[1].split("\n### ", 1)[0]
+        reproduce = next(line for line in section.splitlines() if line.startswith("Reproduce:"))
+        assert ("--protocol grpc" in reproduce) == (doc["load"].get("protocol") == "grpc"), path

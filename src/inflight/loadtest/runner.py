@@ -664,6 +664,12 @@ class AbRunner:
                         f"unloading {v.name} stalled: {e}, still not unloaded {waited:.0f} s after the request "
                         "(see tritonserver.log next to the results"
                         + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
+                        + (
+                            "; Triton 2.51's HTTP path does this under heavy load with a plain Python model too "
+                            "(README, Known limits): run with --protocol grpc to avoid it"
+                            if self.shape.protocol == "http"
+                            else ""
+                        )
                     )
             record["unload_s"] = round(time.monotonic() - t_unload, 2)
         record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems, stalls))
