@@ -89,7 +89,12 @@ def test_sync_executor_matches_reference(repository: Path) -> None:
 
 def test_execute_thread_makes_no_synchronize_calls(repository: Path) -> None:
     """CUPTI runtime records by thread: the issuing thread never synchronizes; the completion side does."""
-    from inflight.profiling.cupti_live import CuptiWindow
+    from inflight.profiling.cupti_live import CuptiUnavailableError, CuptiWindow, import_cupti
+
+    try:
+        import_cupti()
+    except CuptiUnavailableError as e:
+        pytest.skip(f"this test reads CUPTI runtime records: {e}")
     from inflight.runtime.executor import PipelinedExecutor
 
     runner, spec = _make(repository, "bert_tiny", 4)

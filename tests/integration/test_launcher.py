@@ -109,13 +109,14 @@ def test_a_stub_built_for_another_python_is_refused(tmp_path: Path) -> None:
     """An installed server whose stub links another libpython (e.g. a 3.12 kit under 3.11) is refused."""
     import shutil
 
-    import pytriton
-
     from inflight.server.launcher import _dist_for, stub_python_version
 
+    pytriton = pytest.importorskip("pytriton", reason="the stubs for other Pythons come from the nvidia-pytriton wheel")
     stubs = Path(pytriton.__file__).parent / "tritonserver" / "python_backend_stubs"
     running = f"{sys.version_info.major}.{sys.version_info.minor}"
     other = next(v for v in ("3.12", "3.11", "3.10") if v != running)
+    if not (stubs / other / "triton_python_backend_stub").is_file():
+        pytest.skip(f"this Triton install has no stub for Python {other} (a trimmed kit keeps only its own)")
     assert stub_python_version(stubs / running / "triton_python_backend_stub") == running
     server = tmp_path / "tritonserver"
     (server / "bin").mkdir(parents=True)
