@@ -11,6 +11,9 @@
 #   bash scripts/gpu_session.sh fixture      # issue 5: the committed nsys fixture, from the profile step
 #   bash scripts/gpu_session.sh tracing      # issue 5: live CUPTI metrics on vs off, same load
 #   bash scripts/gpu_session.sh samewindow   # issue 5: nsys and the live CUPTI gauges over one window
+#   bash scripts/gpu_session.sh ceiling      # issue 3: one null / sync / pipelined instance, HTTP then gRPC
+#                                            #   (results/per-instance-ceiling; docs/RESULTS.md "One instance")
+#   bash scripts/gpu_session.sh stallcontrol # the HTTP unload stall with the null model: HTTP vs gRPC
 #
 # Needs the offline kit (.kit, see ../shared/gpuhost; then python3 scripts/slim_kit.py .kit so the tree
 # and kit fit the device tool's 64 MiB) on a host without network; writes results/
@@ -34,6 +37,19 @@ ab() {  # ab OUTDIR WINDOW WARMUP REPEAT VARIANTS...
 }
 
 case "$STEP" in
+  ceiling)  # the most one Python-backend instance can serve (null model) beside one sync and one pipelined
+    for proto in http grpc; do
+      ab "results/per-instance-ceiling/$(date +%Y%m%d-%H%M)-$proto" "${WINDOW:-30}" "${WARMUP:-5}" "${REPEAT:-1}" \
+        --protocol "$proto" 'bert_tiny_null@instances=1' 'bert_tiny_sync@instances=1' \
+        'bert_tiny_inflight@instances=1,slots=4'
+    done
+    ;;
+  stallcontrol)  # does the unload stall happen without our code? the null model at 8 instances, HTTP vs gRPC
+    for proto in http grpc; do
+      ab "results/diagnostics/$(date +%Y%m%d-%H%M)-stall-control-$proto" "${WINDOW:-30}" "${WARMUP:-5}" "${REPEAT:-2}" \
+        --protocol "$proto" --unload-timeout 20 --unload-grace 25 'bert_tiny_null@instances=8,sleep_us=1900'
+    done
+    ;;
   throughput)
     ab results/throughput "${WINDOW:-15}" "${WARMUP:-5}" "${REPEAT:-2}" \
       'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1' \
