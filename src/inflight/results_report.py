@@ -489,7 +489,8 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
         "and response objects, the frontend) sets it. *execute + between* = the instance's mean time inside "
         "`execute()` + between two calls, per batch (the backends' own counters). Reproduce: `inflight ab "
         "'bert_tiny_null@instances=1' 'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1,slots=4' "
-        "--preset published --window 30 --warmup 5` (add `--protocol grpc`).",
+        "--preset published --window 30 --warmup 5` (add `--protocol grpc`), or `bash scripts/gpu_session.sh ceiling` "
+        "(both protocols).",
         "",
     ]
     lines += _table(
