@@ -665,8 +665,10 @@ class AbRunner:
                         "(see tritonserver.log next to the results"
                         + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
                         + (
-                            "; Triton 2.51's HTTP path does this under heavy load with a plain Python model too "
-                            "(README, Known limits): run with --protocol grpc to avoid it"
+                            "; Triton 2.51's HTTP frontend does this when more replies finish at once than its socket "
+                            "buffer holds, with a plain Python model too (README, Known limits): raise "
+                            "net.core.wmem_default before the server starts (the runner's own server does, as root) "
+                            "or run with --protocol grpc"
                             if self.shape.protocol == "http"
                             else ""
                         )

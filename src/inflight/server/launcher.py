@@ -38,6 +38,16 @@ from inflight.errors import ServerError
 
 LOGGER = logging.getLogger(__name__)
 
+HTTP_REPLY_BUFFER_BYTES = 8 << 20
+"""``net.core.wmem_default`` the launcher asks for while Triton starts (see ``ensure_http_reply_buffer``)."""
+WMEM_DEFAULT = Path("/proc/sys/net/core/wmem_default")
+
+
+def _reply_buffer_from_env() -> int:
+    value = os.environ.get("INFLIGHT_HTTP_REPLY_BUFFER")
+    return int(value) if value else HTTP_REPLY_BUFFER_BYTES
+
+
 _HOW_TO_GET = (
     "install the server with `pip install 'inflight[server]'` (the nvidia-pytriton 0.7.0 wheel carries "
     "Triton 2.51), run inside an NGC Triton container (nvcr.io/nvidia/tritonserver:24.10-py3 or later) "
@@ -260,6 +270,12 @@ class ServerConfig:
         extra_args: More tritonserver arguments.
         startup_timeout_s: How long to wait for readiness.
         env: Extra environment variables for the server.
+        http_reply_buffer_bytes: Make ``net.core.wmem_default`` at least this large while the
+            server starts (restored once it is ready); None or 0 leaves it alone. Default:
+            ``INFLIGHT_HTTP_REPLY_BUFFER`` (bytes) when set, else 8 MiB. Triton 2.51's
+            HTTP frontend hands each finished reply to its HTTP thread through a socket pair of the
+            default send-buffer size and silently drops a reply that does not fit (see
+            ``ensure_http_reply_buffer``).
     """
 
     model_repository: Path
@@ -274,6 +290,7 @@ class ServerConfig:
     extra_args: Sequence[str] = ()
     startup_timeout_s: float = 300.0
     env: Mapping[str, str] = field(default_factory=dict)
+    http_reply_buffer_bytes: int | None = field(default_factory=lambda: _reply_buffer_from_env())
 
     @classmethod
     def from_env(cls, model_repository: Path, workdir: Path, **overrides: object) -> ServerConfig:
@@ -285,6 +302,50 @@ class ServerConfig:
                 kw[key] = int(value)
         kw.update(overrides)
         return cls(model_repository=model_repository, workdir=workdir, **kw)  # type: ignore[arg-type]
+
+
+def ensure_http_reply_buffer(min_bytes: int, path: Path = WMEM_DEFAULT) -> int | None:
+    """Raise the default socket send buffer to ``min_bytes`` if it is smaller; return the old value to restore.
+
+    Triton 2.51's HTTP frontend (``InferResponseComplete`` in ``http_server.cc``) hands every
+    finished reply to the connection's HTTP thread with libevhtp's ``evthr_defer``, which writes a
+    small command into a non-blocking socket pair and silently drops it when the pair's send buffer
+    is full; the dropped request never gets a response and keeps its model from ever unloading.
+    The pair's buffer is ``net.core.wmem_default`` at server start (212992 bytes: a few hundred
+    replies per thread), so a burst of completions larger than that loses requests.
+    ``tests/integration/test_http_reply_burst.py`` shows both sides on a real server.
+
+    Returns:
+        The previous value when it was raised (restore it once the server is up); None when it was
+        already large enough, cannot be read (not Linux) or cannot be written (a warning says how
+        to fix it by hand).
+    """
+    try:
+        current = int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if current >= min_bytes:
+        return None
+    try:
+        path.write_text(str(min_bytes))
+    except OSError as e:
+        LOGGER.warning(
+            "net.core.wmem_default is %d bytes and could not be raised (%s): Triton's HTTP frontend drops "
+            "finished replies that do not fit in a socket buffer of that size, so under bursts of completions "
+            "over HTTP some requests never get a response and their model never unloads. Run `sysctl -w "
+            "net.core.wmem_default=%d` as root before starting the server, or use gRPC.",
+            current,
+            e.strerror or e,
+            min_bytes,
+        )
+        return None
+    LOGGER.info(
+        "raised net.core.wmem_default from %d to %d bytes while tritonserver starts (restored once it is ready): "
+        "Triton's HTTP frontend drops finished replies that overflow a socket buffer of the old size",
+        current,
+        min_bytes,
+    )
+    return current
 
 
 class TritonServer:
@@ -365,12 +426,17 @@ class TritonServer:
         LOGGER.info("starting %s (numpy %s in the stub)", " ".join(cmd), numpy_version)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by this object, closed in stop()
         self._log_file = log
-        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        restore = ensure_http_reply_buffer(c.http_reply_buffer_bytes) if c.http_reply_buffer_bytes else None
         try:
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             self.wait_ready(c.startup_timeout_s)
         except BaseException:
             self.stop()
             raise
+        finally:
+            if restore is not None:
+                with contextlib.suppress(OSError):
+                    WMEM_DEFAULT.write_text(str(restore))
         return self
 
     def is_alive(self) -> bool:

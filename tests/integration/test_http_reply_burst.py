@@ -1,0 +1,103 @@
+"""Triton 2.51's HTTP frontend drops replies that overflow its per-thread socket pair; the launcher prevents it.
+
+600 single-item requests on 600 HTTP connections land in one batch of the null control model (a
+plain Python model, none of our code), so their replies finish in one burst. With the kernel's
+default socket send buffer (212992 bytes) the frontend's ``evthr_defer`` drops the replies that do
+not fit: those requests never get a response and the model never unloads, which is the defect
+first seen on the GPU host under the published load. With ``net.core.wmem_default`` raised while
+the server starts (``ServerConfig.http_reply_buffer_bytes``, the default) every request is answered
+and the model unloads. Needs root (to set the sysctl), as on the project's hosts; skips otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from inflight.server.control import load_variant, variant_config, wait_unloaded
+from inflight.server.launcher import WMEM_DEFAULT, ServerConfig, TritonServer, free_port
+
+pytestmark = pytest.mark.integration
+
+BURST = 600
+KERNEL_DEFAULT = 212992
+
+
+@contextlib.contextmanager
+def wmem_default(value: int) -> Iterator[None]:
+    try:
+        old = WMEM_DEFAULT.read_text().strip()
+        WMEM_DEFAULT.write_text(str(value))
+    except OSError as e:
+        pytest.skip(f"cannot set net.core.wmem_default here ({e.strerror}): needs root on Linux")
+    try:
+        yield
+    finally:
+        WMEM_DEFAULT.write_text(old)
+
+
+def _burst(repository: Path, workdir: Path, reply_buffer: int | None) -> tuple[int, int, bool, str]:
+    """(answered, unanswered, unloaded, server log) for one burst of BURST requests."""
+    cfg = ServerConfig(
+        model_repository=repository,
+        workdir=workdir,
+        http_port=free_port(),
+        grpc_port=free_port(),
+        metrics_port=free_port(),
+        models=[],
+        http_reply_buffer_bytes=reply_buffer,
+    )
+    ids = np.ones((1, 8), np.int64)
+
+    def inputs() -> list[Any]:
+        out = []
+        for name in ("input_ids", "attention_mask"):
+            t = httpclient.InferInput(name, [1, 8], "INT64")
+            t.set_data_from_numpy(ids, binary_data=True)
+            out.append(t)
+        return out
+
+    with TritonServer(cfg) as s:
+        # a long queue delay gathers the whole burst into one batch; 100 ms stands in for the device
+        vc = variant_config(repository, "bert_tiny_null", {"kind": "cpu", "delay_us": "8000000", "sleep_us": "100000"})
+        load_variant(s.http_url, vc)
+        c = httpclient.InferenceServerClient(s.http_url, concurrency=BURST, network_timeout=20, connection_timeout=20)
+        futures = [c.async_infer(vc.model_name, inputs()) for _ in range(BURST)]
+        answered = 0
+        for f in futures:
+            with contextlib.suppress(Exception):
+                f.get_result()
+                answered += 1
+        c.close()
+        with httpclient.InferenceServerClient(s.http_url) as admin:
+            admin.unload_model(vc.model_name)
+        try:
+            wait_unloaded(s.http_url, vc.model_name, 20)
+            unloaded = True
+        except Exception:
+            unloaded = False
+        log = s.log_path.read_text(errors="replace")
+    return answered, BURST - answered, unloaded, log
+
+
+def test_the_default_socket_buffer_loses_replies_and_the_unload(repository: Path, tmp_path: Path) -> None:
+    """The defect itself, without our code and without the launcher's fix (characterizes Triton 2.51)."""
+    with wmem_default(KERNEL_DEFAULT):
+        answered, lost, unloaded, log = _burst(repository, tmp_path, reply_buffer=None)
+    assert lost > 0, f"all {BURST} replies arrived: the frontend no longer drops replies (a fixed Triton?)"
+    assert not unloaded and "bert_tiny_null (bert_tiny_null_0_0) finalized" not in log
+    assert answered > 0
+
+
+def test_the_launcher_raises_the_buffer_and_every_request_is_answered(repository: Path, tmp_path: Path) -> None:
+    with wmem_default(KERNEL_DEFAULT):
+        answered, lost, unloaded, log = _burst(repository, tmp_path, reply_buffer=8 << 20)
+        assert WMEM_DEFAULT.read_text().strip() == str(KERNEL_DEFAULT), "the launcher did not restore the sysctl"
+    assert (answered, lost) == (BURST, 0)
+    assert unloaded and "bert_tiny_null (bert_tiny_null_0_0) finalized (drained)" in log

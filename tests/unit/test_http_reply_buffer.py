@@ -1,0 +1,49 @@
+"""``ensure_http_reply_buffer``: raise wmem_default only when smaller, return what to restore, else warn."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from inflight.server.launcher import HTTP_REPLY_BUFFER_BYTES, ServerConfig, ensure_http_reply_buffer
+
+
+def test_raises_a_small_default_and_returns_the_old_value(tmp_path: Path) -> None:
+    f = tmp_path / "wmem_default"
+    f.write_text("212992\n")
+    assert ensure_http_reply_buffer(8 << 20, f) == 212992
+    assert f.read_text() == str(8 << 20)
+
+
+def test_leaves_a_large_enough_default_alone(tmp_path: Path) -> None:
+    f = tmp_path / "wmem_default"
+    f.write_text("16777216\n")
+    assert ensure_http_reply_buffer(8 << 20, f) is None
+    assert f.read_text() == "16777216\n"
+
+
+def test_no_sysctl_file_means_nothing_to_do(tmp_path: Path) -> None:
+    assert ensure_http_reply_buffer(8 << 20, tmp_path / "missing") is None
+
+
+def test_warns_with_the_fix_when_it_cannot_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    f = tmp_path / "wmem_default"
+    f.write_text("212992\n")
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> int:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    with caplog.at_level(logging.WARNING, logger="inflight.server.launcher"):
+        assert ensure_http_reply_buffer(8 << 20, f) is None
+    assert "sysctl -w net.core.wmem_default=8388608" in caplog.text and "gRPC" in caplog.text
+
+
+def test_the_size_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert ServerConfig(model_repository=tmp_path, workdir=tmp_path).http_reply_buffer_bytes == HTTP_REPLY_BUFFER_BYTES
+    monkeypatch.setenv("INFLIGHT_HTTP_REPLY_BUFFER", "0")
+    assert not ServerConfig(model_repository=tmp_path, workdir=tmp_path).http_reply_buffer_bytes
