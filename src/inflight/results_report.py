@@ -670,7 +670,8 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
         notes.append(
             f"unload stalled ({len(stalls)}): after the window the configuration did not unload; its stubs sat idle "
             "(waiting for Triton's next message, never given finalize) and the server kept HTTP connections of "
-            "requests that never got a response (README, *Known problems*)."
+            "requests that never got a response: Triton 2.51's HTTP frontend drops finished replies that overflow "
+            "its per-thread socket buffer (README, *Known limits*; these runs predate the launcher's workaround)."
             + (
                 " Requests in Triton's scheduler queue at the stall (nv_inference_pending_request_count): "
                 + ", ".join(f"`{spec}` {n:,}" for spec, n in queued)
@@ -683,7 +684,8 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
         notes.append(
             "failures: "
             + ", ".join(f"`{spec}` {n:,}" for spec, n in lost)
-            + " requests got no HTTP response within Locust's 60 s timeout (lost in the server, the same defect)."
+            + " requests got no HTTP response within Locust's 60 s timeout (replies dropped by the HTTP frontend, the "
+            "same defect)."
         )
     for label in ("best_sync", "best_pipelined"):
         v = ((by_label.get(label) or {}).get("summary") or {}).get("verdict") or {}
