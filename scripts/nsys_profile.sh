@@ -65,6 +65,9 @@ Outputs in DIR:
   server.log  load.log  nsys.log  run.json (commands, window, nsys version)
   live_metrics.jsonl      (with --metrics-url) one scrape per line: unix time, text
 
+A plain 'tritonserver' --server under HTTP load needs 'sysctl -w net.core.wmem_default=8388608'
+first, or Triton 2.51 drops replies in bursts (README, Known limits); 'inflight serve' does it.
+
 Example:
   $PROG --out runs/prof/sync --delay 15 --window 5 \\
     --server 'tritonserver --model-repository model_repository --backend-directory backends' \\
