@@ -111,10 +111,6 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         """Log the counters in the inflight backend's ``finalized`` line format."""
-        record = {
-            k: (int(v) if k in ("batches", "requests", "items", "responses", "executes") else v)
-            for k, v in self.stats.items()
-        }
-        record["pid"] = os.getpid()
-        record["sleep_us"] = round(self.sleep_s * 1e6)
+        # the counts start as int 0 and only ever add ints, so they stay ints in the JSON
+        record = {**self.stats, "pid": os.getpid(), "sleep_us": round(self.sleep_s * 1e6)}
         pb_utils.Logger.log_info(f"[null] {self.model} ({self.instance}) finalized (drained): {json.dumps(record)}")
