@@ -50,18 +50,9 @@ def repository() -> Path:
 @pytest.fixture(scope="session")
 def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real tritonserver (explicit model control, nothing loaded) on free ports."""
-    from inflight.server.launcher import ServerConfig, TritonServer, free_port
+    from inflight.server.launcher import ServerConfig, TritonServer
 
-    workdir = tmp_path_factory.mktemp("triton")
-    cfg = ServerConfig(
-        model_repository=repository,
-        workdir=workdir,
-        http_port=free_port(),
-        grpc_port=free_port(),
-        metrics_port=free_port(),
-        models=[],
-    )
-    s = TritonServer(cfg)
+    s = TritonServer(ServerConfig.on_free_ports(repository, tmp_path_factory.mktemp("triton")))
     s.start()
     yield s
     code = s.stop()

@@ -421,14 +421,22 @@ PER_INSTANCE_TARGET = 2.0
 
 def _one_instance(variant: Mapping[str, Any]) -> str | None:
     """``null`` (sleeping 0), ``sync`` or ``inflight`` for a one-instance variant of an A/B document, else None."""
+    from inflight.loadtest.stats import config_instances
+
     cfg = variant.get("config") or {}
-    if sum(int(g.get("count", 1)) for g in cfg.get("instance_group", [{}])) != 1:
+    if config_instances(cfg) != 1:
         return None
     kind = variant.get("variant")
     if kind == "null":
         sleep = (cfg.get("parameters") or {}).get("sleep_us", {}).get("string_value", "0")
         return "null" if int(sleep or 0) == 0 else None
     return kind if kind in ("sync", "inflight") else None
+
+
+def _execute_and_between(s: Mapping[str, Any] | None) -> str:
+    """``execute ms + between ms`` per batch from a summary row's executor counters."""
+    e = (s or {}).get("executor") or {}
+    return f"{_fmt(e.get('execute_ms'), '.2f')} + {_fmt(e.get('between_executes_ms'), '.2f')}"
 
 
 def ceiling_section(paths: list[Path], root: Path) -> list[str]:
@@ -458,10 +466,6 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
         if ratio is not None:
             ratios.append(ratio)
 
-        def between(s: Mapping[str, Any] | None) -> str:
-            e = (s or {}).get("executor") or {}
-            return f"{_fmt(e.get('execute_ms'), '.2f')} + {_fmt(e.get('between_executes_ms'), '.2f')}"
-
         rows.append(
             [
                 f"`{path.relative_to(root)}`",
@@ -472,9 +476,9 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
                 _fmt(pipe["rps"]) if pipe else "n/a",
                 _fmt(ceiling, ".2f", "x"),
                 _fmt(ratio, ".2f", "x"),
-                between(null),
-                between(sync),
-                between(pipe),
+                _execute_and_between(null),
+                _execute_and_between(sync),
+                _execute_and_between(pipe),
             ]
         )
     if not rows:

@@ -21,7 +21,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from inflight.server.control import load_variant, variant_config, wait_unloaded
-from inflight.server.launcher import WMEM_DEFAULT, ServerConfig, TritonServer, free_port
+from inflight.server.launcher import WMEM_DEFAULT, ServerConfig, TritonServer
 
 pytestmark = pytest.mark.integration
 
@@ -44,15 +44,7 @@ def wmem_default(value: int) -> Iterator[None]:
 
 def _burst(repository: Path, workdir: Path, reply_buffer: int | None) -> tuple[int, int, bool, str]:
     """(answered, unanswered, unloaded, server log) for one burst of BURST requests."""
-    cfg = ServerConfig(
-        model_repository=repository,
-        workdir=workdir,
-        http_port=free_port(),
-        grpc_port=free_port(),
-        metrics_port=free_port(),
-        models=[],
-        http_reply_buffer_bytes=reply_buffer,
-    )
+    cfg = ServerConfig.on_free_ports(repository, workdir, http_reply_buffer_bytes=reply_buffer)
     ids = np.ones((1, 8), np.int64)
 
     def inputs() -> list[Any]:

@@ -513,15 +513,11 @@ class AbRunner:
         return pools
 
     def _start_server(self, workdir: Path) -> Any:
-        from inflight.server.launcher import ServerConfig, TritonServer, free_port
+        from inflight.server.launcher import ServerConfig, TritonServer
 
-        cfg = ServerConfig(
-            model_repository=self.config.repository,
-            workdir=workdir,
-            http_port=free_port(),
-            grpc_port=free_port(),
-            metrics_port=free_port(),
-            models=[],
+        cfg = ServerConfig.on_free_ports(
+            self.config.repository,
+            workdir,
             tritonserver=self.config.tritonserver,
             backend_config=tuple(self.config.backend_config),
         )

@@ -439,6 +439,11 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
     }
 
 
+def config_instances(config: Mapping[str, Any]) -> int:
+    """Model instances of a variant's config as the A/B JSON records it (``instance_group`` counts summed)."""
+    return sum(int(g.get("count", 1)) for g in config.get("instance_group", [{}]))
+
+
 def attach_executor_stats(doc: dict[str, Any], log_text: str) -> int:
     """Give each run of an A/B document its instances' ``finalized`` records from the server log.
 
@@ -450,10 +455,7 @@ def attach_executor_stats(doc: dict[str, Any], log_text: str) -> int:
     """
     records = executor_stats_from_log(log_text)
     # instances per variant, from the config it was loaded with (overrides already applied)
-    instances = {
-        v["label"]: sum(int(g.get("count", 1)) for g in v.get("config", {}).get("instance_group", [{}]))
-        for v in doc.get("variants", [])
-    }
+    instances = {v["label"]: config_instances(v.get("config", {})) for v in doc.get("variants", [])}
     got = 0
     for run in doc.get("runs", []):
         n = instances.get(run["variant"], 1)

@@ -303,6 +303,18 @@ class ServerConfig:
         kw.update(overrides)
         return cls(model_repository=model_repository, workdir=workdir, **kw)  # type: ignore[arg-type]
 
+    @classmethod
+    def on_free_ports(cls, model_repository: Path, workdir: Path, **overrides: object) -> ServerConfig:
+        """Free HTTP, gRPC and metrics ports, explicit model control with nothing loaded, then ``overrides``."""
+        kw: dict[str, object] = {
+            "http_port": free_port(),
+            "grpc_port": free_port(),
+            "metrics_port": free_port(),
+            "models": [],
+        }
+        kw.update(overrides)
+        return cls(model_repository=model_repository, workdir=workdir, **kw)  # type: ignore[arg-type]
+
 
 def ensure_http_reply_buffer(min_bytes: int, path: Path = WMEM_DEFAULT) -> int | None:
     """Raise the default socket send buffer to ``min_bytes`` if it is smaller; return the old value to restore.
