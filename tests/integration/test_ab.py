@@ -86,6 +86,13 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
         run = next(r for r in doc["runs"] if r["variant"] == s["variant"])
         assert run["requests_after_window"]["success"] >= s["requests"]  # counted since the server started
         assert s["gpu_activity"] == "not available"
+        # the server tree (tritonserver + the model's stubs) did the inference on the CPU: it used CPU time,
+        # the stubs part of it, and no more than the whole host was busy
+        c = s["cpu"]
+        assert c["windows"] == 1 and c["host_cores"] == len(os.sched_getaffinity(0))
+        assert 0 < c["host_busy"] <= 1 and 0 < c["host_busy_cores"] <= c["host_cores"]
+        assert 0 < c["stub_cores"] <= c["server_cores"] <= c["host_busy_cores"] * 1.05, c
+        assert c["server_us_per_request"] > 0
     for run in doc["runs"]:
         assert run["locust_returncode"] == 0 and not run["cpu_warnings"]
         assert 0 <= run["unload_s"] < 60
@@ -95,7 +102,7 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
         log = Path(run["locust_log"]).read_text()
         assert "with reference outputs" in log  # the Locust processes did load the references
     text = md.read_text()
-    assert "**Status: valid**" in text and "B/A" in text
+    assert "**Status: valid**" in text and "B/A" in text and "server CPU (µs/request)" in text
     assert "bert_tiny_sync" in r.stdout and "req/s" in r.stdout
 
     # the report can be regenerated from the JSON alone

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import threading
 from pathlib import Path
 
 import pytest
 
-from inflight.server.launcher import HTTP_REPLY_BUFFER_BYTES, ServerConfig, ensure_http_reply_buffer
+from inflight.errors import ServerError
+from inflight.server.launcher import (
+    HTTP_REPLY_BUFFER_BYTES,
+    ServerConfig,
+    ensure_http_reply_buffer,
+    http_reply_buffer,
+)
 
 
 def test_raises_a_small_default_and_returns_the_old_value(tmp_path: Path) -> None:
@@ -47,3 +55,38 @@ def test_the_size_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tm
     assert ServerConfig(model_repository=tmp_path, workdir=tmp_path).http_reply_buffer_bytes == HTTP_REPLY_BUFFER_BYTES
     monkeypatch.setenv("INFLIGHT_HTTP_REPLY_BUFFER", "0")
     assert not ServerConfig(model_repository=tmp_path, workdir=tmp_path).http_reply_buffer_bytes
+
+
+def test_side_by_side_launchers_each_start_with_the_raised_value(tmp_path: Path) -> None:
+    # Two launchers on one host (one lane per GPU): the second must not start its server while the
+    # first restores the old value, or its sockets get the small buffer. The lock makes it wait.
+    f, lock = tmp_path / "wmem_default", tmp_path / "wmem.lock"
+    f.write_text("212992\n")
+    seen: list[str] = []
+
+    def second() -> None:
+        with http_reply_buffer(8 << 20, f, lock):
+            seen.append(f.read_text())  # what the second server's sockets would get
+
+    with http_reply_buffer(8 << 20, f, lock):
+        assert f.read_text() == str(8 << 20)
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and not seen  # waiting for the first server to be ready
+    t.join(10)
+    assert seen == [str(8 << 20)]
+    assert f.read_text() == "212992"  # both restored what they found
+
+
+def test_a_held_lock_times_out_with_a_fix(tmp_path: Path) -> None:
+    f, lock = tmp_path / "wmem_default", tmp_path / "wmem.lock"
+    f.write_text("212992\n")
+    with lock.open("a+") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with (
+            pytest.raises(ServerError, match="INFLIGHT_HTTP_REPLY_BUFFER=0"),
+            http_reply_buffer(8 << 20, f, lock, lock_timeout_s=0.5),
+        ):
+            pass
+    assert f.read_text() == "212992\n"  # never touched without the lock

@@ -71,6 +71,11 @@ def _pct(x: Any) -> str:
     return f"{100 * v:.1f}%" if v is not None else (x if isinstance(x, str) else NA)
 
 
+def _frac(x: Any) -> str:
+    v = _num(x)
+    return f"{100 * v:.1f}%" if v is not None else NA
+
+
 # (row title, getter on a summary entry, formatter, shown ratio)
 _Row = tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], str]]
 ROWS: tuple[_Row, ...] = (
@@ -89,6 +94,11 @@ ROWS: tuple[_Row, ...] = (
     ("server: average batch (items)", lambda s: _get(s, "server", "avg_batch_items"), lambda x: _fmt(x, 1)),
     ("GPU activity", lambda s: s.get("gpu_activity"), _pct),
     ("sync share", lambda s: s.get("sync_share"), _pct),
+    ("host CPU busy (the run's cores)", lambda s: _get(s, "cpu", "host_busy"), _frac),
+    ("server CPU (cores: tritonserver + stubs)", lambda s: _get(s, "cpu", "server_cores"), lambda x: _fmt(x, 2)),
+    ("stubs' CPU (cores)", lambda s: _get(s, "cpu", "stub_cores"), lambda x: _fmt(x, 2)),
+    ("rest of the host's CPU (cores: Locust, ...)", lambda s: _get(s, "cpu", "other_cores"), lambda x: _fmt(x, 2)),
+    ("server CPU (µs/request)", lambda s: _get(s, "cpu", "server_us_per_request"), lambda x: _fmt(x, 1)),
 )
 
 
@@ -123,8 +133,8 @@ def runs_table(doc: dict[str, Any]) -> str:
         return "yes (client-limited)" if r.get("client_limited") else "yes"
 
     lines = [
-        "| run | variant | req/s | p50 ms | p99 ms | requests | failures | avg batch | valid |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | variant | req/s | p50 ms | p99 ms | requests | failures | avg batch | host CPU busy | valid |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(doc["runs"], start=1):
         locust = r.get("locust") or {}
@@ -132,7 +142,8 @@ def runs_table(doc: dict[str, Any]) -> str:
             f"| {i} | {r['variant']} (round {r['round']}) | {_fmt(locust.get('rps'), 1)} | "
             f"{_fmt(_get(r, 'latency_ms', 'p50'), 2)} | {_fmt(_get(r, 'latency_ms', 'p99'), 2)} | "
             f"{_fmt(locust.get('requests'), 0)} | {_fmt(locust.get('failures'), 0)} | "
-            f"{_fmt(_get(r, 'server', 'avg_batch_items'), 1)} | {_validity(r)} |"
+            f"{_fmt(_get(r, 'server', 'avg_batch_items'), 1)} | {_frac(_get(r, 'cpu', 'host_busy'))} | "
+            f"{_validity(r)} |"
         )
     return "\n".join(lines) + "\n"
 

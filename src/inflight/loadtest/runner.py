@@ -44,6 +44,7 @@ import numpy as np
 
 import inflight
 from inflight.errors import ConfigError, InflightError
+from inflight.loadtest import cpu
 from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
@@ -587,6 +588,7 @@ class AbRunner:
                 if warm.returncode not in (0, 1):
                     problems.append(f"the warm-up Locust run exited with {warm.returncode} (log: {warm.log})")
             before = control.inference_stats(endpoints.http, v.name)
+            cpu_before = cpu.snapshot(self._server_pid)
             prefix = self.data / tag
             raw_dir = self.data / f"{tag}-raw"
             samples: list[dict[str, Any]] = []
@@ -618,6 +620,7 @@ class AbRunner:
                 tick=tick,
                 tick_interval_s=self.config.progress_interval_s,
             )
+            cpu_after = cpu.snapshot(self._server_pid)
             after = control.inference_stats(endpoints.http, v.name)
             text = scrape(endpoints.metrics)
             if text is not None:
@@ -671,9 +674,11 @@ class AbRunner:
                     )
             record["unload_s"] = round(time.monotonic() - t_unload, 2)
         record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems, stalls))
+        record["cpu"] = cpu.window(cpu_before, cpu_after, (record.get("server") or {}).get("requests"))
         locust, lat, server = record.get("locust"), record.get("latency_ms") or {}, record.get("server") or {}
         LOGGER.info(
-            "%s %s: %s req/s, p50 %s ms, p99 %s ms, %s failures, avg batch %s requests, execute() %s us/request%s",
+            "%s %s: %s req/s, p50 %s ms, p99 %s ms, %s failures, avg batch %s requests, execute() %s us/request, "
+            "host CPU %s busy, server CPU %s cores = %s us/request%s",
             tag,
             v.name,
             f"{locust['rps']:,.0f}" if locust else "?",
@@ -682,6 +687,9 @@ class AbRunner:
             locust["failures"] if locust else "?",
             _num(server.get("avg_batch_requests")),
             _num(server.get("compute_infer_us")),
+            f"{100 * record['cpu']['host_busy']:.0f}%" if math.isfinite(record["cpu"]["host_busy"]) else "?",
+            _num(record["cpu"]["server_cores"]),
+            _num(record["cpu"]["server_us_per_request"]),
             ("" if record["valid"] else " (INVALID: " + "; ".join(record["problems"]) + ")")
             + ("" if not record["caveats"] else " (CAVEAT: " + "; ".join(record["caveats"]) + ")"),
         )
@@ -802,6 +810,9 @@ class AbRunner:
                     "server": st.sum_breakdowns(breakdowns).to_dict() if breakdowns else None,
                     "gpu_activity": st.summarize_gauge([x.get("gpu_activity") for x in samples]),
                     "sync_share": st.summarize_gauge([x.get("sync_share") for x in samples]),
+                    "cpu": cpu.combine(
+                        [r.get("cpu") or {} for r in mine], [(r.get("server") or {}).get("requests") or 0 for r in mine]
+                    ),
                 }
             )
         problems = [f"{r['variant']} round {r['round']}: {p}" for r in runs for p in r["problems"]]

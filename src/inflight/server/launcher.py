@@ -17,6 +17,7 @@ mishandles numpy 2 arrays).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -25,6 +26,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -316,6 +318,54 @@ class ServerConfig:
         return cls(model_repository=model_repository, workdir=workdir, **kw)  # type: ignore[arg-type]
 
 
+WMEM_LOCK = Path(tempfile.gettempdir()) / "inflight-wmem_default.lock"
+"""Serializes the raise/start/restore of ``net.core.wmem_default`` between launchers on one host."""
+
+
+@contextlib.contextmanager
+def http_reply_buffer(
+    min_bytes: int, path: Path = WMEM_DEFAULT, lock_path: Path = WMEM_LOCK, lock_timeout_s: float = 600.0
+) -> Iterator[None]:
+    """Hold ``net.core.wmem_default`` at ``min_bytes`` or more while the block starts a server, then restore it.
+
+    The value is host-wide (per network namespace) and read when a socket is created, so two
+    launchers starting servers side by side (one lane per GPU) must not interleave: one could
+    restore the old value before the other server created its sockets. A lock file serializes them;
+    a launcher that finds the lock taken waits (logged) until the other server is ready.
+    """
+    lock = None
+    with contextlib.suppress(OSError):
+        lock = open(lock_path, "a+")  # noqa: SIM115 - closed in the finally below
+    try:
+        if lock is not None:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                LOGGER.info("another launcher is starting a tritonserver on this host (%s); waiting for it", lock_path)
+                deadline = time.monotonic() + lock_timeout_s
+                while True:
+                    try:
+                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise ServerError(
+                                f"waited {lock_timeout_s:.0f} s for another launcher's server start ({lock_path}); "
+                                "is a launcher hung? remove the lock file's owner or set INFLIGHT_HTTP_REPLY_BUFFER=0"
+                            ) from None
+                        time.sleep(0.2)
+        restore = ensure_http_reply_buffer(min_bytes, path)
+        try:
+            yield
+        finally:
+            if restore is not None:
+                with contextlib.suppress(OSError):
+                    path.write_text(str(restore))
+    finally:
+        if lock is not None:
+            lock.close()  # releases the flock
+
+
 def ensure_http_reply_buffer(min_bytes: int, path: Path = WMEM_DEFAULT) -> int | None:
     """Raise the default socket send buffer to ``min_bytes`` if it is smaller; return the old value to restore.
 
@@ -438,17 +488,16 @@ class TritonServer:
         LOGGER.info("starting %s (numpy %s in the stub)", " ".join(cmd), numpy_version)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by this object, closed in stop()
         self._log_file = log
-        restore = ensure_http_reply_buffer(c.http_reply_buffer_bytes) if c.http_reply_buffer_bytes else None
-        try:
-            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            self.wait_ready(c.startup_timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        finally:
-            if restore is not None:
-                with contextlib.suppress(OSError):
-                    WMEM_DEFAULT.write_text(str(restore))
+        buffer = http_reply_buffer(c.http_reply_buffer_bytes) if c.http_reply_buffer_bytes else contextlib.nullcontext()
+        with buffer:
+            try:
+                self.process = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+                self.wait_ready(c.startup_timeout_s)
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def is_alive(self) -> bool:

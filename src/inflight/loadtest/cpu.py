@@ -1,0 +1,162 @@
+"""Where the host's CPU time went during a load-test window.
+
+Under the published load the request path (Triton's frontend, the Python backend's stubs, the load
+generator) competes for the host's cores; when the host is saturated, the variant that spends less
+CPU per request serves more, whatever it does on the GPU. The A/B runner snapshots the CPU time of
+the whole host and of the server's process tree (tritonserver and its children: the Python-backend
+stubs) at the same two instants as Triton's statistics, so each window gets:
+
+* ``host_busy``: the busy fraction of the run's cores (``1 - idle / total``, iowait counted idle); the
+  run's cores are the runner's CPU affinity, all of the host's unless it was started under ``taskset``;
+* ``server_cores`` / ``stub_cores``: CPU seconds of the server tree / of the stubs alone, per wall
+  second (1.0 = one core kept busy);
+* ``other_cores``: the rest of the busy time (the load generator, the runner, anything else);
+* ``server_us_per_request``: the server tree's CPU time per successful request (Triton's count).
+
+Processes that exit inside the window take their CPU time with them; the stubs of a loaded model
+live through it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import psutil
+
+STUB_NAME = "triton_python_backend_stub"
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuSnapshot:
+    """Cumulative CPU times at one instant.
+
+    Attributes:
+        t: ``time.monotonic()`` when taken.
+        host_busy_s: Non-idle CPU seconds of the run's cores since boot (all processes on them).
+        host_total_s: All CPU seconds of the run's cores since boot.
+        server_s: User + system seconds of the server tree (None: no server process to watch).
+        stub_s: The same for the Python-backend stubs in that tree.
+        cores: Cores of the run (the runner's CPU affinity).
+    """
+
+    t: float
+    host_busy_s: float
+    host_total_s: float
+    server_s: float | None
+    stub_s: float | None
+    cores: int
+
+
+def _tree_times(pid: int) -> tuple[float, float] | None:
+    """(whole tree, stubs only) user + system seconds of ``pid`` and its live descendants."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = stubs = 0.0
+    for p in procs:
+        try:
+            with p.oneshot():
+                ct = p.cpu_times()
+                name = p.name()
+        except psutil.Error:  # exited between listing and reading
+            continue
+        busy = ct.user + ct.system
+        total += busy
+        if name.startswith(STUB_NAME[:15]):  # /proc's comm is cut at 15 characters
+            stubs += busy
+    return total, stubs
+
+
+def run_cores() -> list[int]:
+    """The cores this process may run on (``taskset``/cgroup affinity): the server and Locust inherit them."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return list(range(psutil.cpu_count() or 1))
+
+
+def snapshot(server_pid: int | None) -> CpuSnapshot:
+    """Cumulative CPU times of this run's cores and, when ``server_pid`` is given, of its process tree.
+
+    "The host" is the set of cores this process may run on, so runs pinned side by side (one lane per
+    GPU, ``taskset``) each see their own cores only.
+    """
+    per_cpu = psutil.cpu_times(percpu=True)
+    busy = total = 0.0
+    cores = [c for c in run_cores() if c < len(per_cpu)]
+    for c in cores:
+        ct = per_cpu[c]
+        t = float(sum(ct))
+        total += t
+        busy += t - ct.idle - getattr(ct, "iowait", 0.0)
+    tree = _tree_times(server_pid) if server_pid is not None else None
+    return CpuSnapshot(
+        t=time.monotonic(),
+        host_busy_s=busy,
+        host_total_s=total,
+        server_s=tree[0] if tree else None,
+        stub_s=tree[1] if tree else None,
+        cores=len(cores),
+    )
+
+
+def window(before: CpuSnapshot, after: CpuSnapshot, requests: int | None) -> dict[str, Any]:
+    """The CPU figures of the window between two snapshots (JSON-ready, NaN where unknown).
+
+    Args:
+        before: Snapshot at the start of the window.
+        after: Snapshot at its end.
+        requests: Successful requests the server counted in the window (None: unknown).
+    """
+    wall = after.t - before.t
+    total = after.host_total_s - before.host_total_s
+    busy = after.host_busy_s - before.host_busy_s
+    out: dict[str, Any] = {
+        "wall_s": round(wall, 3),
+        "host_cores": after.cores,
+        "host_busy": busy / total if total > 0 else math.nan,
+        "host_busy_cores": busy / wall if wall > 0 else math.nan,
+        "server_cores": math.nan,
+        "stub_cores": math.nan,
+        "other_cores": math.nan,
+        "server_us_per_request": math.nan,
+    }
+    if before.server_s is not None and after.server_s is not None and wall > 0:
+        server = max(after.server_s - before.server_s, 0.0)
+        stubs = max((after.stub_s or 0.0) - (before.stub_s or 0.0), 0.0)
+        out["server_cores"] = server / wall
+        out["stub_cores"] = stubs / wall
+        out["other_cores"] = max(busy - server, 0.0) / wall
+        if requests:
+            out["server_us_per_request"] = server / requests * 1e6
+    return out
+
+
+def combine(windows: list[Mapping[str, Any]], requests: list[int]) -> dict[str, Any] | None:
+    """Several windows of one variant: wall-weighted means, CPU per request weighted by requests."""
+    pairs = [(w, n) for w, n in zip(windows, requests, strict=True) if w]
+    if not pairs:
+        return None
+
+    def wmean(key: str, weight: str) -> float:
+        vals = [
+            (float(w[key]), float(w["wall_s"]) if weight == "wall" else n)
+            for w, n in pairs
+            if w.get(key) is not None and not math.isnan(float(w[key]))
+        ]
+        norm = sum(x for _, x in vals)
+        return sum(v * x for v, x in vals) / norm if norm else math.nan
+
+    return {
+        "windows": len(pairs),
+        "host_cores": pairs[0][0].get("host_cores"),
+        **{k: wmean(k, "wall") for k in ("host_busy", "host_busy_cores", "server_cores", "stub_cores", "other_cores")},
+        "server_us_per_request": wmean("server_us_per_request", "requests"),
+    }

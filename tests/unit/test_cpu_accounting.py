@@ -1,0 +1,128 @@
+"""The A/B runner's CPU accounting (inflight.loadtest.cpu) against real processes."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from inflight.loadtest import cpu
+from inflight.loadtest.report import comparison_table, runs_table
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
+
+
+def _stub_named_python(tmp_path: Path) -> Path:
+    """A python3 that the kernel names like Triton's stub (comm is the executable's file name)."""
+    exe = tmp_path / cpu.STUB_NAME
+    exe.symlink_to(Path(sys.executable).resolve())
+    return exe
+
+
+def test_window_counts_a_childs_cpu_in_the_server_tree_and_a_stub_by_name(tmp_path: Path) -> None:
+    # a "server" (this process's child) with one child of its own named like the Python-backend stub;
+    # both burn CPU time inside the window
+    stub = _stub_named_python(tmp_path)
+    script = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([{str(stub)!r}, '-c', {BURN.format(s=0.6)!r}])\n" + BURN.format(s=0.3) + "p.wait()\n"
+    )
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)\n" + script])
+    try:
+        time.sleep(0.2)  # the child exists, the grandchild not yet: the snapshot must still work
+        before = cpu.snapshot(server.pid)
+        time.sleep(0.3)
+        # both are running now; take the end snapshot while they are alive (an exited one's time is gone)
+        deadline = time.monotonic() + 10
+        after = cpu.snapshot(server.pid)
+        while (after.stub_s or 0) < 0.55 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            after = cpu.snapshot(server.pid)
+    finally:
+        server.wait(timeout=30)
+    w = cpu.window(before, after, requests=1000)
+    assert after.stub_s is not None and after.server_s is not None
+    assert after.stub_s >= 0.55, after  # the stub-named grandchild, counted by its name
+    assert after.server_s - before.server_s >= 0.55 + 0.25 - 0.05, (before, after)  # both burners
+    assert w["host_cores"] == len(os.sched_getaffinity(0))
+    assert 0 < w["host_busy"] <= 1
+    assert w["stub_cores"] <= w["server_cores"]
+    assert w["server_us_per_request"] == pytest.approx((after.server_s - before.server_s) / 1000 * 1e6)
+    assert w["other_cores"] >= 0
+
+
+def test_snapshot_of_a_gone_server_has_host_figures_only() -> None:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    a = cpu.snapshot(p.pid)
+    assert a.server_s is None and a.stub_s is None
+    assert a.host_total_s > a.host_busy_s > 0
+    w = cpu.window(a, cpu.snapshot(None), requests=10)
+    assert math.isnan(w["server_cores"]) and math.isnan(w["server_us_per_request"])
+
+
+def test_window_arithmetic() -> None:
+    before = cpu.CpuSnapshot(t=0.0, host_busy_s=100.0, host_total_s=400.0, server_s=10.0, stub_s=4.0, cores=16)
+    after = cpu.CpuSnapshot(t=10.0, host_busy_s=180.0, host_total_s=560.0, server_s=50.0, stub_s=24.0, cores=16)
+    w = cpu.window(before, after, requests=20_000)
+    assert w["host_busy"] == pytest.approx(80 / 160)
+    assert w["host_busy_cores"] == pytest.approx(8.0)
+    assert w["server_cores"] == pytest.approx(4.0)
+    assert w["stub_cores"] == pytest.approx(2.0)
+    assert w["other_cores"] == pytest.approx(4.0)
+    assert w["server_us_per_request"] == pytest.approx(40 / 20_000 * 1e6)
+    assert math.isnan(cpu.window(before, after, requests=0)["server_us_per_request"])
+
+
+def test_combine_weights_by_wall_time_and_requests() -> None:
+    a = {
+        "wall_s": 10.0,
+        "host_cores": 16,
+        "host_busy": 0.5,
+        "host_busy_cores": 8.0,
+        "server_cores": 4.0,
+        "stub_cores": 2.0,
+        "other_cores": 4.0,
+        "server_us_per_request": 100.0,
+    }
+    b = {**a, "wall_s": 30.0, "host_busy": 0.9, "server_us_per_request": 200.0}
+    c = cpu.combine([a, b], [1000, 3000])
+    assert c is not None and c["windows"] == 2
+    assert c["host_busy"] == pytest.approx((0.5 * 10 + 0.9 * 30) / 40)
+    assert c["server_us_per_request"] == pytest.approx((100 * 1000 + 200 * 3000) / 4000)
+    assert cpu.combine([{}, {}], [0, 0]) is None
+
+
+def test_report_shows_the_cpu_rows() -> None:
+    summary = {
+        "variant": "A",
+        "spec": "m_sync",
+        "cpu": {
+            "host_busy": 0.953,
+            "server_cores": 9.87,
+            "stub_cores": 3.21,
+            "other_cores": 5.5,
+            "server_us_per_request": 456.7,
+        },
+    }
+    doc = {
+        "summary": [summary, {**summary, "variant": "B", "spec": "m_inflight", "cpu": None}],
+        "runs": [{"variant": "A", "round": 1, "valid": True, "cpu": {"host_busy": 0.953}}],
+    }
+    table = comparison_table(doc)
+    assert "| host CPU busy (the run's cores) | 95.3% | n/a |" in table
+    assert "| server CPU (µs/request) | 456.7 | n/a |" in table
+    assert "| stubs' CPU (cores) | 3.21 | n/a |" in table
+    assert "| 95.3% | yes |" in runs_table(doc)
+
+
+def test_the_runs_cores_follow_taskset() -> None:
+    # a runner started under taskset sees only its own cores (lanes side by side on one host)
+    code = "from inflight.loadtest import cpu; s = cpu.snapshot(None); print(cpu.run_cores(), s.cores)"
+    r = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.split() == ["[0]", "1"], r.stdout
