@@ -10,7 +10,13 @@ output shapes of the model config. So it measures
   the ceiling of any Python-backend instance, pipelined or not);
 * what a stock-style loop costs when its only work besides the request path is a device wait of a
   known length (``sleep_us`` = the engine's time per batch);
-* whether a defect seen with the inflight backend also happens without any of its code.
+* whether a defect seen with the inflight backend also happens without any of its code;
+* with ``sender_threads`` N > 0, what the *deferred* response path costs by itself: ``execute()``
+  reads the inputs, hands the batch to a completion thread and returns ``None``; that thread waits
+  until the batch's stand-in device time has passed (batches queue one after another, as on one
+  stream) and hands the requests' response senders to N threads, which each build a zeros response
+  and ``send()`` it with ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``. That is every step a pipelined
+  Python-backend executor cannot avoid, so its req/s bounds any executor built on response senders.
 
 Deploy it like ``inflight`` (``backends/null/`` beside ``python/``; ``inflight serve`` does it) and
 load ``<model>_null`` (``inflight build-models`` writes those configs). At unload each instance logs
@@ -22,6 +28,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 import time
 from typing import Any
 
@@ -53,6 +61,15 @@ class TritonPythonModel:
         if sleep_us < 0:
             raise pb_utils.TritonModelException(f"{self.model}: sleep_us={sleep_us} must be >= 0")
         self.sleep_s = sleep_us / 1e6
+        try:
+            self.sender_threads = int(params.get("sender_threads") or 0)
+        except ValueError:
+            raise pb_utils.TritonModelException(
+                f"{self.model}: parameter sender_threads={params.get('sender_threads')!r} is not an integer; "
+                "give 0 (return the responses from execute) or the number of sender threads"
+            ) from None
+        if not 0 <= self.sender_threads <= 256:
+            raise pb_utils.TritonModelException(f"{self.model}: sender_threads={self.sender_threads} must be 0..256")
         self.stats: dict[str, float] = {
             "batches": 0,
             "requests": 0,
@@ -64,8 +81,25 @@ class TritonPythonModel:
             "parse_s": 0.0,
             "device_wait_s": 0.0,
             "build_s": 0.0,
+            "send_call_s": 0.0,
+            "send_errors": 0,
         }
         self._t_last_exit = 0.0
+        self._lock = threading.Lock()  # the senders' counters
+        self._threads: list[threading.Thread] = []
+        if self.sender_threads:
+            self._device_free = 0.0  # when the stand-in device finishes the last batch handed to it
+            self._batches: queue.SimpleQueue[tuple[float, list[Any], list[tuple[int, int]]] | None] = (
+                queue.SimpleQueue()
+            )
+            self._chunks: queue.SimpleQueue[list[tuple[Any, int, int]] | None] = queue.SimpleQueue()
+            self._threads.append(threading.Thread(target=self._complete, name="null-completion", daemon=True))
+            self._threads += [
+                threading.Thread(target=self._send, name=f"null-sender-{i}", daemon=True)
+                for i in range(self.sender_threads)
+            ]
+            for t in self._threads:
+                t.start()
 
     def _zeros(self, n: int, seq: int) -> list[Any]:
         tensors = []
@@ -74,8 +108,45 @@ class TritonPythonModel:
             tensors.append(pb_utils.Tensor(name, np.zeros(shape, dtype=dtype)))
         return tensors
 
-    def execute(self, requests: list[Any]) -> list[Any]:
-        """Read the inputs, sleep ``sleep_us`` once for the batch, answer zeros."""
+    def _complete(self) -> None:
+        """Deferred mode: wait for each batch's stand-in device time, then share it among the senders."""
+        while (job := self._batches.get()) is not None:
+            done_at, senders, shapes = job
+            wait = done_at - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            n = self.sender_threads
+            work = [(sender, k, seq) for sender, (k, seq) in zip(senders, shapes, strict=True)]
+            for i in range(min(n, len(work))):
+                self._chunks.put(work[i::n])
+        for _ in range(self.sender_threads):
+            self._chunks.put(None)
+
+    def _send(self) -> None:
+        """Deferred mode: build and send one final zeros response per request of a chunk."""
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        while (chunk := self._chunks.get()) is not None:
+            build = send = 0.0
+            errors = 0
+            for sender, k, seq in chunk:
+                t0 = time.perf_counter()
+                response = pb_utils.InferenceResponse(output_tensors=self._zeros(k, seq))
+                t1 = time.perf_counter()
+                try:
+                    sender.send(response, flags=final)
+                except Exception:  # counted; the control model keeps serving
+                    errors += 1
+                t2 = time.perf_counter()
+                build += t1 - t0
+                send += t2 - t1
+            with self._lock:
+                self.stats["responses"] += len(chunk) - errors
+                self.stats["send_errors"] += errors
+                self.stats["build_s"] += build
+                self.stats["send_call_s"] += send
+
+    def execute(self, requests: list[Any]) -> list[Any] | None:
+        """Read the inputs, sleep ``sleep_us`` once for the batch, answer zeros (or defer them)."""
         t0 = time.perf_counter()
         s = self.stats
         if self._t_last_exit:
@@ -92,6 +163,20 @@ class TritonPythonModel:
                 seq = int(a.shape[1]) if a.ndim > 1 else 1
             shapes.append((n, seq))
         t1 = time.perf_counter()
+        if self.sender_threads:
+            # the responses go later, through the senders; the stand-in device runs batches one after another
+            senders = [r.get_response_sender() for r in requests]
+            self._device_free = max(t1, self._device_free) + self.sleep_s
+            self._batches.put((self._device_free, senders, shapes))
+            with self._lock:
+                s["batches"] += 1
+                s["requests"] += len(requests)
+                s["items"] += sum(n for n, _ in shapes)
+                s["parse_s"] += t1 - t0
+            self._t_last_exit = time.perf_counter()
+            s["executes"] += 1
+            s["execute_s"] += self._t_last_exit - t0
+            return None
         if self.sleep_s:
             time.sleep(self.sleep_s)
         t2 = time.perf_counter()
@@ -110,7 +195,20 @@ class TritonPythonModel:
         return responses
 
     def finalize(self) -> None:
-        """Log the counters in the inflight backend's ``finalized`` line format."""
+        """Send what is still deferred, stop the threads, log the counters in inflight's ``finalized`` format."""
+        state = "drained"
+        if self._threads:
+            self._batches.put(None)  # after every batch handed over: the completion thread drains them first
+            deadline = time.monotonic() + 30
+            for t in self._threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+            if any(t.is_alive() for t in self._threads):
+                state = "not drained: sender threads still running after 30 s"
         # the counts start as int 0 and only ever add ints, so they stay ints in the JSON
-        record = {**self.stats, "pid": os.getpid(), "sleep_us": round(self.sleep_s * 1e6)}
-        pb_utils.Logger.log_info(f"[null] {self.model} ({self.instance}) finalized (drained): {json.dumps(record)}")
+        record = {
+            **self.stats,
+            "pid": os.getpid(),
+            "sleep_us": round(self.sleep_s * 1e6),
+            "sender_threads": self.sender_threads,
+        }
+        pb_utils.Logger.log_info(f"[null] {self.model} ({self.instance}) finalized ({state}): {json.dumps(record)}")

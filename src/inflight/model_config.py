@@ -217,6 +217,9 @@ class VariantConfig:
     name: str | None = None
     sleep_us: int = 0
     """``null`` variant only: microseconds the control model sleeps per batch (its stand-in device wait)."""
+    sender_threads: int = 0
+    """``null`` variant only: 0 returns the responses from ``execute()``; N > 0 defers them to N threads
+    that send each through its request's response sender (the pipelined response path, no inflight code)."""
 
     @property
     def spec(self) -> ModelSpec:
@@ -252,6 +255,8 @@ class VariantConfig:
                 cfg.optimization.cuda.graphs = True
         elif self.variant == "null":
             cfg.parameters["sleep_us"].string_value = str(self.sleep_us)
+            if self.sender_threads:
+                cfg.parameters["sender_threads"].string_value = str(self.sender_threads)
         else:
             p = dataclasses.replace(self.params, mode="sync" if self.variant == "sync" else "pipelined")
             for k, v in p.to_parameters(full=False).items():
@@ -305,7 +310,7 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
     """Rebuild a ``VariantConfig`` from a parsed config (inverse of ``to_proto``)."""
     spec = get_model(cfg.name)
     variant: Variant
-    sleep_us = 0
+    sleep_us = sender_threads = 0
     if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":
         variant = "trt"
     elif cfg.backend == "null":
@@ -315,6 +320,11 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
             sleep_us = int(raw)
         except ValueError:
             raise ConfigError(f"{cfg.name}: parameter sleep_us={raw!r} is not an integer (microseconds)") from None
+        raw = parameters_of(cfg).get("sender_threads") or "0"
+        try:
+            sender_threads = int(raw)
+        except ValueError:
+            raise ConfigError(f"{cfg.name}: parameter sender_threads={raw!r} is not an integer") from None
     else:
         params = BackendParameters.from_parameters(parameters_of(cfg))
         variant = "sync" if params.mode == "sync" else "inflight"
@@ -334,6 +344,7 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
         max_batch_size=cfg.max_batch_size,
         name=cfg.name,
         sleep_us=sleep_us,
+        sender_threads=sender_threads,
     )
     if variant not in ("trt", "null"):
         vc.params = BackendParameters.from_parameters(parameters_of(cfg))
@@ -345,7 +356,8 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
 
     Keys: ``instances``, ``kind``, ``delay_us``, ``preferred`` (``512/1024/2000``), ``graphs``
     (TensorRT backend CUDA graphs), ``name``, any backend parameter (``slots``,
-    ``response_threads``, ``cuda_graphs``...) and, for the ``null`` control model only, ``sleep_us``.
+    ``response_threads``, ``cuda_graphs``...) and, for the ``null`` control model only, ``sleep_us`` and
+    ``sender_threads``.
 
     Raises:
         ConfigError: for an unknown key or a bad value.
@@ -354,6 +366,7 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
     params = dict(vc.params.to_parameters()) if vc.variant != "null" else {}
     name = vc.name
     sleep_us = vc.sleep_us
+    sender_threads = vc.sender_threads
     for key, value in overrides.items():
         try:
             if key == "sleep_us":
@@ -362,6 +375,15 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
                 sleep_us = int(value)
                 if sleep_us < 0:
                     raise ValueError("must be >= 0 (microseconds per batch)")
+            elif key == "sender_threads":
+                if vc.variant != "null":
+                    raise ValueError(
+                        f"sender_threads belongs to the null control model; {vc.model_name} is a {vc.variant} "
+                        "variant (its senders are response_threads)"
+                    )
+                sender_threads = int(value)
+                if not 0 <= sender_threads <= 256:
+                    raise ValueError("must be 0 (return from execute) to 256")
             elif key == "instances":
                 b.instances = int(value)
             elif key == "kind":
@@ -381,7 +403,11 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
             else:
                 raise ValueError(
                     "unknown key; use instances, kind, delay_us, preferred, graphs, name or "
-                    + (f"a backend parameter ({', '.join(sorted(params))})" if params else "sleep_us (null variant)")
+                    + (
+                        f"a backend parameter ({', '.join(sorted(params))})"
+                        if params
+                        else "sleep_us or sender_threads (null variant)"
+                    )
                 )
         except ValueError as e:
             raise ConfigError(f"override {key}={value!r}: {e}") from None
@@ -393,6 +419,7 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
         max_batch_size=vc.max_batch_size,
         name=name,
         sleep_us=sleep_us,
+        sender_threads=sender_threads,
     )
 
 

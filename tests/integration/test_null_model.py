@@ -81,3 +81,50 @@ def test_null_model_sleeps_per_batch_and_logs_its_counters(server: Any, reposito
     assert stats["device_wait_s"] >= stats["batches"] * sleep_us / 1e6
     breakdown = executor_breakdown(records)
     assert breakdown is not None and breakdown["requests_per_batch"] > 1
+
+
+def test_null_model_defers_its_responses_to_sender_threads(server: Any, repository: Any) -> None:
+    # sender_threads: execute() returns None at once and three threads send each response through its
+    # request's response sender once the batch's stand-in device time has passed (the pipelined path)
+    sleep_us = 200_000
+    overrides = {"kind": "cpu", "sleep_us": str(sleep_us), "sender_threads": "3", "delay_us": "50000"}
+    vc = variant_config(repository, "bert_tiny_null", overrides)
+    log_start = len(server.log_path.read_text(errors="replace"))
+    load_variant(server.http_url, vc)
+    spec = MODELS["bert_tiny"]
+    out = spec.outputs[0]
+
+    def one(i: int) -> tuple[float, np.ndarray]:
+        x = spec.example_inputs(1 + i % 4, seq_len=16)
+        t0 = time.perf_counter()
+        if i % 2:
+            with grpcclient.InferenceServerClient(server.grpc_url) as g:
+                y = g.infer("bert_tiny_null", grpc_inputs(x)).as_numpy(out.name)
+        else:
+            with httpclient.InferenceServerClient(server.http_url) as c:
+                y = c.infer("bert_tiny_null", http_inputs(x)).as_numpy(out.name)
+        assert y.shape == out.shape(1 + i % 4, None) and not y.any(), (i, y.shape)
+        return time.perf_counter() - t0, y
+
+    try:
+        with cf.ThreadPoolExecutor(12) as pool:
+            took = [t for t, _ in pool.map(one, range(12))]
+    finally:
+        unload(server.http_url, "bert_tiny_null")
+    assert min(took) >= sleep_us / 1e6, f"a response was sent before its batch's {sleep_us} µs: {took}"
+    deadline = time.monotonic() + 30
+    records: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not records:
+        records = [
+            r
+            for r in executor_stats_from_log(server.log_path.read_text(errors="replace")[log_start:])
+            if r["model"] == "bert_tiny_null"
+        ]
+        time.sleep(0.2)
+    assert len(records) == 1 and records[0]["drained"], records
+    stats = records[0]["stats"]
+    assert stats["sender_threads"] == 3
+    assert stats["requests"] == 12 and stats["responses"] == 12 and stats["send_errors"] == 0
+    assert stats["send_call_s"] > 0 and stats["device_wait_s"] == 0  # execute() never waited
+    # execute() returned without waiting for the stand-in device
+    assert stats["execute_s"] / stats["executes"] < sleep_us / 1e6 / 4, stats

@@ -132,6 +132,19 @@ def test_sleep_us_is_refused_outside_the_null_variant_and_inflight_keys_inside_i
         variant_from_proto(cfg)
 
 
+def test_null_sender_threads_round_trip_and_stay_on_the_null_variant() -> None:
+    vc = apply_overrides(variant_config_of("bert_tiny", "null"), {"sender_threads": "4", "sleep_us": "1900"})
+    cfg = vc.to_proto()
+    assert cfg.parameters["sender_threads"].string_value == "4"
+    assert variant_from_proto(cfg).sender_threads == 4
+    # 0 (the default: return from execute) writes nothing, so the committed configs keep their form
+    assert "sender_threads" not in variant_config_of("bert_tiny", "null").to_proto().parameters
+    with pytest.raises(ConfigError, match="response_threads"):
+        apply_overrides(variant_config_of("bert_tiny", "inflight"), {"sender_threads": "4"})
+    with pytest.raises(ConfigError, match=r"0 \(return from execute\) to 256"):
+        apply_overrides(variant_config_of("bert_tiny", "null"), {"sender_threads": "-1"})
+
+
 def variant_config_of(model: str, variant: str) -> VariantConfig:
     return VariantConfig(model=model, variant=variant)  # type: ignore[arg-type]
 
