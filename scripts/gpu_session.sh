@@ -13,6 +13,8 @@
 #   bash scripts/gpu_session.sh samewindow   # issue 5: nsys and the live CUPTI gauges over one window
 #   bash scripts/gpu_session.sh ceiling      # issue 3: one null / sync / pipelined instance, HTTP then gRPC
 #                                            #   (results/per-instance-ceiling; docs/RESULTS.md "One instance")
+#   bash scripts/gpu_session.sh manyceiling  # sync at 8 vs the null model deferring its responses vs pipelined
+#                                            #   (results/pipelined-ceiling; docs/RESULTS.md "Many instances")
 #   bash scripts/gpu_session.sh stallcontrol # the HTTP unload stall with the null model: HTTP vs gRPC
 #
 # Needs the offline kit (.kit, see ../shared/gpuhost; then python3 scripts/slim_kit.py .kit so the tree
@@ -40,9 +42,14 @@ case "$STEP" in
   ceiling)  # the most one Python-backend instance can serve (null model) beside one sync and one pipelined
     for proto in http grpc; do
       ab "results/per-instance-ceiling/$(date +%Y%m%d-%H%M)-$proto" "${WINDOW:-30}" "${WARMUP:-5}" "${REPEAT:-1}" \
-        --protocol "$proto" 'bert_tiny_null@instances=1' 'bert_tiny_sync@instances=1' \
-        'bert_tiny_inflight@instances=1,slots=4'
+        --protocol "$proto" 'bert_tiny_null@instances=1' 'bert_tiny_null@instances=1,sender_threads=8' \
+        'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1,slots=4'
     done
+    ;;
+  manyceiling)  # many instances: sync, the null model deferring its responses, pipelined, one lane's cores
+    ab "results/pipelined-ceiling/$(date +%Y%m%d-%H%M)" "${WINDOW:-30}" "${WARMUP:-5}" "${REPEAT:-1}" \
+      'bert_tiny_sync@instances=8' 'bert_tiny_null@instances=8,sleep_us=1900,sender_threads=8' \
+      'bert_tiny_null@instances=8,sleep_us=1900,sender_threads=2' 'bert_tiny_inflight@instances=6,slots=2,response_threads=2'
     ;;
   stallcontrol)  # does the unload stall happen without our code? the null model at 8 instances, HTTP vs gRPC
     for proto in http grpc; do

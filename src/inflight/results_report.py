@@ -38,6 +38,13 @@ def _load_cells(s: dict[str, Any]) -> list[str]:
     ]
 
 
+def _span(values: Iterable[float]) -> str:
+    """``1.20x`` for one value (or equal ones), ``1.10x to 1.20x`` for several."""
+    v = list(values)
+    lo, hi = f"{min(v):.2f}x", f"{max(v):.2f}x"
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -173,6 +180,8 @@ def ab_section(path: Path, root: Path) -> list[str]:
                 _fmt(server.get("avg_batch_items"), ",.0f"),
                 _pct(gpu),
                 _pct(sync),
+                _pct((s.get("cpu") or {}).get("host_busy")),
+                _fmt((s.get("cpu") or {}).get("server_us_per_request"), ",.0f"),
                 _fmt((s.get("rps") or math.nan) / base, ".2f", "x"),
             ]
         )
@@ -184,6 +193,8 @@ def ab_section(path: Path, root: Path) -> list[str]:
             "avg batch",
             "GPU activity (live)",
             "sync share (live)",
+            "cores busy",
+            "server CPU µs / request",
             "req/s vs A",
         ],
         rows,
@@ -341,6 +352,9 @@ def render(root: Path) -> str:
     ceiling = results / "per-instance-ceiling"
     if ceiling.is_dir():
         lines += ceiling_section(sorted(ceiling.rglob("ab-*.json")), root)
+    many = results / PIPELINED_CEILING_DIR
+    if many.is_dir():
+        lines += pipelined_ceiling_section(sorted(many.rglob("ab-*.json")), root)
     abs_ = sorted(results.rglob("ab-*.json"))
     if abs_:
         lines += ["## Through the server: A/B load tests", ""]
@@ -419,8 +433,17 @@ PER_INSTANCE_TARGET = 2.0
 """Issue 3: one pipelined instance serves at least this many times the req/s of one sync instance."""
 
 
+def _param(cfg: Mapping[str, Any], key: str) -> int:
+    """An integer parameter of a variant's config as the A/B JSON records it (0 when absent)."""
+    return int((cfg.get("parameters") or {}).get(key, {}).get("string_value", "0") or 0)
+
+
 def _one_instance(variant: Mapping[str, Any]) -> str | None:
-    """``null`` (sleeping 0), ``sync`` or ``inflight`` for a one-instance variant of an A/B document, else None."""
+    """The kind of a one-instance variant of an A/B document, else None.
+
+    ``null`` (the null model sleeping 0, returning its responses from ``execute()``), ``deferred`` (the
+    same sending them through response senders from threads), ``sync`` or ``inflight``.
+    """
     from inflight.loadtest.stats import config_instances
 
     cfg = variant.get("config") or {}
@@ -428,9 +451,21 @@ def _one_instance(variant: Mapping[str, Any]) -> str | None:
         return None
     kind = variant.get("variant")
     if kind == "null":
-        sleep = (cfg.get("parameters") or {}).get("sleep_us", {}).get("string_value", "0")
-        return "null" if int(sleep or 0) == 0 else None
+        if _param(cfg, "sleep_us"):
+            return None
+        return "deferred" if _param(cfg, "sender_threads") else "null"
     return kind if kind in ("sync", "inflight") else None
+
+
+def _kind_label(variant: Mapping[str, Any]) -> str:
+    """What a variant is, in words: sync, pipelined, or the null model returning / deferring its responses."""
+    cfg = variant.get("config") or {}
+    kind = variant.get("variant")
+    if kind == "null":
+        senders = _param(cfg, "sender_threads")
+        how = f"deferred to {senders} sender threads" if senders else "returned from execute()"
+        return f"null, {how}"
+    return {"inflight": "pipelined", "sync": "sync"}.get(str(kind), str(kind))
 
 
 def _execute_and_between(s: Mapping[str, Any] | None) -> str:
@@ -449,6 +484,7 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
     rows: list[list[str]] = []
     ceilings: list[float] = []
     ratios: list[float] = []
+    deferred_ratios: list[float] = []
     for path in paths:
         doc = json.loads(path.read_text())
         kinds = {v["label"]: _one_instance(v) for v in doc.get("variants", [])}
@@ -459,12 +495,15 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
                 by[k] = s
         if not {"null", "sync"} <= by.keys():
             continue
-        null, sync, pipe = by["null"], by["sync"], by.get("inflight")
+        null, sync, pipe, deferred = by["null"], by["sync"], by.get("inflight"), by.get("deferred")
         ceiling = float(null["rps"]) / float(sync["rps"])
         ceilings.append(ceiling)
         ratio = float(pipe["rps"]) / float(sync["rps"]) if pipe else None
         if ratio is not None:
             ratios.append(ratio)
+        deferred_ratio = float(deferred["rps"]) / float(sync["rps"]) if deferred else None
+        if deferred_ratio is not None:
+            deferred_ratios.append(deferred_ratio)
 
         rows.append(
             [
@@ -474,7 +513,9 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
                 _fmt(null["rps"]),
                 _fmt(sync["rps"]),
                 _fmt(pipe["rps"]) if pipe else "n/a",
+                _fmt(deferred["rps"]) if deferred else "n/a",
                 _fmt(ceiling, ".2f", "x"),
+                _fmt(deferred_ratio, ".2f", "x"),
                 _fmt(ratio, ".2f", "x"),
                 _execute_and_between(null),
                 _execute_and_between(sync),
@@ -491,8 +532,12 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
         "of this project's code), one sync instance and one pipelined instance. The null instance's req/s is what "
         "*any* executor could serve in one Python-backend instance: the request path alone (shared memory, request "
         "and response objects, the frontend) sets it. *execute + between* = the instance's mean time inside "
-        "`execute()` + between two calls, per batch (the backends' own counters). Reproduce: `inflight ab "
-        "'bert_tiny_null@instances=1' 'bert_tiny_sync@instances=1' 'bert_tiny_inflight@instances=1,slots=4' "
+        "`execute()` + between two calls, per batch (the backends' own counters). The **deferred null** instance "
+        "(`sender_threads=8`) returns `None` from `execute()` and sends every response later through its request's "
+        "response sender from eight threads, as a pipelined executor must: its req/s is what any *pipelined* "
+        "executor could serve in one instance. Reproduce: `inflight ab "
+        "'bert_tiny_null@instances=1' 'bert_tiny_null@instances=1,sender_threads=8' 'bert_tiny_sync@instances=1' "
+        "'bert_tiny_inflight@instances=1,slots=4' "
         "--preset published --window 30 --warmup 5` (add `--protocol grpc`), or `bash scripts/gpu_session.sh ceiling` "
         "(both protocols).",
         "",
@@ -505,7 +550,9 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
             "null req/s",
             "sync req/s",
             "pipelined req/s",
+            "deferred null req/s",
             "null / sync (ceiling)",
+            "deferred null / sync (pipelined ceiling)",
             "pipelined / sync",
             "null execute + between ms",
             "sync execute + between ms",
@@ -517,9 +564,9 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
     top = max(ceilings)
     lines.append(
         f"- Target: one pipelined instance >= {PER_INSTANCE_TARGET:.0f}x one sync instance. Measured: "
-        + (f"{min(ratios):.2f}x to {max(ratios):.2f}x" if ratios else "no pipelined run")
+        + (_span(ratios) if ratios else "no pipelined run")
         + f"; **{'met' if ratios and min(ratios) >= PER_INSTANCE_TARGET else 'missed'}**. The null instance, which "
-        f"does no work at all, serves {min(ceilings):.2f}x to {top:.2f}x one sync instance, "
+        f"does no work at all, serves {_span(ceilings)} one sync instance, "
         + (
             f"so no executor can reach {PER_INSTANCE_TARGET:.0f}x here: even with zero cost per batch an instance "
             "pays the request path, and most of one sync instance's cycle is that path, not the device wait."
@@ -529,6 +576,119 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
             "request path, not the device wait."
         )
     )
+    if deferred_ratios:
+        lines.append(
+            f"- The deferred null instance serves {_span(deferred_ratios)} one sync "
+            "instance: sending each response through its response sender (a blocking round trip to the server per "
+            "request) costs more than returning them all from `execute()`, so the ceiling of a pipelined "
+            "Python-backend instance is lower still than the null model's."
+        )
+    lines.append("")
+    return lines
+
+
+#: Where the many-instance A/Bs with the CPU accounting and the deferred null model are kept.
+PIPELINED_CEILING_DIR = "pipelined-ceiling"
+
+
+def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
+    """Many instances: each variant's req/s beside the sync one of its A/B, with the server's CPU per request.
+
+    A/Bs that hold a sync variant: every variant's ratio to the best sync of the same file (same
+    server, same lane, consecutive windows), its instances, what it is (the null model returning or
+    deferring its responses, sync, pipelined) and the CPU figures of the runner (``inflight.loadtest.cpu``).
+    The verdict on "the best pipelined configuration serves more than the best sync one" is computed
+    per file, and the deferred null model at the sync's instance count shows what a pipelined executor
+    of zero cost would serve.
+    """
+    from inflight.loadtest.stats import config_instances
+
+    rows: list[list[str]] = []
+    best_ratios: list[float] = []
+    deferred_ratios: list[float] = []
+    for path in paths:
+        doc = json.loads(path.read_text())
+        variants = {v["label"]: v for v in doc.get("variants", [])}
+        summary = [x for x in doc.get("summary", []) if x.get("rps") and x.get("variant") in variants]
+        syncs = [x for x in summary if variants[x["variant"]].get("variant") == "sync"]
+        if not syncs:
+            continue
+        best_sync = max(syncs, key=lambda x: float(x["rps"]))
+        sync_n = config_instances(variants[best_sync["variant"]].get("config") or {})
+        pipes = [x for x in summary if variants[x["variant"]].get("variant") == "inflight"]
+        if pipes:
+            best_ratios.append(max(float(x["rps"]) for x in pipes) / float(best_sync["rps"]))
+        for x in summary:
+            v = variants[x["variant"]]
+            cfg = v.get("config") or {}
+            n = config_instances(cfg)
+            ratio = float(x["rps"]) / float(best_sync["rps"])
+            if v.get("variant") == "null" and _param(cfg, "sender_threads") and n == sync_n:
+                deferred_ratios.append(ratio)
+            cpu = x.get("cpu") or {}
+            rows.append(
+                [
+                    f"`{path.relative_to(root)}`",
+                    f"`{x['spec']}`",
+                    _kind_label(v),
+                    str(n),
+                    _fmt(x["rps"]),
+                    _fmt(ratio, ".2f", "x"),
+                    _fmt(cpu.get("server_us_per_request"), ",.0f"),
+                    _fmt(cpu.get("stub_cores"), ".1f"),
+                    _fmt(cpu.get("other_cores"), ".1f"),
+                    _pct(cpu.get("host_busy")) + (f" of {cpu['host_cores']}" if cpu.get("host_cores") else ""),
+                    "yes" if x.get("client_limited") else "no",
+                ]
+            )
+    if not rows:
+        return []
+    lines = [
+        f"## Many instances: the deferred response path's ceiling (`results/{PIPELINED_CEILING_DIR}`)",
+        "",
+        "Each A/B ran under the published load on one lane of a two-GPU host (one GPU, 16 cores for the server and "
+        "Locust together). *vs best sync* divides by the best sync variant of the same file. The null model with "
+        "`sender_threads` defers every response to sender threads after a stand-in device time (`sleep_us` per batch, "
+        "batches one after another): a pipelined executor whose own work costs nothing. *server CPU* is the CPU "
+        "time of tritonserver and its stub processes per successful request over the window; *stubs* and *rest* "
+        "(Locust, the runner) are in cores; *busy* is the lane's cores' busy share (`inflight.loadtest.cpu`). "
+        "*client-limited*: Locust's CPU passed 90% at some point of the window.",
+        "",
+    ]
+    lines += _table(
+        [
+            "A/B",
+            "variant",
+            "what it is",
+            "instances",
+            "req/s",
+            "vs best sync",
+            "server CPU µs / request",
+            "stubs (cores)",
+            "rest (cores)",
+            "cores busy",
+            "client-limited",
+        ],
+        rows,
+    )
+    lines.append("")
+    if best_ratios:
+        lines.append(
+            f"- Target: the best pipelined configuration serves more than the best sync one. Measured (per A/B, best "
+            f"pipelined / best sync): {_span(best_ratios)}; "
+            f"**{'met' if min(best_ratios) > 1 else 'missed'}**."
+        )
+    if deferred_ratios:
+        lines.append(
+            f"- The deferred null model at the sync's instance count serves {_span(deferred_ratios)} the best sync: "
+            "a pipelined executor of zero cost on Triton 2.51's "
+            "response-sender path "
+            + (
+                "barely passes the sync baseline, so beating it needs an executor within a few percent of zero cost."
+                if max(deferred_ratios) < 1.1
+                else "passes the sync baseline; the gap to it is the executor's own cost."
+            )
+        )
     lines.append("")
     return lines
 

@@ -81,7 +81,7 @@ def test_ceiling_section_computes_the_ratios_from_the_json(tmp_path: Path) -> No
     (d / "ab-3.json").write_text(json.dumps(_ab_doc("http", {"null": 1.0, "sync": 1.0, "inflight": 1.0}, instances=8)))
     (d / "ab-4.json").write_text(json.dumps(_ab_doc("http", {"null": 1.0, "sync": 1.0, "inflight": 1.0}, sleep_us=5)))
     text = "\n".join(ceiling_section(sorted(d.glob("ab-*.json")), tmp_path))
-    assert "| 1.80x | 1.10x |" in text and "| 1.60x | 1.20x |" in text
+    assert "| 1.80x | n/a | 1.10x |" in text and "| 1.60x | n/a | 1.20x |" in text  # no deferred null in these
     assert "ab-3.json" not in text and "ab-4.json" not in text
     assert "Measured: 1.10x to 1.20x; **missed**" in text
     assert "so no executor can reach 2x here" in text  # the null model stays under 2x in both
@@ -103,3 +103,56 @@ def test_ab_section_reproduce_line_names_the_protocol() -> None:
         section = page.split(f"### `{path.relative_to(ROOT)}`", 1)[1].split("\n### ", 1)[0]
         reproduce = next(line for line in section.splitlines() if line.startswith("Reproduce:"))
         assert ("--protocol grpc" in reproduce) == (doc["load"].get("protocol") == "grpc"), path
+
+
+def _variant(label: str, kind: str, instances: int, **params: int) -> dict[str, object]:
+    config = {
+        "instance_group": [{"count": instances}],
+        "parameters": {k: {"string_value": str(v)} for k, v in params.items()},
+    }
+    return {"label": label, "variant": kind, "config": config}
+
+
+def test_ceiling_section_shows_the_deferred_null_instance(tmp_path: Path) -> None:
+    from inflight.results_report import ceiling_section
+
+    doc = _ab_doc("http", {"null": 9000.0, "sync": 5000.0, "inflight": 5500.0})
+    doc["variants"].append(_variant("D", "null", 1, sleep_us=0, sender_threads=8))  # type: ignore[attr-defined]
+    doc["summary"].append({"variant": "D", "spec": "bert_tiny_null@sender_threads=8", "rps": 7000.0, "runs": 1})  # type: ignore[attr-defined]
+    p = tmp_path / "ab-1.json"
+    p.write_text(json.dumps(doc))
+    text = "\n".join(ceiling_section([p], tmp_path))
+    # null 1.80x (returned), deferred 1.40x, pipelined 1.10x, each over the same sync instance
+    assert "| 9,000 | 5,000 | 5,500 | 7,000 | 1.80x | 1.40x | 1.10x |" in text
+    assert "The deferred null instance serves 1.40x one sync instance" in text
+
+
+def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_path: Path) -> None:
+    from inflight.results_report import pipelined_ceiling_section
+
+    variants = [
+        _variant("A", "sync", 8),
+        _variant("B", "sync", 4),
+        _variant("C", "null", 8, sleep_us=1900, sender_threads=8),
+        _variant("D", "inflight", 6),
+        _variant("E", "inflight", 4),
+    ]
+    rps = {"A": 20000.0, "B": 15000.0, "C": 20800.0, "D": 19000.0, "E": 18000.0}
+    cpu = {"server_us_per_request": 351.4, "stub_cores": 2.84, "other_cores": 5.9, "host_busy": 0.773, "host_cores": 16}
+    summary = [
+        {"variant": k, "spec": f"spec-{k}", "rps": v, "cpu": cpu, "client_limited": k == "A"} for k, v in rps.items()
+    ]
+    p = tmp_path / "ab-1.json"
+    p.write_text(json.dumps({"variants": variants, "summary": summary}))
+    (tmp_path / "ab-2.json").write_text(
+        json.dumps({"variants": variants[2:], "summary": summary[2:]})
+    )  # no sync: left out
+    text = "\n".join(pipelined_ceiling_section([p, tmp_path / "ab-2.json"], tmp_path))
+    assert "ab-2.json" not in text
+    assert (
+        "| `spec-C` | null, deferred to 8 sender threads | 8 | 20,800 | 1.04x | 351 | 2.8 | 5.9 | 77.3% of 16 | no |"
+        in text
+    )
+    assert "| `spec-A` | sync | 8 | 20,000 | 1.00x |" in text and "| `spec-B` | sync | 4 | 15,000 | 0.75x |" in text
+    assert "best pipelined / best sync): 0.95x; **missed**" in text
+    assert "serves 1.04x the best sync" in text and "within a few percent of zero cost" in text
