@@ -606,6 +606,7 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
     rows: list[list[str]] = []
     best_ratios: list[float] = []
     deferred_ratios: list[float] = []
+    rankings: list[tuple[str, ...]] = []
     for path in paths:
         doc = json.loads(path.read_text())
         variants = {v["label"]: v for v in doc.get("variants", [])}
@@ -615,6 +616,7 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
             continue
         best_sync = max(syncs, key=lambda x: float(x["rps"]))
         sync_n = config_instances(variants[best_sync["variant"]].get("config") or {})
+        cpu_by_kind: dict[str, float] = {}
         pipes = [x for x in summary if variants[x["variant"]].get("variant") == "inflight"]
         if pipes:
             best_ratios.append(max(float(x["rps"]) for x in pipes) / float(best_sync["rps"]))
@@ -626,6 +628,13 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
             if v.get("variant") == "null" and _param(cfg, "sender_threads") and n == sync_n:
                 deferred_ratios.append(ratio)
             cpu = x.get("cpu") or {}
+            us = cpu.get("server_us_per_request")
+            if isinstance(us, (int, float)) and math.isfinite(us):
+                group = {"sync": "sync", "inflight": "pipelined"}.get(str(v.get("variant")))
+                if v.get("variant") == "null":
+                    group = "deferred null" if _param(cfg, "sender_threads") else None
+                if group:
+                    cpu_by_kind[group] = min(cpu_by_kind.get(group, math.inf), float(us))
             rows.append(
                 [
                     f"`{path.relative_to(root)}`",
@@ -641,6 +650,8 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
                     "yes" if x.get("client_limited") else "no",
                 ]
             )
+        if len(cpu_by_kind) > 1:
+            rankings.append(tuple(sorted(cpu_by_kind, key=lambda k: cpu_by_kind[k])))
     if not rows:
         return []
     lines = [
@@ -687,6 +698,19 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
                 "barely passes the sync baseline, so beating it needs an executor within a few percent of zero cost."
                 if max(deferred_ratios) < 1.1
                 else "passes the sync baseline; the gap to it is the executor's own cost."
+            )
+        )
+    if rankings:
+        longest = max(rankings, key=len)
+        consistent = all(
+            [k for k in longest if k in r] == list(r) for r in rankings
+        )  # every file orders the kinds it has as the longest ranking does
+        lines.append(
+            "- Server CPU per request, least first (the lowest of each kind in an A/B): "
+            + (
+                f"{' < '.join(longest)} in every A/B that has them ({len(rankings)})."
+                if consistent
+                else "; ".join(" < ".join(r) for r in rankings) + " (not the same order in every A/B)."
             )
         )
     lines.append("")

@@ -139,8 +139,16 @@ def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_
     ]
     rps = {"A": 20000.0, "B": 15000.0, "C": 20800.0, "D": 19000.0, "E": 18000.0}
     cpu = {"server_us_per_request": 351.4, "stub_cores": 2.84, "other_cores": 5.9, "host_busy": 0.773, "host_cores": 16}
+    us = {"A": 300.0, "B": 290.0, "C": 351.4, "D": 450.0, "E": 440.0}
     summary = [
-        {"variant": k, "spec": f"spec-{k}", "rps": v, "cpu": cpu, "client_limited": k == "A"} for k, v in rps.items()
+        {
+            "variant": k,
+            "spec": f"spec-{k}",
+            "rps": v,
+            "cpu": {**cpu, "server_us_per_request": us[k]},
+            "client_limited": k == "A",
+        }
+        for k, v in rps.items()
     ]
     p = tmp_path / "ab-1.json"
     p.write_text(json.dumps({"variants": variants, "summary": summary}))
@@ -156,3 +164,4 @@ def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_
     assert "| `spec-A` | sync | 8 | 20,000 | 1.00x |" in text and "| `spec-B` | sync | 4 | 15,000 | 0.75x |" in text
     assert "best pipelined / best sync): 0.95x; **missed**" in text
     assert "serves 1.04x the best sync" in text and "within a few percent of zero cost" in text
+    assert "least first (the lowest of each kind in an A/B): sync < deferred null < pipelined in every A/B" in text
