@@ -638,6 +638,7 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
             rows.append(
                 [
                     f"`{path.relative_to(root)}`",
+                    str((doc.get("load") or {}).get("protocol", "?")),
                     f"`{x['spec']}`",
                     _kind_label(v),
                     str(n),
@@ -669,6 +670,7 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
     lines += _table(
         [
             "A/B",
+            "protocol",
             "variant",
             "what it is",
             "instances",
@@ -695,7 +697,10 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
             "a pipelined executor of zero cost on Triton 2.51's "
             "response-sender path "
             + (
-                "barely passes the sync baseline, so beating it needs an executor within a few percent of zero cost."
+                "serves less than the sync baseline, so no executor on this path can beat it here."
+                if max(deferred_ratios) <= 1.0
+                else "at best ties the sync baseline, so beating it needs an executor within a few percent of zero "
+                "cost, which ours is not."
                 if max(deferred_ratios) < 1.1
                 else "passes the sync baseline; the gap to it is the executor's own cost."
             )

@@ -151,7 +151,7 @@ def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_
         for k, v in rps.items()
     ]
     p = tmp_path / "ab-1.json"
-    p.write_text(json.dumps({"variants": variants, "summary": summary}))
+    p.write_text(json.dumps({"variants": variants, "summary": summary, "load": {"protocol": "grpc"}}))
     (tmp_path / "ab-2.json").write_text(
         json.dumps({"variants": variants[2:], "summary": summary[2:]})
     )  # no sync: left out
@@ -161,7 +161,21 @@ def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_
         "| `spec-C` | null, deferred to 8 sender threads | 8 | 20,800 | 1.04x | 351 | 2.8 | 5.9 | 77.3% of 16 | no |"
         in text
     )
-    assert "| `spec-A` | sync | 8 | 20,000 | 1.00x |" in text and "| `spec-B` | sync | 4 | 15,000 | 0.75x |" in text
+    assert (
+        "| grpc | `spec-A` | sync | 8 | 20,000 | 1.00x |" in text and "| `spec-B` | sync | 4 | 15,000 | 0.75x |" in text
+    )
     assert "best pipelined / best sync): 0.95x; **missed**" in text
     assert "serves 1.04x the best sync" in text and "within a few percent of zero cost" in text
     assert "least first (the lowest of each kind in an A/B): sync < deferred null < pipelined in every A/B" in text
+
+
+def test_pipelined_ceiling_section_says_when_no_executor_can_beat_the_sync(tmp_path: Path) -> None:
+    from inflight.results_report import pipelined_ceiling_section
+
+    variants = [_variant("A", "sync", 8), _variant("B", "null", 8, sleep_us=1900, sender_threads=8)]
+    summary = [{"variant": "A", "spec": "s", "rps": 20000.0}, {"variant": "B", "spec": "n", "rps": 17600.0}]
+    p = tmp_path / "ab-1.json"
+    p.write_text(json.dumps({"variants": variants, "summary": summary}))
+    text = "\n".join(pipelined_ceiling_section([p], tmp_path))
+    assert "serves 0.88x the best sync" in text and "no executor on this path can beat it here" in text
+    assert "Target: the best pipelined" not in text  # no pipelined variant in the file: no verdict
