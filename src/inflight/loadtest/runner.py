@@ -5,14 +5,14 @@ For each variant (``bert_tiny_sync@instances=4,delay_us=500``...), in the order 
 
 1. load it under its name with its config override (``control.load_variant``);
 2. warm up for ``warmup_s`` under the same load (a Locust run that is not measured);
-3. snapshot the server statistics; run Locust headless for the window (``--reset-stats``: the
-   statistics start once every user is running) while sampling the backend's live GPU gauges
-   and printing a progress line; snapshot again;
+3. snapshot the server statistics and the CPU times (``inflight.loadtest.cpu``); run Locust
+   headless for the window (``--reset-stats``: the statistics start once every user is running)
+   while sampling the backend's live GPU gauges and printing a progress line; snapshot again;
 4. unload it.
 
-Every variant sees the same load shape, seed, request pool and warm-up. The run is marked
-invalid when Locust reports its own CPU above 90% (its figures then measure Locust), when
-Locust fails, or when no request succeeded. Results go to ``<out>/ab-<timestamp>.json`` (all
+Every variant sees the same load shape, seed, request pool and warm-up. A run is flagged
+client-limited (kept, a lower bound for the server) when Locust reports its own CPU above 90%,
+and marked invalid when Locust fails or no request succeeded. Results go to ``<out>/ab-<timestamp>.json`` (all
 raw figures, the variant configs, versions and device) and the report next to it.
 """
 
