@@ -163,33 +163,26 @@ class TritonPythonModel:
                 seq = int(a.shape[1]) if a.ndim > 1 else 1
             shapes.append((n, seq))
         t1 = time.perf_counter()
+        responses: list[Any] | None = None
         if self.sender_threads:
             # the responses go later, through the senders; the stand-in device runs batches one after another
             senders = [r.get_response_sender() for r in requests]
             self._device_free = max(t1, self._device_free) + self.sleep_s
             self._batches.put((self._device_free, senders, shapes))
-            with self._lock:
-                s["batches"] += 1
-                s["requests"] += len(requests)
-                s["items"] += sum(n for n, _ in shapes)
-                s["parse_s"] += t1 - t0
-            self._t_last_exit = time.perf_counter()
-            s["executes"] += 1
-            s["execute_s"] += self._t_last_exit - t0
-            return None
-        if self.sleep_s:
-            time.sleep(self.sleep_s)
-        t2 = time.perf_counter()
-        responses = [pb_utils.InferenceResponse(output_tensors=self._zeros(n, seq)) for n, seq in shapes]
-        t3 = time.perf_counter()
+        else:
+            if self.sleep_s:
+                time.sleep(self.sleep_s)
+            t2 = time.perf_counter()
+            responses = [pb_utils.InferenceResponse(output_tensors=self._zeros(n, seq)) for n, seq in shapes]
+            s["responses"] += len(responses)
+            s["device_wait_s"] += t2 - t1
+            s["build_s"] += time.perf_counter() - t2
+        # the senders only add to responses, send_errors, build_s and send_call_s, under the lock
         s["batches"] += 1
         s["executes"] += 1
         s["requests"] += len(requests)
-        s["responses"] += len(responses)
         s["items"] += sum(n for n, _ in shapes)
         s["parse_s"] += t1 - t0
-        s["device_wait_s"] += t2 - t1
-        s["build_s"] += t3 - t2
         self._t_last_exit = time.perf_counter()
         s["execute_s"] += self._t_last_exit - t0
         return responses

@@ -315,16 +315,17 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
         variant = "trt"
     elif cfg.backend == "null":
         variant = "null"
-        raw = parameters_of(cfg).get("sleep_us") or "0"
-        try:
-            sleep_us = int(raw)
-        except ValueError:
-            raise ConfigError(f"{cfg.name}: parameter sleep_us={raw!r} is not an integer (microseconds)") from None
-        raw = parameters_of(cfg).get("sender_threads") or "0"
-        try:
-            sender_threads = int(raw)
-        except ValueError:
-            raise ConfigError(f"{cfg.name}: parameter sender_threads={raw!r} is not an integer") from None
+        given = parameters_of(cfg)
+
+        def integer(key: str, unit: str = "") -> int:
+            raw = given.get(key) or "0"
+            try:
+                return int(raw)
+            except ValueError:
+                raise ConfigError(f"{cfg.name}: parameter {key}={raw!r} is not an integer{unit}") from None
+
+        sleep_us = integer("sleep_us", " (microseconds)")
+        sender_threads = integer("sender_threads")
     else:
         params = BackendParameters.from_parameters(parameters_of(cfg))
         variant = "sync" if params.mode == "sync" else "inflight"

@@ -438,34 +438,38 @@ def _param(cfg: Mapping[str, Any], key: str) -> int:
     return int((cfg.get("parameters") or {}).get(key, {}).get("string_value", "0") or 0)
 
 
-def _one_instance(variant: Mapping[str, Any]) -> str | None:
-    """The kind of a one-instance variant of an A/B document, else None.
+def _kind(variant: Mapping[str, Any]) -> str:
+    """What an A/B variant is.
 
-    ``null`` (the null model sleeping 0, returning its responses from ``execute()``), ``deferred`` (the
-    same sending them through response senders from threads), ``sync`` or ``inflight``.
+    ``sync``, ``pipelined``, ``null`` (the null model returning its responses from ``execute()``),
+    ``deferred null`` (sending them through response senders from threads), or the variant name as
+    recorded (``trt``).
     """
+    kind = str(variant.get("variant"))
+    if kind == "null":
+        return "deferred null" if _param(variant.get("config") or {}, "sender_threads") else "null"
+    return {"inflight": "pipelined"}.get(kind, kind)
+
+
+def _one_instance(variant: Mapping[str, Any]) -> str | None:
+    """The :func:`_kind` of a one-instance variant (a null model only when it sleeps 0), else None."""
     from inflight.loadtest.stats import config_instances
 
     cfg = variant.get("config") or {}
     if config_instances(cfg) != 1:
         return None
-    kind = variant.get("variant")
-    if kind == "null":
-        if _param(cfg, "sleep_us"):
-            return None
-        return "deferred" if _param(cfg, "sender_threads") else "null"
-    return kind if kind in ("sync", "inflight") else None
+    kind = _kind(variant)
+    if kind in ("null", "deferred null"):
+        return None if _param(cfg, "sleep_us") else kind
+    return kind if kind in ("sync", "pipelined") else None
 
 
 def _kind_label(variant: Mapping[str, Any]) -> str:
-    """What a variant is, in words: sync, pipelined, or the null model returning / deferring its responses."""
-    cfg = variant.get("config") or {}
-    kind = variant.get("variant")
-    if kind == "null":
-        senders = _param(cfg, "sender_threads")
-        how = f"deferred to {senders} sender threads" if senders else "returned from execute()"
-        return f"null, {how}"
-    return {"inflight": "pipelined", "sync": "sync"}.get(str(kind), str(kind))
+    """:func:`_kind` in words: the null model's label says how many threads send its responses."""
+    kind = _kind(variant)
+    if kind == "deferred null":
+        return f"null, deferred to {_param(variant.get('config') or {}, 'sender_threads')} sender threads"
+    return "null, returned from execute()" if kind == "null" else kind
 
 
 def _execute_and_between(s: Mapping[str, Any] | None) -> str:
@@ -495,7 +499,7 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
                 by[k] = s
         if not {"null", "sync"} <= by.keys():
             continue
-        null, sync, pipe, deferred = by["null"], by["sync"], by.get("inflight"), by.get("deferred")
+        null, sync, pipe, deferred = by["null"], by["sync"], by.get("pipelined"), by.get("deferred null")
         ceiling = float(null["rps"]) / float(sync["rps"])
         ceilings.append(ceiling)
         ratio = float(pipe["rps"]) / float(sync["rps"]) if pipe else None
@@ -611,13 +615,14 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
         doc = json.loads(path.read_text())
         variants = {v["label"]: v for v in doc.get("variants", [])}
         summary = [x for x in doc.get("summary", []) if x.get("rps") and x.get("variant") in variants]
-        syncs = [x for x in summary if variants[x["variant"]].get("variant") == "sync"]
+        kinds = {label: _kind(v) for label, v in variants.items()}
+        syncs = [x for x in summary if kinds[x["variant"]] == "sync"]
         if not syncs:
             continue
         best_sync = max(syncs, key=lambda x: float(x["rps"]))
         sync_n = config_instances(variants[best_sync["variant"]].get("config") or {})
         cpu_by_kind: dict[str, float] = {}
-        pipes = [x for x in summary if variants[x["variant"]].get("variant") == "inflight"]
+        pipes = [x for x in summary if kinds[x["variant"]] == "pipelined"]
         if pipes:
             best_ratios.append(max(float(x["rps"]) for x in pipes) / float(best_sync["rps"]))
         for x in summary:
@@ -625,16 +630,13 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
             cfg = v.get("config") or {}
             n = config_instances(cfg)
             ratio = float(x["rps"]) / float(best_sync["rps"])
-            if v.get("variant") == "null" and _param(cfg, "sender_threads") and n == sync_n:
+            kind = kinds[x["variant"]]
+            if kind == "deferred null" and n == sync_n:
                 deferred_ratios.append(ratio)
             cpu = x.get("cpu") or {}
             us = cpu.get("server_us_per_request")
-            if isinstance(us, (int, float)) and math.isfinite(us):
-                group = {"sync": "sync", "inflight": "pipelined"}.get(str(v.get("variant")))
-                if v.get("variant") == "null":
-                    group = "deferred null" if _param(cfg, "sender_threads") else None
-                if group:
-                    cpu_by_kind[group] = min(cpu_by_kind.get(group, math.inf), float(us))
+            if kind in ("sync", "deferred null", "pipelined") and isinstance(us, (int, float)) and math.isfinite(us):
+                cpu_by_kind[kind] = min(cpu_by_kind.get(kind, math.inf), float(us))
             rows.append(
                 [
                     f"`{path.relative_to(root)}`",

@@ -67,13 +67,9 @@ def _gauge(x: Any) -> float | None:
 
 
 def _pct(x: Any) -> str:
-    v = _gauge(x)
+    """A gauge summary (its mean) or a plain fraction as a percentage; a gauge's reason string as is."""
+    v = _gauge(x) if isinstance(x, dict) else _num(x)
     return f"{100 * v:.1f}%" if v is not None else (x if isinstance(x, str) else NA)
-
-
-def _frac(x: Any) -> str:
-    v = _num(x)
-    return f"{100 * v:.1f}%" if v is not None else NA
 
 
 # (row title, getter on a summary entry, formatter, shown ratio)
@@ -94,7 +90,7 @@ ROWS: tuple[_Row, ...] = (
     ("server: average batch (items)", lambda s: _get(s, "server", "avg_batch_items"), lambda x: _fmt(x, 1)),
     ("GPU activity", lambda s: s.get("gpu_activity"), _pct),
     ("sync share", lambda s: s.get("sync_share"), _pct),
-    ("host CPU busy (the run's cores)", lambda s: _get(s, "cpu", "host_busy"), _frac),
+    ("host CPU busy (the run's cores)", lambda s: _get(s, "cpu", "host_busy"), _pct),
     ("server CPU (cores: tritonserver + stubs)", lambda s: _get(s, "cpu", "server_cores"), lambda x: _fmt(x, 2)),
     ("stubs' CPU (cores)", lambda s: _get(s, "cpu", "stub_cores"), lambda x: _fmt(x, 2)),
     ("rest of the host's CPU (cores: Locust, ...)", lambda s: _get(s, "cpu", "other_cores"), lambda x: _fmt(x, 2)),
@@ -142,7 +138,7 @@ def runs_table(doc: dict[str, Any]) -> str:
             f"| {i} | {r['variant']} (round {r['round']}) | {_fmt(locust.get('rps'), 1)} | "
             f"{_fmt(_get(r, 'latency_ms', 'p50'), 2)} | {_fmt(_get(r, 'latency_ms', 'p99'), 2)} | "
             f"{_fmt(locust.get('requests'), 0)} | {_fmt(locust.get('failures'), 0)} | "
-            f"{_fmt(_get(r, 'server', 'avg_batch_items'), 1)} | {_frac(_get(r, 'cpu', 'host_busy'))} | "
+            f"{_fmt(_get(r, 'server', 'avg_batch_items'), 1)} | {_pct(_get(r, 'cpu', 'host_busy'))} | "
             f"{_validity(r)} |"
         )
     return "\n".join(lines) + "\n"

@@ -292,7 +292,7 @@ class ServerConfig:
     extra_args: Sequence[str] = ()
     startup_timeout_s: float = 300.0
     env: Mapping[str, str] = field(default_factory=dict)
-    http_reply_buffer_bytes: int | None = field(default_factory=lambda: _reply_buffer_from_env())
+    http_reply_buffer_bytes: int | None = field(default_factory=_reply_buffer_from_env)
 
     @classmethod
     def from_env(cls, model_repository: Path, workdir: Path, **overrides: object) -> ServerConfig:
@@ -337,23 +337,24 @@ def http_reply_buffer(
     with contextlib.suppress(OSError):
         lock = open(lock_path, "a+")  # noqa: SIM115 - closed in the finally below
     try:
-        if lock is not None:
+        deadline = time.monotonic() + lock_timeout_s
+        waiting = False
+        while lock is not None:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
             except BlockingIOError:
-                LOGGER.info("another launcher is starting a tritonserver on this host (%s); waiting for it", lock_path)
-                deadline = time.monotonic() + lock_timeout_s
-                while True:
-                    try:
-                        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if time.monotonic() > deadline:
-                            raise ServerError(
-                                f"waited {lock_timeout_s:.0f} s for another launcher's server start ({lock_path}); "
-                                "is a launcher hung? remove the lock file's owner or set INFLIGHT_HTTP_REPLY_BUFFER=0"
-                            ) from None
-                        time.sleep(0.2)
+                if not waiting:
+                    LOGGER.info(
+                        "another launcher is starting a tritonserver on this host (%s); waiting for it", lock_path
+                    )
+                    waiting = True
+                elif time.monotonic() > deadline:
+                    raise ServerError(
+                        f"waited {lock_timeout_s:.0f} s for another launcher's server start ({lock_path}); "
+                        "is a launcher hung? remove the lock file's owner or set INFLIGHT_HTTP_REPLY_BUFFER=0"
+                    ) from None
+                time.sleep(0.2)
         restore = ensure_http_reply_buffer(min_bytes, path)
         try:
             yield
