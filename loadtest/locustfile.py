@@ -9,14 +9,29 @@ Two user classes; name the one to run on the command line:
   gevent-enabled gRPC channel, reported through ``environment.events.request.fire`` as in
   Locust's ``examples/grpc``. The ``ModelInferRequest`` messages are prepared once too.
 
+* ``OpenLoopHttpUser``: **open loop** over HTTP: requests *arrive* at ``--rate`` requests per
+  second in all (Poisson by default, ``--arrival constant`` for even spacing), whatever the
+  server's answers; each Locust user is one source of ``rate / users`` and sends every request in a
+  greenlet of its own over a pool of up to ``--max-connections`` keep-alive connections, and
+  decodes every ``--check-every``-th answer in full (the others: HTTP 200 and the same length). The
+  response time Locust reports is counted from the request's **scheduled** send time, so a late
+  send adds to the latency (no coordinated omission); how late the sends were is written with
+  the raw latencies (``openloop-*.json``).
+
 Every response is checked for errors, output name, shape and datatype (``--check`` also
 compares the values with the model run in PyTorch on the CPU); a bad response is a Locust
-failure whose message says what was wrong. Users run closed loop (no wait time).
+failure whose message says what was wrong. ``TritonHttpUser`` and ``TritonGrpcUser`` run
+closed loop (no wait time).
 
 Example (a server on localhost, bert_tiny_inflight loaded)::
 
     locust -f loadtest/locustfile.py --headless -u 100 -r 100 -t 30s --host http://127.0.0.1:8000 \\
         --model bert_tiny_inflight --items 50 --seq-len 64 TritonHttpUser
+
+Open loop, 4000 requests per second from 4 processes (one user each)::
+
+    locust -f loadtest/locustfile.py --headless -u 4 -r 4 -t 30s --processes 4 --host http://127.0.0.1:8000 \\
+        --model bert_tiny_inflight --rate 4000 OpenLoopHttpUser
 
 ``--raw-latency-dir DIR`` makes every Locust process write the response times of its requests
 (float64 milliseconds, exact; Locust's own percentiles round them) to ``DIR`` at test stop,
@@ -30,12 +45,15 @@ from __future__ import annotations
 import locust
 from locust import FastHttpUser, User, events, task
 from locust.env import Environment
+from locust.user.task import LOCUST_STATE_STOPPING
 from locust.runners import MasterRunner, WorkerRunner
 
 # isort: on
 import argparse
 import dataclasses
+import json
 import logging
+import math
 import os
 import socket
 import subprocess
@@ -46,15 +64,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import gevent
 import gevent.lock
+import gevent.pool
 import grpc  # type: ignore[import-untyped]
 import grpc.experimental.gevent as grpc_gevent  # type: ignore[import-untyped]
 import numpy as np
 import tritonclient.http as httpclient
+from geventhttpclient import HTTPClient
 from tritonclient.grpc import InferResult as GrpcInferResult
 from tritonclient.grpc import service_pb2_grpc
 
 from inflight.errors import ConfigError
+from inflight.loadtest import openloop as ol
 from inflight.loadtest import workload as wl
 
 grpc_gevent.init_gevent()
@@ -95,6 +117,23 @@ def _add_options(parser: Any) -> None:
     )
     g.add_argument("--grpc-url", default="", help="host:port of Triton's gRPC endpoint (default: --host's host, 8001).")
     g.add_argument("--request-timeout", type=float, default=60.0, help="gRPC per-request timeout, seconds.")
+    g.add_argument(
+        "--rate", type=float, default=0.0, help="OpenLoopHttpUser: requests per second of all users together."
+    )
+    g.add_argument("--arrival", choices=list(ol.ARRIVALS), default="poisson", help="OpenLoopHttpUser: arrival process.")
+    g.add_argument(
+        "--check-every",
+        type=int,
+        default=16,
+        help="OpenLoopHttpUser: decode and check every Nth response in full (1: all); the others are checked for "
+        "HTTP 200 and the body length of a fully checked answer.",
+    )
+    g.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        help="OpenLoopHttpUser: keep-alive connections per user; a request finding all busy waits (counted late).",
+    )
 
 
 class _Process:
@@ -111,6 +150,7 @@ class _Process:
         self.latencies: array[float] = array("d")
         self.raw_dir: Path | None = None
         self.next_start = 0
+        self.sources: list[ol.Lateness] = []  # one per open-loop user of this process
 
     def prepare(self, options: argparse.Namespace) -> bool:
         """Build the pool (bodies, gRPC messages, references) from the parsed options.
@@ -185,6 +225,9 @@ class _Process:
         path = self.raw_dir / f"latencies-{socket.gethostname()}-{os.getpid()}.f64"
         np.frombuffer(self.latencies, dtype=np.float64).astype("<f8").tofile(path)
         LOGGER.info("wrote %d raw latencies to %s", len(self.latencies), path)
+        if self.sources:
+            counts = [s.to_dict() for s in self.sources]
+            (self.raw_dir / f"openloop-{socket.gethostname()}-{os.getpid()}.json").write_text(json.dumps(counts))
 
 
 def _pool_from_subprocess(w: wl.Workload, repository: Path) -> wl.Pool:
@@ -231,6 +274,7 @@ def _on_test_start(environment: Environment, **_kw: Any) -> None:
         )
     STATE.raw_dir = Path(options.raw_latency_dir) if options.raw_latency_dir else None
     del STATE.latencies[:]
+    del STATE.sources[:]
 
 
 @events.request.add_listener
@@ -243,6 +287,9 @@ def _on_spawning_complete(**_kw: Any) -> None:
     env = locust_environment()
     if env is not None and env.reset_stats:
         del STATE.latencies[:]  # as Locust resets its statistics: measure the steady state only
+        now = time.perf_counter()
+        for source in STATE.sources:
+            source.reset(now)
 
 
 @events.test_stop.add_listener
@@ -294,22 +341,26 @@ class TritonHttpUser(FastHttpUser):
 
 def _check_http(resp: Any, index: int) -> str | None:
     status = resp.status_code
-    content = resp.content or b""
+    if status != 200 and not status:
+        return f"no HTTP response: {resp.error!r} (is the server up at {resp.url}?)"
+    return _check_http_body(status, resp.headers.get, resp.content or b"", index)
+
+
+def _check_http_body(status: int, header: Any, content: bytes, index: int) -> str | None:
+    """Check an HTTP answer: its status, then the decoded KServe v2 body (``header(name)`` reads a header)."""
     if status != 200:
-        if not status:
-            return f"no HTTP response: {resp.error!r} (is the server up at {resp.url}?)"
         try:
-            detail = resp.json().get("error", content[:200])
+            detail = json.loads(content).get("error", content[:200])
         except ValueError:
             detail = content[:200]
         hint = " (is the model loaded under this name? see --model)" if status == 404 else ""
         return f"HTTP {status}: {detail}{hint}"
-    header_length = resp.headers.get("Inference-Header-Content-Length")
+    header_length = header("Inference-Header-Content-Length")
     try:
         result = httpclient.InferenceServerClient.parse_response_body(
             content,
             header_length=int(header_length) if header_length is not None else None,
-            content_encoding=resp.headers.get("Content-Encoding"),
+            content_encoding=header("Content-Encoding"),
         )
     except Exception as e:  # a malformed body is a failed request, whatever the decoder raised
         return f"undecodable response ({type(e).__name__}: {e})"
@@ -324,6 +375,136 @@ def _check_http(resp: Any, index: int) -> str | None:
         return [o.get("name") for o in result.get_response().get("outputs", [])]
 
     return STATE.check(get, available, index)
+
+
+class OpenLoopHttpUser(User):
+    """One source of an open-loop load over HTTP: sends at its scheduled times, whatever the answers.
+
+    The ``-u`` users of a run share ``--rate`` evenly; each draws its own send times
+    (:class:`inflight.loadtest.openloop.Schedule`, seeded with ``--seed`` and the user's index), sends
+    each request in a new greenlet over a pool of ``--max-connections`` connections, and reports its
+    latency from the scheduled send time. When the run stops, the requests still in flight get up to
+    ``--stop-timeout`` seconds to be answered; the ones that are not stay counted as unanswered.
+    """
+
+    host = "http://127.0.0.1:8000"
+
+    def on_start(self) -> None:
+        """Prepare the requests, the connection pool and this source's schedule."""
+        options = self.environment.parsed_options
+        if STATE.workload is None:
+            STATE.prepare(options)
+        assert STATE.workload is not None and options is not None
+        if not options.rate > 0:
+            raise ConfigError("OpenLoopHttpUser needs --rate R (requests per second of all users together)")
+        if options.max_connections < 1:
+            raise ConfigError(f"--max-connections {options.max_connections}: allow at least one connection")
+        users = max(1, int(options.num_users or 1))
+        runner = self.environment.runner
+        worker = int(getattr(runner, "worker_index", 0) or 0)
+        # user indices: this process's users are numbered after those of the workers before it
+        local = len(STATE.sources)
+        per_worker = max(1, math.ceil(users / max(1, int(getattr(options, "processes", 1) or 1))))
+        index = min(worker * per_worker + local, users - 1)
+        self._schedule = ol.Schedule(options.rate, dist=options.arrival, seed=options.seed, index=index, sources=users)
+        url = urlsplit(self.environment.host or self.host)
+        self._client = HTTPClient(
+            url.hostname or "127.0.0.1",
+            url.port or 80,
+            concurrency=options.max_connections,
+            connection_timeout=60.0,
+            network_timeout=float(options.request_timeout),
+        )
+        self._counts = ol.Lateness(started=time.perf_counter())
+        STATE.sources.append(self._counts)
+        self._due: dict[int, float] = {}  # scheduled send time of every request in flight, by sequence number
+        self._seq = 0
+        self._greenlets = gevent.pool.Group()
+        self._n = len(STATE.http)
+        self._i = STATE.start_index()
+        self._path = f"/v2/models/{STATE.workload.model}/infer"
+        self._name = self._path
+        self._fire = self.environment.events.request.fire
+        self._stop_timeout = float(options.stop_timeout or 0)
+        self._check_every = max(1, int(options.check_every))
+        self._length: int | None = None  # body length of a fully checked answer (every answer has the same)
+
+    def on_stop(self) -> None:
+        """End the window; give the requests in flight a short grace, then count the rest unanswered.
+
+        A request still unanswered after the grace enters the raw latencies with the time it has
+        waited so far (a lower bound of its latency), so a backlog shows in the percentiles.
+        """
+        self._greenlets.join(timeout=min(self._stop_timeout, STOP_GRACE_S))
+        now = time.perf_counter()
+        self._counts.stop(now)
+        for due in self._due.values():
+            STATE.latencies.append((now - due) * 1000.0)
+        self._greenlets.kill(block=False)
+        self._client.close()
+
+    @task
+    def arrivals(self) -> None:
+        """Send every request at its scheduled time, for as long as the run lasts."""
+        start = time.perf_counter()
+        for offset in self._schedule:
+            due = start + offset
+            wait = due - time.perf_counter()
+            if wait > 0:
+                gevent.sleep(wait)
+            if self._state == LOCUST_STATE_STOPPING:  # the run is over: send nothing more
+                return
+            i = self._i
+            self._i = (i + 1) % self._n
+            self._seq += 1
+            self._greenlets.spawn(self._send, due, i, self._seq)
+
+    def _send(self, due: float, index: int, seq: int) -> None:
+        req = STATE.http[index]
+        counts = self._counts
+        counts.sent(time.perf_counter() - due)
+        self._due[seq] = due
+        exc: Exception | None = None
+        length = 0
+        try:
+            resp = self._client.request("POST", self._path, body=req.body, headers=req.headers)
+            try:
+                content = bytes(resp.read())
+            finally:
+                resp.release()
+            length = len(content)
+            if seq % self._check_every == 0 or self._length is None or resp.status_code != 200:
+                msg = _check_http_body(resp.status_code, resp.get, content, index)
+                if msg is None:
+                    self._length = length
+            elif length != self._length:
+                msg = f"answer of {length} bytes where a checked answer had {self._length}"
+            else:
+                msg = None
+        except Exception as e:  # a broken connection or timeout is a failed request, whatever raised it
+            msg = f"no HTTP response: {type(e).__name__}: {e}"
+        del self._due[seq]
+        counts.done(msg is None)
+        if counts.stopped:
+            return  # answered after the window: neither achieved nor in Locust's statistics
+        if msg is not None:
+            exc = HttpCallError(msg)
+        self._fire(
+            request_type="POST",
+            name=self._name,
+            response_time=(time.perf_counter() - due) * 1000.0,
+            response_length=length,
+            exception=exc,
+            context={},
+        )
+
+
+#: Seconds the open-loop user waits at the end of a run for the answers still in flight.
+STOP_GRACE_S = 1.0
+
+
+class HttpCallError(Exception):
+    """An HTTP request of the open-loop user failed or returned a bad response."""
 
 
 class GrpcCallError(Exception):
@@ -414,4 +595,4 @@ def _default_grpc_url(host: str) -> str:
     return f"{hostname}:8001"
 
 
-__all__ = ["TritonGrpcUser", "TritonHttpUser", "locust"]
+__all__ = ["OpenLoopHttpUser", "TritonGrpcUser", "TritonHttpUser", "locust"]

@@ -16,6 +16,12 @@
 #   bash scripts/gpu_session.sh manyceiling  # sync at 8 vs the null model deferring its responses vs pipelined
 #                                            #   (results/pipelined-ceiling; docs/RESULTS.md "Many instances")
 #   bash scripts/gpu_session.sh stallcontrol # the HTTP unload stall with the null model: HTTP vs gRPC
+#   bash scripts/gpu_session.sh capacity     # issue 15: engine bound, generator proof, capacity at p99 <= 50 ms
+#                                            #   (sync and pipelined on GPU 0, sync on both GPUs)
+#   SOAK_RATE=R bash scripts/gpu_session.sh soak  # issue 15: five one-minute open-loop windows at R req/s
+#   bash scripts/gpu_session.sh openloop NAME ARGS...  # open-loop `inflight ab ARGS` (variants, --rate/--search)
+#                                            #   into results/open-loop/<date>-NAME; server and Locust on
+#                                            #   disjoint halves of the cores; the log in $OUT/openloop-NAME.log
 #
 # Needs the offline kit (.kit, see ../shared/gpuhost; then python3 scripts/slim_kit.py .kit so the tree
 # and kit fit the device tool's 64 MiB) on a host without network; writes results/
@@ -38,6 +44,16 @@ ab() {  # ab OUTDIR WINDOW WARMUP REPEAT VARIANTS...
       --repeat "$repeat" --out "$out" 2>&1 | grep -vE "UserWarning|frombuffer|^\s*$" | tail -40
 }
 
+# olab NAME ARGS...: an open-loop `inflight ab` into results/open-loop/<date>-NAME (server and Locust on disjoint
+# halves of the cores by default); the whole log goes to $OUT/openloop-NAME.log as it is written
+olab() {
+  local name=$1; shift
+  $PY -m inflight.cli ab "$@" --window "${WINDOW:-8}" --warmup "${WARMUP:-3}" --processes "${PROCS:-15}" \
+      --out "results/open-loop/$(date +%Y%m%d-%H%M)-$name" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" \
+      | tee "$OUT/openloop-$name.log" | grep --line-buffered -E " offered |capacity|soak|CPU sets|INVALID|CAVEAT|rror"
+}
+SEARCH_OPTS=${SEARCH_OPTS:---search-steps 4 --search-tolerance 0.08}
+
 case "$STEP" in
   ceiling)  # the most one Python-backend instance can serve (null model) beside one sync and one pipelined
     for proto in http grpc; do
@@ -50,6 +66,28 @@ case "$STEP" in
     ab "results/pipelined-ceiling/$(date +%Y%m%d-%H%M)" "${WINDOW:-30}" "${WARMUP:-5}" "${REPEAT:-1}" \
       'bert_tiny_sync@instances=8' 'bert_tiny_null@instances=8,sleep_us=1900,sender_threads=8' \
       'bert_tiny_null@instances=8,sleep_us=1900,sender_threads=2' 'bert_tiny_inflight@instances=6,slots=2,response_threads=2'
+    ;;
+  openloop)  # open loop: arrivals at rates, capacity at the p99 SLO; the whole log goes to $OUT as it is written
+    name=${2:?usage: gpu_session.sh openloop NAME VARIANT... --rate R1,R2 [--search LO,HI] [ab options]}
+    shift 2
+    olab "$name" "$@"
+    pack_results "$OUT/results-openloop-$name.tgz" results/open-loop
+    exit 0
+    ;;
+  capacity)  # issue 15: engine-only bound, the generator against the null model, capacity at p99 <= 50 ms of
+             # the best sync and pipelined configurations on GPU 0, and of both GPUs (results/open-loop)
+    timeout 120 $PY -m inflight.cli bench-engine --repository model_repository --iters 100 --batch 512 --batch 1024 \
+      --batch 2048 --out "results/open-loop/engine-bound-$(date +%Y%m%d-%H%M).json" 2>&1 | grep -v "INFO inflight.bench" | tail -8
+    olab generator 'bert_tiny_null@instances=8,sleep_us=1900,gpus=0' --rate "${GEN_RATES:-32k,48k}"
+    olab sync-1gpu 'bert_tiny_sync@instances=8,gpus=0' --search "${SYNC_SEARCH:-12k,24k}" $SEARCH_OPTS
+    olab pipelined-1gpu 'bert_tiny_inflight@instances=4,slots=4,gpus=0' --search "${PIPE_SEARCH:-10k,20k}" $SEARCH_OPTS
+    olab sync-2gpu 'bert_tiny_sync@instances=8,gpus=0/1' --search "${SYNC2_SEARCH:-20k,40k}" $SEARCH_OPTS
+    pack_results "$OUT/results-$STEP.tgz" results/open-loop; exit 0
+    ;;
+  soak)  # issue 15: SOAK_RATE req/s for SOAK_WINDOWS one-minute windows on one loaded variant (SOAK_VARIANT)
+    WINDOW=60 olab soak "${SOAK_VARIANT:-bert_tiny_inflight@instances=4,slots=4,gpus=0}" \
+      --rate "${SOAK_RATE:?set SOAK_RATE to 80% of the measured capacity}" --rate-repeat "${SOAK_WINDOWS:-5}"
+    pack_results "$OUT/results-$STEP.tgz" results/open-loop; exit 0
     ;;
   stallcontrol)  # does the unload stall happen without our code? the null model at 8 instances, HTTP vs gRPC
     for proto in http grpc; do

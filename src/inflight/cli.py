@@ -71,10 +71,15 @@ def serve_cmd(
         str | None, typer.Option(help="tritonserver binary (default: PATH, then the wheel).")
     ] = None,
     log_verbose: int = 0,
+    cpus: Annotated[
+        str | None,
+        typer.Option(help="Cores for the server and its stubs, as taskset -c takes them (e.g. 0-15); default: all."),
+    ] = None,
     verbose: bool = False,
 ) -> None:
     """Start tritonserver with the inflight backend; stop cleanly on Ctrl+C / SIGTERM."""
     setup_logging(verbose)
+    from inflight.loadtest.openloop import parse_cpus
     from inflight.model_config import parse_variant_arg
     from inflight.server.control import load_variant, variant_config
     from inflight.server.launcher import ServerConfig, TritonServer
@@ -96,6 +101,7 @@ def serve_cmd(
         models=model,
         tritonserver=tritonserver,
         log_verbose=log_verbose,
+        cpus=tuple(parse_cpus(cpus)) if cpus else (),
     )
     server = TritonServer(cfg)
     stop = threading.Event()

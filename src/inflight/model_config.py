@@ -48,6 +48,8 @@ class BatchingConfig:
         max_queue_delay_us: Dynamic batcher queue delay.
         preferred_batch_sizes: Preferred batch sizes; empty for none.
         cuda_graphs: For ``_trt``: TensorRT backend CUDA graphs (``optimization.cuda.graphs``).
+        gpus: GPUs the instances go on (``instance_group.gpus``); Triton places ``instances``
+            instances on *each* of them. Empty: every GPU the server sees.
     """
 
     instances: int = 1
@@ -55,6 +57,7 @@ class BatchingConfig:
     max_queue_delay_us: int = 500
     preferred_batch_sizes: tuple[int, ...] = ()
     cuda_graphs: bool = False
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(kw_only=True)
@@ -248,8 +251,11 @@ class VariantConfig:
         b = self.batching
         cfg.dynamic_batching.max_queue_delay_microseconds = b.max_queue_delay_us
         cfg.dynamic_batching.preferred_batch_size.extend(b.preferred_batch_sizes)
-        kind = "gpu" if self.variant == "trt" else b.kind
-        cfg.instance_group.add(count=b.instances, kind=_KINDS[kind])
+        # instances placed on named GPUs are GPU instances (KIND_AUTO would also accept a CPU-only server)
+        kind = "gpu" if self.variant == "trt" or (b.gpus and b.kind == "auto") else b.kind
+        group = cfg.instance_group.add(count=b.instances, kind=_KINDS[kind])
+        if b.gpus:
+            group.gpus.extend(b.gpus)
         if self.variant == "trt":
             if b.cuda_graphs:
                 cfg.optimization.cuda.graphs = True
@@ -337,6 +343,7 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
         max_queue_delay_us=cfg.dynamic_batching.max_queue_delay_microseconds,
         preferred_batch_sizes=tuple(cfg.dynamic_batching.preferred_batch_size),
         cuda_graphs=cfg.optimization.cuda.graphs,
+        gpus=tuple(group.gpus),
     )
     vc = VariantConfig(
         model=spec.name,
@@ -355,7 +362,8 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
 def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantConfig:
     """Return a copy of ``vc`` with ``key=value`` overrides applied.
 
-    Keys: ``instances``, ``kind``, ``delay_us``, ``preferred`` (``512/1024/2000``), ``graphs``
+    Keys: ``instances``, ``kind``, ``delay_us``, ``preferred`` (``512/1024/2000``), ``gpus`` (``0/1``:
+    ``instances`` instances on each listed GPU), ``graphs``
     (TensorRT backend CUDA graphs), ``name``, any backend parameter (``slots``,
     ``response_threads``, ``cuda_graphs``...) and, for the ``null`` control model only, ``sleep_us`` and
     ``sender_threads``.
@@ -395,6 +403,10 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
                 b.max_queue_delay_us = int(value)
             elif key == "preferred":
                 b.preferred_batch_sizes = tuple(int(x) for x in value.replace(",", "/").split("/") if x)
+            elif key == "gpus":
+                b.gpus = tuple(int(x) for x in value.replace(",", "/").split("/") if x)
+                if any(g < 0 for g in b.gpus) or len(set(b.gpus)) != len(b.gpus):
+                    raise ValueError("list distinct GPU indices separated by '/', e.g. gpus=0/1")
             elif key == "graphs":
                 b.cuda_graphs = value.lower() in ("true", "1", "yes")
             elif key == "name":
@@ -403,7 +415,7 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
                 params[key] = value
             else:
                 raise ValueError(
-                    "unknown key; use instances, kind, delay_us, preferred, graphs, name or "
+                    "unknown key; use instances, kind, delay_us, preferred, gpus, graphs, name or "
                     + (
                         f"a backend parameter ({', '.join(sorted(params))})"
                         if params

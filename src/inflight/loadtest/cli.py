@@ -77,14 +77,69 @@ def ab_cmd(
     unload_grace: Annotated[
         float, typer.Option(help="Seconds past --unload-timeout that tell a slow unload from a stalled one.")
     ] = 60.0,
+    rate: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="Open loop: offered rates to sweep, requests/s, e.g. 1000,2000,4k (one window each); arrivals "
+            "independent of the answers, latency from each request's scheduled send time."
+        ),
+    ] = None,
+    search: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Open loop: LOW,HIGH req/s: find the capacity at the SLO by bisection (after any --rate)."),
+    ] = None,
+    slo: Annotated[float, typer.Option(help="Open loop: p99 latency SLO of the capacity, milliseconds.")] = 50.0,
+    search_steps: Annotated[int, typer.Option(help="Open loop: most midpoints the search measures.")] = 6,
+    rate_repeat: Annotated[
+        int,
+        typer.Option(
+            help="Open loop: consecutive windows per --rate (a soak: --rate R --rate-repeat 5 --window 60 compares "
+            "the first and last minute's p99 and the stubs' memory)."
+        ),
+    ] = 1,
+    search_tolerance: Annotated[
+        float, typer.Option(help="Open loop: stop the search when HIGH-LOW is within this fraction of LOW.")
+    ] = 0.05,
+    arrival: Annotated[Optional[str], typer.Option(help="Open loop: poisson (default) or constant.")] = None,  # noqa: UP045
+    max_connections: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Open loop: keep-alive connections per Locust process (default 256)."),
+    ] = None,
+    server_cpus: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Cores of the server it starts and its stubs (taskset -c form, e.g. 0-15)."),
+    ] = None,
+    client_cpus: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Cores of Locust and this runner (e.g. 16-31)."),
+    ] = None,
+    isolate: Annotated[
+        bool,
+        typer.Option(
+            help="Pin the server and the load generator to disjoint halves of the cores when the host has 8 or "
+            "more (recorded in the JSON); --no-isolate shares them."
+        ),
+    ] = True,
     verbose: bool = False,
 ) -> None:
-    """Run the A/B load test: the same Locust load against each variant in turn, on one server."""
+    """Run the A/B load test: the same Locust load against each variant in turn, on one server.
+
+    Closed loop by default (--users users, each sending its next request when the last returned). With
+    --rate and/or --search, open loop: requests arrive at each offered rate (Poisson), and the report gives
+    p50/p95/p99 per rate and the capacity at the p99 SLO (--slo) per variant, with a latency-vs-rate plot.
+    """
     setup_logging(verbose)
-    from inflight.loadtest import presets
+    from inflight.loadtest import openloop, presets
     from inflight.loadtest.runner import AbConfig, run_ab
 
     try:
+        rates = openloop.parse_rates(rate) if rate else []
+        bounds: tuple[float, float] | None = None
+        if search:
+            lohi = openloop.parse_rates(search)
+            if len(lohi) != 2:
+                raise InflightError(f"--search {search!r}: give LOW,HIGH requests per second, e.g. 2000,30000")
+            bounds = (lohi[0], lohi[1])
         shape = presets.preset(preset).replace(
             window_s=window,
             warmup_s=warmup,
@@ -101,6 +156,12 @@ def ab_cmd(
         )
         if users is not None and spawn_rate is None:
             shape = shape.replace(spawn_rate=float(min(users, 1000)))
+        if rates or bounds:
+            # open loop: one arrival source (Locust user) per process; the rate is set per window
+            sources = users or max(1, shape.processes)
+            shape = shape.replace(
+                users=sources, spawn_rate=float(sources), arrival=arrival, max_connections=max_connections
+            )
         path = run_ab(
             AbConfig(
                 variants=variants,
@@ -118,6 +179,15 @@ def ab_cmd(
                 preset=preset,
                 unload_timeout_s=unload_timeout,
                 unload_grace_s=unload_grace,
+                rates=rates,
+                search=bounds,
+                slo_ms=slo,
+                search_steps=search_steps,
+                rate_repeat=rate_repeat,
+                search_tolerance=search_tolerance,
+                server_cpus=server_cpus,
+                client_cpus=client_cpus,
+                isolate=isolate,
             )
         )
     except InflightError as e:
@@ -127,7 +197,10 @@ def ab_cmd(
 
 def _echo_summary(path: Path) -> None:
     doc = json.loads(path.read_text())
-    for s in doc["summary"]:
+    open_loop = not doc["load"].get("closed_loop", True)
+    if open_loop:
+        _echo_open_loop(doc)
+    for s in [] if open_loop else doc["summary"]:
         lat = s.get("latency_ms") or {}
 
         def ms(key: str, lat: dict[str, float] = lat) -> str:
@@ -149,6 +222,40 @@ def _echo_summary(path: Path) -> None:
     if any(s["failures"] for s in doc["summary"]):
         typer.secho("some requests failed; see the report", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(1)
+
+
+def _ms(x: object) -> str:
+    return f"{x:8.2f}" if isinstance(x, (int, float)) else "     n/a"
+
+
+def _echo_open_loop(doc: dict[str, object]) -> None:
+    ol = doc["load"]["open_loop"]  # type: ignore[index]
+    typer.echo(f"open loop, p99 SLO {ol['slo_p99_ms']:g} ms; CPU sets {doc['load']['cpu_sets']}")  # type: ignore[index]
+    for s in doc["summary"]:  # type: ignore[attr-defined]
+        for p in s.get("sweep", []):
+            typer.echo(
+                f"  {s['variant']} offered {p['offered_rps']:>9,.0f}  achieved {p['achieved_rps']:>9,.0f}  "
+                f"p50 {_ms(p['p50_ms'])}  p95 {_ms(p['p95_ms'])}  p99 {_ms(p['p99_ms'])} ms  failures "
+                f"{p['failures']}  avg batch {p.get('avg_batch_requests') or 0:.1f} req"
+                + ("  GENERATOR-LIMITED" if p["generator_limited"] else "")
+                + ("  SLO met" if not p["slo_misses"] else "")
+            )
+        soak = s.get("soak")
+        if soak:
+            typer.echo(
+                f"{s['variant']} soak at {soak['rate']:,.0f} req/s, {soak['windows']} windows: "
+                f"{soak['failures']} failures, p99 first {soak['p99_ms'][0]:.2f} ms -> last "
+                f"{soak['p99_ms'][-1]:.2f} ms ({100 * soak['p99_change']:+.1f}%), "
+                f"stub memory {soak['stub_rss_bytes'][0] / 2**20:.0f} -> {soak['stub_rss_bytes'][-1] / 2**20:.0f} MiB "
+                f"({100 * soak['stub_rss_change']:+.1f}%): {'PASSED' if soak['passed'] else 'FAILED'}"
+            )
+        cap = s.get("capacity_rps")
+        bound = "" if s.get("capacity_bounded") else " (a lower bound: every rate tried met the SLO)"
+        typer.echo(
+            f"{s['variant']} {s['spec']}: capacity at p99 <= {ol['slo_p99_ms']:g} ms: "
+            + (f"{cap:,.0f} req/s{bound}" if cap is not None else "none of the rates tried")
+            + ("" if s.get("comparable") else " [not comparable: the generator fell behind at or below it]")
+        )
 
 
 def ab_report_cmd(

@@ -23,7 +23,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psutil
@@ -74,6 +74,27 @@ def _tree_times(pid: int) -> tuple[float, float] | None:
     return total, stubs
 
 
+def stub_memory(server_pid: int | None) -> dict[str, Any]:
+    """Resident memory of the server's Python-backend stubs now: ``{"stubs": n, "rss_bytes": total, "rss": [...]}``.
+
+    Empty counts when there is no server process to watch. A stub that keeps growing under a steady
+    load leaks (a soak test compares the first and last reading).
+    """
+    rss: list[int] = []
+    if server_pid is not None:
+        try:
+            procs = psutil.Process(server_pid).children(recursive=True)
+        except psutil.Error:
+            procs = []
+        for p in procs:
+            try:
+                if p.name().startswith(STUB_NAME[:15]):
+                    rss.append(int(p.memory_info().rss))
+            except psutil.Error:
+                continue
+    return {"stubs": len(rss), "rss_bytes": sum(rss), "rss": sorted(rss)}
+
+
 def run_cores() -> list[int]:
     """The cores this process may run on (``taskset``/cgroup affinity): the server and Locust inherit them."""
     try:
@@ -82,15 +103,16 @@ def run_cores() -> list[int]:
         return list(range(psutil.cpu_count() or 1))
 
 
-def snapshot(server_pid: int | None) -> CpuSnapshot:
+def snapshot(server_pid: int | None, cores: Sequence[int] | None = None) -> CpuSnapshot:
     """Cumulative CPU times of this run's cores and, when ``server_pid`` is given, of its process tree.
 
-    "The host" is the set of cores this process may run on, so runs pinned side by side (one lane per
-    GPU, ``taskset``) each see their own cores only.
+    "The host" is ``cores`` when given (the server's own cores when the runner pins it apart from
+    the load generator), else the set of cores this process may run on, so runs pinned side by side
+    (one lane per GPU, ``taskset``) each see their own cores only.
     """
     per_cpu = psutil.cpu_times(percpu=True)
     busy = total = 0.0
-    cores = [c for c in run_cores() if c < len(per_cpu)]
+    cores = [c for c in (run_cores() if cores is None else cores) if c < len(per_cpu)]
     for c in cores:
         ct = per_cpu[c]
         t = float(sum(ct))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from inflight.errors import ConfigError
+from inflight.loadtest.openloop import ARRIVALS, ArrivalDist
 from inflight.loadtest.workload import LENGTH_DISTS, TOKEN_DISTS, LengthDist, TokenDist
 
 Protocol = Literal["http", "grpc"]
@@ -41,6 +42,10 @@ class LoadShape:
         processes: Locust worker processes (``--processes``); 0 runs one plain Locust process.
         protocol: ``http`` (binary tensors) or ``grpc``.
         check: Compare every response with the PyTorch reference.
+        rate: Open loop: requests per second of all Locust users together (0: closed loop).
+        arrival: Open loop: ``poisson`` or ``constant`` arrivals.
+        max_connections: Open loop: keep-alive connections per Locust user.
+        check_every: Open loop: decode every Nth answer in full (``check``: every one).
         stop_timeout_s: When a run's time is up, each user may finish the request it has in
             flight for up to this long (Locust ``--stop-timeout``) instead of dropping its
             connection mid-request (which makes Triton cancel that request). It did not cure the
@@ -61,6 +66,10 @@ class LoadShape:
     protocol: Protocol = "http"
     check: bool = False
     stop_timeout_s: float = 10.0
+    rate: float = 0.0
+    arrival: ArrivalDist = "poisson"
+    max_connections: int = 256
+    check_every: int = 16
 
     def check_values(self) -> None:
         """Reject impossible shapes.
@@ -84,6 +93,14 @@ class LoadShape:
             raise ConfigError(f"--processes {self.processes}: use 0 (one plain Locust process) or more workers")
         if self.protocol not in ("http", "grpc"):
             raise ConfigError(f"--protocol {self.protocol!r}: choose http or grpc")
+        if self.rate < 0:
+            raise ConfigError(f"--rate {self.rate}: offer a rate > 0 requests per second (0 runs closed loop)")
+        if self.arrival not in ARRIVALS:
+            raise ConfigError(f"--arrival {self.arrival!r}: choose one of {', '.join(ARRIVALS)}")
+        if self.check_every < 1:
+            raise ConfigError(f"--check-every {self.check_every}: decode at least every answer (1) or every Nth")
+        if self.max_connections < 1:
+            raise ConfigError(f"--max-connections {self.max_connections}: allow at least one connection per user")
         if self.token_dist not in TOKEN_DISTS or self.length_dist not in LENGTH_DISTS:
             raise ConfigError(
                 f"token/length distribution {self.token_dist}/{self.length_dist}: choose from {TOKEN_DISTS} and "

@@ -192,17 +192,25 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
         f"- versions: tritonserver {ver.get('tritonserver')}, locust {ver.get('locust')}, torch {ver.get('torch')}, "
         f"inflight {ver.get('inflight')}, tritonclient {ver.get('tritonclient')}, numpy {ver.get('numpy')}, "
         f"Python {ver.get('python')}",
-        f"- load{' (preset ' + doc['preset'] + ')' if doc.get('preset') else ''}: {load_['users']} closed-loop users "
-        f"({load_['protocol']}, {load_['user_class']}), {load_['items']} items/request"
+        f"- load{' (preset ' + doc['preset'] + ')' if doc.get('preset') else ''}: "
+        + (
+            f"{load_['users']} closed-loop users "
+            if load_.get("closed_loop", True)
+            else f"open loop, {load_.get('arrival', 'poisson')} arrivals from {load_['users']} sources "
+        )
+        + f"({load_['protocol']}, {load_['user_class']}), {load_['items']} items/request"
         + (f", seq {load_['seq_len']} ({load_['token_dist']} tokens, {load_['length_dist']} lengths)")
         + f", {_fmt(load_['window_s'], 0)} s window after {_fmt(load_['warmup_s'], 0)} s warm-up, spawn rate "
         f"{_fmt(load_['spawn_rate'], 0)}/s, {_processes(load_['processes'])}, seed {load_['seed']}, "
         f"pool {load_['pool']}, check {'on' if load_.get('check') else 'off'}",
         f"- order: {', '.join(load_.get('order', []))} (repeat {load_.get('repeat', 1)})",
+        f"- CPU sets: {_cpu_sets_line(load_.get('cpu_sets'))}",
         "",
         "## Variants\n",
     ]
     out += [f"- **{v['label']}** `{v['spec']}` → {v['model_name']}: {_config_line(v)}" for v in doc["variants"]]
+    if not load_.get("closed_loop", True):
+        out += ["", open_loop_section(doc)]
     out += ["", "## Side by side\n", comparison_table(doc)]
     out.append(
         "Latency percentiles are exact (nearest rank) over the raw per-request latencies every Locust process "
@@ -223,6 +231,113 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
         out.append("## Plots\n")
         out += [f"![{p.stem}]({p.name})\n" for p in images]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _cpu_sets_line(sets: Any) -> str:
+    if not isinstance(sets, dict):
+        return "not recorded"
+    if sets.get("isolated"):
+        return f"server on cores {sets['server']}, load generator on cores {sets['client']} ({sets.get('reason')})"
+    return str(sets.get("reason") or "not pinned")
+
+
+def open_loop_section(doc: dict[str, Any]) -> str:
+    """Capacity at the SLO per variant, then latency against offered rate (every open-loop window)."""
+    ol = doc["load"].get("open_loop") or {}
+    slo = ol.get("slo_p99_ms")
+    out = [
+        f"## Open loop: capacity at p99 <= {_fmt(slo, 0)} ms\n",
+        "Requests arrive at the offered rate whatever the answers; latency counts from each request's "
+        "scheduled send time, so a late send adds its lateness. A rate meets the SLO when its p99 is within "
+        f"{_fmt(slo, 0)} ms, no request failed and at least {100 * (1 - float(ol.get('rate_tolerance', 0.02))):.0f}% "
+        "of the requests due in the window were answered in it. The capacity is the highest offered rate that "
+        "met it below the first that did not. A window whose generator sent more than "
+        f"{100 * float(ol.get('max_late_fraction', 0.01)):.0f}% of its requests over "
+        f"{_fmt(ol.get('limit_late_ms'), 0)} ms late (or whose Locust warned of its CPU) is *generator-limited*; "
+        "a capacity with such a window at or below it is not used for ratios. 'Late sends' counts sends over "
+        f"{_fmt(ol.get('late_threshold_ms'), 0)} ms behind schedule.\n",
+        "| variant | capacity (req/s) | first rate that missed | comparable |",
+        "|---|---|---|---|",
+    ]
+    for s in doc["summary"]:
+        cap = s.get("capacity_rps")
+        out.append(
+            f"| {s['variant']}: `{s['spec']}` | "
+            + (_fmt(cap, 0) + ("" if s.get("capacity_bounded") else " (at least)") if cap is not None else "none")
+            + f" | {_fmt(s.get('capacity_upper_rps'), 0) if s.get('capacity_upper_rps') is not None else '-'} | "
+            + ("yes" if s.get("comparable") else "**no** (generator-limited)" if cap is not None else "no")
+            + " |"
+        )
+    out += [
+        "",
+        "### Latency against offered rate\n",
+        "| variant | offered req/s | achieved req/s | answered | p50 ms | p95 ms | p99 ms | failures | "
+        "avg batch (requests) | server cores | late sends | SLO |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in doc["summary"]:
+        for p in s.get("sweep") or []:
+            late = p.get("late_fraction")
+            out.append(
+                f"| {s['variant']} | {_fmt(p['offered_rps'], 0)} | {_fmt(p['achieved_rps'], 0)} | "
+                f"{_pct(p.get('answered_fraction'))} | {_fmt(p['p50_ms'], 2)} | {_fmt(p['p95_ms'], 2)} | "
+                f"{_fmt(p['p99_ms'], 2)} | {p['failures']} | {_fmt(p.get('avg_batch_requests'), 1)} | "
+                f"{_fmt(p.get('server_cores'), 2)} | {_pct(late)}"
+                + (" (generator-limited)" if p.get("generator_limited") else "")
+                + f" | {'met' if not p.get('slo_misses') else 'missed'} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def plot_open_loop(doc: dict[str, Any], path: Path) -> Path | None:
+    """Latency percentiles and achieved rate against offered rate, one line per variant, the SLO drawn."""
+    from matplotlib.figure import Figure
+
+    if doc["load"].get("closed_loop", True):
+        return None
+    summary = [s for s in doc["summary"] if s.get("sweep")]
+    if not summary:
+        return None
+    slo = _num(_get(doc, "load", "open_loop", "slo_p99_ms"))
+    colors = _variant_colors(doc)
+    fig = Figure(figsize=(12, 4.8), layout="constrained")
+    ax1, ax2 = fig.subplots(1, 2)
+    top = 0.0
+    for s in summary:
+        pts = sorted(s["sweep"], key=lambda p: p["offered_rps"])
+        xs = [p["offered_rps"] for p in pts]
+        c = colors[s["variant"]]
+        for key, style in (("p99_ms", "-"), ("p50_ms", ":")):
+            ys = [_num(p.get(key)) for p in pts]
+            ax1.plot(
+                [x for x, y in zip(xs, ys, strict=True) if y is not None],
+                [y for y in ys if y is not None],
+                style,
+                marker="o",
+                color=c,
+                label=f"{s['variant']} {key[:3]}: {s['spec']}" if key == "p99_ms" else f"{s['variant']} p50",
+            )
+        ax2.plot(xs, [p["achieved_rps"] for p in pts], marker="o", color=c, label=f"{s['variant']}: {s['spec']}")
+        cap = _num(s.get("capacity_rps"))
+        if cap is not None:
+            ax2.axvline(cap, color=c, linestyle="--", alpha=0.6)
+        top = max(top, *xs)
+    if slo is not None:
+        ax1.axhline(slo, color="k", linestyle="--", alpha=0.6, label=f"SLO p99 {slo:g} ms")
+    ax1.set_yscale("log")
+    ax1.set_xlabel("offered rate (requests/s)")
+    ax1.set_ylabel("latency from the scheduled send (ms)")
+    ax1.set_title("Latency against offered rate (open loop)")
+    ax1.grid(alpha=0.3)
+    ax1.legend(fontsize="x-small")
+    ax2.plot([0, top], [0, top], color="0.6", linewidth=0.8, label="achieved = offered")
+    ax2.set_xlabel("offered rate (requests/s)")
+    ax2.set_ylabel("achieved rate (successful answers/s)")
+    ax2.set_title("Achieved against offered (dashed: capacity at the SLO)")
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize="x-small")
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def _variant_colors(doc: dict[str, Any]) -> dict[str, str]:
@@ -345,7 +460,12 @@ def write_report(json_path: Path) -> tuple[Path, list[Path]]:
     doc = load(json_path)
     stem = json_path.with_suffix("")
     images: list[Path] = []
-    for suffix, draw in (("throughput", plot_throughput), ("latency", plot_latency), ("gpu", plot_gpu)):
+    for suffix, draw in (
+        ("throughput", plot_throughput),
+        ("latency", plot_latency),
+        ("gpu", plot_gpu),
+        ("open-loop", plot_open_loop),
+    ):
         target = stem.parent / f"{stem.name}-{suffix}.png"
         made = draw(doc, target)
         if made is not None:

@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ import numpy as np
 import inflight
 from inflight.errors import ConfigError, InflightError
 from inflight.loadtest import cpu
+from inflight.loadtest import openloop as ol
 from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
@@ -56,6 +57,11 @@ LOGGER = logging.getLogger(__name__)
 
 SCHEMA = "inflight-ab/1"
 USER_CLASSES = {"http": "TritonHttpUser", "grpc": "TritonGrpcUser"}
+OPEN_LOOP_USER_CLASS = "OpenLoopHttpUser"
+#: Seconds to wait after an open-loop window for the server to finish the requests it still holds.
+DRAIN_TIMEOUT_S = 120.0
+#: Windows a capacity search usually takes (for the time estimate only).
+SEARCH_WINDOWS_ESTIMATE = 6
 #: Seconds a Locust run may exceed its planned duration (start-up, stop, summary) before it is killed.
 LOCUST_GRACE_S = 120.0
 #: Shortest Locust run in which its CPU warning can appear (it samples every 10 s; the first is a baseline).
@@ -90,6 +96,17 @@ class AbConfig:
             a *stalled* one if it does not (a caveat of that run, with a dump of its stubs and
             Triton's request counters), and goes on with the next variant.
         unload_grace_s: The extra wait that tells a slow unload from a stalled one.
+        rates: Open loop: offered rates (requests per second) to sweep, one window each; empty and
+            no ``search``: closed loop.
+        search: Open loop: ``(low, high)`` req/s of a capacity search by bisection after the sweep.
+        slo_ms: p99 latency SLO of the capacity (milliseconds, from the scheduled send time).
+        search_tolerance: The search stops when its interval is within this fraction of its low end.
+        search_steps: Most midpoints the search measures.
+        rate_repeat: Open loop: consecutive windows at each ``rates`` entry (a soak: one rate, several
+            windows, the variant loaded throughout; the report compares the first and last).
+        server_cpus: Cores of the server (``taskset -c`` form); None: chosen by ``split_cpus``.
+        client_cpus: Cores of the load generator (and this runner); None: chosen likewise.
+        isolate: Pin the server and the generator to disjoint cores when the host has enough.
     """
 
     variants: Sequence[str]
@@ -108,6 +125,15 @@ class AbConfig:
     preset: str | None = None
     unload_timeout_s: float = 120.0
     unload_grace_s: float = 60.0
+    rates: Sequence[float] = ()
+    search: tuple[float, float] | None = None
+    slo_ms: float = ol.DEFAULT_SLO_MS
+    search_tolerance: float = 0.05
+    search_steps: int = 6
+    rate_repeat: int = 1
+    server_cpus: str | None = None
+    client_cpus: str | None = None
+    isolate: bool = True
 
 
 @dataclass(kw_only=True)
@@ -263,7 +289,20 @@ def locust_command(
         cmd += ["--csv", str(csv_prefix)]
     if raw_dir is not None:
         cmd += ["--raw-latency-dir", str(raw_dir)]
-    cmd.append(USER_CLASSES[shape.protocol])
+    if shape.rate > 0:
+        cmd += [
+            "--rate",
+            f"{shape.rate:g}",
+            "--arrival",
+            shape.arrival,
+            "--max-connections",
+            str(shape.max_connections),
+            "--check-every",
+            "1" if shape.check else str(shape.check_every),
+        ]
+        cmd.append(OPEN_LOOP_USER_CLASS)
+    else:
+        cmd.append(USER_CLASSES[shape.protocol])
     return cmd
 
 
@@ -316,6 +355,8 @@ def run_locust(
         except BaseException:
             _kill_group(proc)
             raise
+    if not killed:
+        _wait_group(proc)
     text = log.read_text(errors="replace")
     warnings = st.cpu_warnings(text)
     return LocustRun(
@@ -326,6 +367,23 @@ def run_locust(
         gauge_samples=[],
         killed=killed,
     )
+
+
+def _wait_group(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """Wait until every process of ``proc``'s session is gone; kill what is left after ``timeout_s``.
+
+    Locust's workers outlive its master by a little: they write their raw latencies then.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+    LOGGER.warning("Locust worker processes still ran %.0f s after the master exited; killing them", timeout_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -443,6 +501,33 @@ class AbRunner:
         self.data = self.out / self.run_id
         self._t0 = 0.0
         self._planned_total = 0.0
+        self.open_loop = bool(config.rates) or config.search is not None
+        if self.open_loop:
+            if self.shape.protocol != "http":
+                raise ConfigError(
+                    f"--protocol {self.shape.protocol}: the open-loop load (--rate/--search) speaks HTTP only; drop "
+                    "--protocol or the rates"
+                )
+            if config.rate_repeat < 1:
+                raise ConfigError(f"--rate-repeat {config.rate_repeat}: measure each rate at least once")
+            if config.slo_ms <= 0:
+                raise ConfigError(f"--slo {config.slo_ms}: give a p99 latency SLO > 0 milliseconds")
+            if config.search is not None:
+                lo, hi = config.search
+                if not 0 < lo < hi:
+                    raise ConfigError(f"--search {lo:g},{hi:g}: give LOW,HIGH requests per second with 0 < LOW < HIGH")
+        available = cpu.run_cores()
+        if config.isolate or config.server_cpus or config.client_cpus:
+            self.cpu_sets = ol.split_cpus(available, config.server_cpus, config.client_cpus)
+        else:
+            self.cpu_sets = ol.CpuSets((), (), "not pinned (--no-isolate)")
+        if config.url is not None and self.cpu_sets.isolated:
+            # a server this runner did not start keeps its own cores; only the generator is pinned
+            self.cpu_sets = ol.CpuSets(
+                (),
+                self.cpu_sets.client,
+                f"server at --url not pinned by the runner; generator on {ol.format_cpus(self.cpu_sets.client)}",
+            )
 
     @property
     def json_path(self) -> Path:
@@ -466,6 +551,11 @@ class AbRunner:
         # the server's backend folder (a copy of the Python backend) stays out of the results
         workdir = tempfile.TemporaryDirectory(prefix="inflight-ab-server-")
         stop_on_term = _TermAsExit()
+        own_cores = cpu.run_cores()
+        if self.cpu_sets.client:
+            # this runner and every Locust process it starts run on the generator's cores
+            os.sched_setaffinity(0, self.cpu_sets.client)
+        LOGGER.info("CPU sets: %s", self.cpu_sets.to_dict())
         try:
             if self.config.url is None:
                 server = self._start_server(Path(workdir.name))
@@ -484,6 +574,8 @@ class AbRunner:
                 LOGGER.info("tritonserver stopped (exit code %s); its log: %s", code, log)
             workdir.cleanup()
             stop_on_term.restore()
+            if self.cpu_sets.client:
+                os.sched_setaffinity(0, own_cores)
             if not self.config.keep_raw:  # the pools are reproducible from the seed
                 for path in pools.values():
                     path.unlink(missing_ok=True)
@@ -521,6 +613,7 @@ class AbRunner:
             workdir,
             tritonserver=self.config.tritonserver,
             backend_config=tuple(self.config.backend_config),
+            cpus=self.cpu_sets.server,
         )
         server = TritonServer(cfg)
         LOGGER.info("starting tritonserver (HTTP %s)", server.http_url)
@@ -542,146 +635,208 @@ class AbRunner:
             endpoints.metrics = self.config.metrics_url
         s = self.shape
         order = [(r, v) for r in range(self.config.repeat) for v in self.variants]
-        per_run = s.warmup_s + s.window_s + s.ramp_s + (2 if s.warmup_s else 1) * LOCUST_OVERHEAD_S
+        windows = max(1, len(self.config.rates) * self.config.rate_repeat) + (
+            SEARCH_WINDOWS_ESTIMATE if self.config.search else 0
+        )
+        per_run = s.warmup_s + windows * (s.window_s + s.ramp_s + LOCUST_OVERHEAD_S) + LOCUST_OVERHEAD_S
         self._planned_total = per_run * len(order)
         self._t0 = time.monotonic()
-        runs = []
+        runs: list[dict[str, Any]] = []
         for i, (r, v) in enumerate(order):
             LOGGER.info(
                 "run %d/%d: %s = %s (round %d of %d)", i + 1, len(order), v.label, v.spec, r + 1, self.config.repeat
             )
-            runs.append(self._run_one(v, r, i, len(order), endpoints, pools[v.config.spec.name]))
+            runs.extend(self._run_one(v, r, i, len(order), endpoints, pools[v.config.spec.name]))
             self._planned_total = (time.monotonic() - self._t0) / (i + 1) * len(order)
         return runs
 
     def _run_one(
         self, v: Variant, rnd: int, index: int, total: int, endpoints: Endpoints, pool: Path
-    ) -> dict[str, Any]:
+    ) -> list[dict[str, Any]]:
+        """Load ``v``, warm it up, measure its window(s), unload it: one record per window.
+
+        Closed loop: one window. Open loop: one window per ``rates`` entry, then the capacity
+        search's windows (each record carries its ``rate``; the search's outcome goes on the last).
+        """
         s = self.shape
         tag = f"{v.label}-r{rnd + 1}"
-        problems: list[str] = []
         stalls: list[str] = []
-        record: dict[str, Any] = {"variant": v.label, "round": rnd + 1, "model_name": v.name}
+        records: list[dict[str, Any]] = []
+        unload: dict[str, Any] = {}
         load_s = control.load_variant(endpoints.http, v.config)
-        record["load_s"] = round(load_s, 2)
+        capacity: ol.Capacity | None = None
         try:
-
-            def command(duration_s: float, csv_prefix: Path | None = None, raw_dir: Path | None = None) -> list[str]:
-                return locust_command(
-                    locustfile=self.locustfile,
-                    shape=s,
-                    model=v.name,
-                    endpoints=endpoints,
-                    duration_s=duration_s,
-                    pool_file=pool,
-                    repository=self.config.repository,
-                    csv_prefix=csv_prefix,
-                    raw_dir=raw_dir,
-                )
-
             if s.warmup_s > 0:
-                LOGGER.info("%s: warming up for %.0f s", tag, s.warmup_s)
-                warm = run_locust(
-                    command(s.warmup_s + s.ramp_s), log=self.data / f"{tag}-warmup.log", planned_s=s.warmup_s + s.ramp_s
-                )
-                record["warmup"] = {"returncode": warm.returncode, "wall_s": round(warm.wall_s, 1)}
-                if warm.returncode not in (0, 1):
-                    problems.append(f"the warm-up Locust run exited with {warm.returncode} (log: {warm.log})")
-            before = control.inference_stats(endpoints.http, v.name)
-            cpu_before = cpu.snapshot(self._server_pid)
-            prefix = self.data / tag
-            raw_dir = self.data / f"{tag}-raw"
-            samples: list[dict[str, Any]] = []
-            window = s.window_s + s.ramp_s
-            started = time.monotonic()
-
-            def tick(elapsed: float) -> None:
-                text = scrape(endpoints.metrics)
-                if text is not None:
-                    samples.append({"t": round(elapsed, 1), **st.gpu_gauges(text, v.name)})
-                rps = st.current_rps(Path(f"{prefix}_stats_history.csv"))
-                overall_left = self._planned_total - (time.monotonic() - self._t0)
+                warm_shape = s.replace(rate=self._rates_in_order()[0]) if self.open_loop else s
                 LOGGER.info(
-                    "[%d/%d %s %s] %s / %s, %s req/s now; about %s left in all",
-                    index + 1,
-                    total,
-                    v.label,
-                    v.name,
-                    _fmt_s(elapsed),
-                    _fmt_s(window),
-                    "?" if rps is None else f"{rps:,.0f}",
-                    _fmt_s(overall_left),
+                    "%s: warming up for %.0f s%s",
+                    tag,
+                    s.warmup_s,
+                    f" at {warm_shape.rate:,.0f} req/s" if self.open_loop else "",
                 )
+                warm = run_locust(
+                    self._command(v, warm_shape, endpoints, pool, s.warmup_s + s.ramp_s),
+                    log=self.data / f"{tag}-warmup.log",
+                    planned_s=s.warmup_s + s.ramp_s,
+                )
+                warmup = {"returncode": warm.returncode, "wall_s": round(warm.wall_s, 1)}
+            else:
+                warmup = None
 
-            res = run_locust(
-                command(window, csv_prefix=prefix, raw_dir=raw_dir),
-                log=self.data / f"{tag}.log",
-                planned_s=window,
-                tick=tick,
-                tick_interval_s=self.config.progress_interval_s,
-            )
-            cpu_after = cpu.snapshot(self._server_pid)
-            after = control.inference_stats(endpoints.http, v.name)
+            def window(rate: float | None) -> dict[str, Any]:
+                n = len(records)
+                wtag = tag if not self.open_loop else f"{tag}-w{n + 1}"
+                rec = self._window(v, wtag, index, total, endpoints, pool, rate)
+                rec.update({"variant": v.label, "round": rnd + 1, "model_name": v.name, "load_s": round(load_s, 2)})
+                if warmup is not None:
+                    rec["warmup"] = warmup
+                    if warmup["returncode"] not in (0, 1):
+                        rec["problems"].append(f"the warm-up Locust run exited with {warmup['returncode']}")
+                        rec["valid"] = False
+                records.append(rec)
+                return rec
+
+            if not self.open_loop:
+                window(None)
+            else:
+                for rate in self.config.rates:
+                    for _ in range(self.config.rate_repeat):
+                        window(rate)
+                if self.config.search is not None:
+                    lo, hi = self.config.search
+                    capacity = ol.bisect_capacity(
+                        lambda rate: rate_point(window(rate)),
+                        lo,
+                        hi,
+                        slo_ms=self.config.slo_ms,
+                        rel_tol=self.config.search_tolerance,
+                        max_steps=self.config.search_steps,
+                    )
+        finally:
+            unload = self._unload(v, tag, endpoints, stalls)
+        if records:
+            records[-1].update(unload)
+            if capacity is not None:
+                records[-1]["capacity_search"] = capacity.to_dict()
+        for rec in records:
+            rec["caveats"] += [
+                f"{m}; the window itself was measured in full, but this variant's instances may have stayed loaded "
+                "(idle) through the later windows on this server"
+                for m in stalls
+            ]
+        return records
+
+    def _rates_in_order(self) -> list[float]:
+        """The open-loop rates, the sweep's then the search's low end (the warm-up uses the first)."""
+        rates = list(self.config.rates)
+        if self.config.search is not None:
+            rates.append(self.config.search[0])
+        return rates
+
+    def _command(
+        self,
+        v: Variant,
+        shape: LoadShape,
+        endpoints: Endpoints,
+        pool: Path,
+        duration_s: float,
+        csv_prefix: Path | None = None,
+        raw_dir: Path | None = None,
+    ) -> list[str]:
+        return locust_command(
+            locustfile=self.locustfile,
+            shape=shape,
+            model=v.name,
+            endpoints=endpoints,
+            duration_s=duration_s,
+            pool_file=pool,
+            repository=self.config.repository,
+            csv_prefix=csv_prefix,
+            raw_dir=raw_dir,
+        )
+
+    def _window(
+        self,
+        v: Variant,
+        tag: str,
+        index: int,
+        total: int,
+        endpoints: Endpoints,
+        pool: Path,
+        rate: float | None,
+    ) -> dict[str, Any]:
+        """One measured Locust run (at ``rate`` req/s when open loop) with its statistics and CPU figures."""
+        s = self.shape if rate is None else self.shape.replace(rate=rate)
+        problems: list[str] = []
+        record: dict[str, Any] = {}
+        if rate is not None:
+            record["rate"] = rate
+        before = control.inference_stats(endpoints.http, v.name)
+        cpu_before = self._cpu_snapshot()
+        prefix = self.data / tag
+        raw_dir = self.data / f"{tag}-raw"
+        samples: list[dict[str, Any]] = []
+        window = s.window_s + s.ramp_s
+        started = time.monotonic()
+        what = f"{v.name} at {rate:,.0f} req/s offered" if rate is not None else v.name
+
+        def tick(elapsed: float) -> None:
             text = scrape(endpoints.metrics)
             if text is not None:
-                samples.append({"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name)})
-                # Locust has stopped: every request it sent should have left Triton's queue by now
-                counts = request_state(text, v.name)
-                counts.pop("lines")  # the record keeps the counters only
-                record["requests_after_window"] = counts
-        finally:
-            t_unload = time.monotonic()
-            try:
-                control.unload(endpoints.http, v.name, timeout_s=self.config.unload_timeout_s)
-            except InflightError as e:
-                # the window was measured in full; what follows it is either a slow unload (Triton
-                # finalizes instances one at a time) or a stalled one, a server defect reported with the run
-                try:
-                    control.wait_unloaded(endpoints.http, v.name, self.config.unload_grace_s)
-                    record["unload_slow"] = True
-                    LOGGER.warning(
-                        "%s: unloading %s took %.1f s (more than --unload-timeout %.0f s; completed)",
-                        tag,
-                        v.name,
-                        time.monotonic() - t_unload,
-                        self.config.unload_timeout_s,
-                    )
-                except InflightError:
-                    stuck = self.data / f"{tag}-stuck"
-                    text = scrape(endpoints.metrics)
-                    if text is not None:
-                        # where the requests that hold the unload are: Triton's queue (pending > 0) or not
-                        counts = request_state(text, v.name)
-                        lines = counts.pop("lines")
-                        record["requests_at_stall"] = counts
-                        stuck.mkdir(parents=True, exist_ok=True)
-                        (stuck / "request-metrics.txt").write_text("\n".join(lines) + "\n")
-                    dumps = dump_stuck_stubs(v.name, stuck, parent_pid=self._server_pid)
-                    record["unload_stalled"] = True
-                    waited = time.monotonic() - t_unload
-                    stalls.append(
-                        f"unloading {v.name} stalled: {e}, still not unloaded {waited:.0f} s after the request "
-                        "(see tritonserver.log next to the results"
-                        + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
-                        + (
-                            "; Triton 2.51's HTTP frontend does this when more replies finish at once than its socket "
-                            "buffer holds, with a plain Python model too (README, Known limits): raise "
-                            "net.core.wmem_default before the server starts (the runner's own server does, as root) "
-                            "or run with --protocol grpc"
-                            if self.shape.protocol == "http"
-                            else ""
-                        )
-                    )
-            record["unload_s"] = round(time.monotonic() - t_unload, 2)
-        record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems, stalls))
-        record["cpu"] = cpu.window(cpu_before, cpu_after, (record.get("server") or {}).get("requests"))
+                samples.append({"t": round(elapsed, 1), **st.gpu_gauges(text, v.name)})
+            rps = st.current_rps(Path(f"{prefix}_stats_history.csv"))
+            overall_left = self._planned_total - (time.monotonic() - self._t0)
+            LOGGER.info(
+                "[%d/%d %s %s] %s / %s, %s; about %s left in all",
+                index + 1,
+                total,
+                v.label,
+                what,
+                _fmt_s(elapsed),
+                _fmt_s(window),
+                "warming up (no sample yet)" if rps is None else f"{rps:,.0f} req/s now",
+                _fmt_s(overall_left),
+            )
+
+        res = run_locust(
+            self._command(v, s, endpoints, pool, window, csv_prefix=prefix, raw_dir=raw_dir),
+            log=self.data / f"{tag}.log",
+            planned_s=window,
+            tick=tick,
+            tick_interval_s=self.config.progress_interval_s,
+        )
+        cpu_after = self._cpu_snapshot()
+        after = control.inference_stats(endpoints.http, v.name)
+        text = scrape(endpoints.metrics)
+        if text is not None:
+            samples.append({"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name)})
+            # Locust has stopped: every request it sent should have left Triton's queue by now
+            counts = request_state(text, v.name)
+            counts.pop("lines")  # the record keeps the counters only
+            record["requests_after_window"] = counts
+        if rate is not None:
+            record["stub_memory"] = cpu.stub_memory(self._server_pid)
+            record["generator"] = _generator_counts(raw_dir)
+            # requests the generator gave up on at the end may still be queued or running in the server:
+            # the next window must not start behind them
+            record["drain_s"] = self._drain(endpoints, v)
+        record.update(self._figures(res, before, after, prefix, raw_dir, samples, problems))
+        requests = (record.get("server") or {}).get("requests")
+        record["cpu"] = cpu.window(cpu_before[0], cpu_after[0], requests)
+        if cpu_before[1] is not None and cpu_after[1] is not None:
+            record["cpu"]["client_busy"] = cpu.window(cpu_before[1], cpu_after[1], None)["host_busy"]
+        if rate is not None:
+            point = rate_point(record)
+            record["slo_misses"] = ol.slo_failures(point, self.config.slo_ms)
+            record["generator_limited"] = _generator_limited(record)
         locust, lat, server = record.get("locust"), record.get("latency_ms") or {}, record.get("server") or {}
         LOGGER.info(
-            "%s %s: %s req/s, p50 %s ms, p99 %s ms, %s failures, avg batch %s requests, execute() %s us/request, "
-            "host CPU %s busy, server CPU %s cores = %s us/request%s",
+            "%s %s: %s req/s%s, p50 %s ms, p99 %s ms, %s failures, avg batch %s requests, execute() %s us per batch "
+            "request, server cores busy %s, server CPU %s cores = %s us/request%s%s",
             tag,
-            v.name,
+            what,
             f"{locust['rps']:,.0f}" if locust else "?",
+            "" if rate is None else f" achieved ({100 * (locust or {}).get('rps', 0) / rate:.0f}% of offered)",
             _num(lat.get("p50")),
             _num(lat.get("p99")),
             locust["failures"] if locust else "?",
@@ -690,9 +845,111 @@ class AbRunner:
             f"{100 * record['cpu']['host_busy']:.0f}%" if math.isfinite(record["cpu"]["host_busy"]) else "?",
             _num(record["cpu"]["server_cores"]),
             _num(record["cpu"]["server_us_per_request"]),
+            ""
+            if rate is None
+            else (" (SLO: met)" if not record["slo_misses"] else f" (SLO missed: {'; '.join(record['slo_misses'])})"),
             ("" if record["valid"] else " (INVALID: " + "; ".join(record["problems"]) + ")")
             + ("" if not record["caveats"] else " (CAVEAT: " + "; ".join(record["caveats"]) + ")"),
         )
+        return record
+
+    def _open_loop_summary(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Sweep, capacity at the SLO and whether the generator kept up, for one variant's windows."""
+        rows = open_loop_points(records)
+        points = [ol.RatePoint(**{k: row[k] for k in ol.RatePoint.__dataclass_fields__}) for row in rows]
+        capacity = ol.capacity_of(points, self.config.slo_ms)
+        missed = sorted(p.offered_rps for p in points if not ol.meets_slo(p, self.config.slo_ms))
+        upper = next((x for x in missed if capacity is None or x > capacity), None)
+        at = [row for row in rows if capacity is not None and row["offered_rps"] == capacity]
+        limited = [row["offered_rps"] for row in rows if row["generator_limited"]]
+        return {
+            "sweep": rows,
+            "soak": soak_summary(records) if self.config.rate_repeat > 1 else None,
+            "capacity_rps": capacity,
+            "capacity_upper_rps": upper,
+            "capacity_bounded": upper is not None,
+            "capacity_point": at[-1] if at else None,
+            "generator_limited_rates": limited,
+            # a ratio between variants is valid only where the generator kept its schedule up to the capacity
+            "comparable": capacity is not None and not any(x <= capacity for x in limited),
+            "rps": at[-1]["achieved_rps"] if at else math.nan,
+            "latency_ms": ({"p50": at[-1]["p50_ms"], "p95": at[-1]["p95_ms"], "p99": at[-1]["p99_ms"]} if at else {}),
+        }
+
+    def _drain(self, endpoints: Endpoints, v: Variant, timeout_s: float = DRAIN_TIMEOUT_S) -> float | None:
+        """Wait until ``v`` has no request queued and its answered count stopped moving; the seconds it took.
+
+        None when the metrics endpoint cannot tell (the wait is then skipped) or the timeout passed (a
+        warning says so; the next window's figures then include the backlog).
+        """
+        t0 = time.monotonic()
+        last: tuple[int | None, int | None] | None = None
+        while time.monotonic() - t0 < timeout_s:
+            text = scrape(endpoints.metrics)
+            if text is None:
+                return None
+            counts = request_state(text, v.name)
+            now = (counts.get("success"), counts.get("failure"))
+            if counts.get("pending") in (0, None) and now == last:
+                return round(time.monotonic() - t0, 2)
+            last = now
+            time.sleep(0.5)
+        LOGGER.warning("%s still had requests queued or running %.0f s after the window", v.name, timeout_s)
+        return None
+
+    def _cpu_snapshot(self) -> tuple[cpu.CpuSnapshot, cpu.CpuSnapshot | None]:
+        """(the server's cores with its process tree, the generator's cores) — one snapshot when not pinned."""
+        sets = self.cpu_sets
+        if not sets.isolated:
+            return cpu.snapshot(self._server_pid), None
+        return cpu.snapshot(self._server_pid, cores=sets.server), cpu.snapshot(None, cores=sets.client)
+
+    def _unload(self, v: Variant, tag: str, endpoints: Endpoints, stalls: list[str]) -> dict[str, Any]:
+        """Unload ``v``; what it took (and whether it stalled) as record fields."""
+        record: dict[str, Any] = {}
+        t_unload = time.monotonic()
+        try:
+            control.unload(endpoints.http, v.name, timeout_s=self.config.unload_timeout_s)
+        except InflightError as e:
+            # the window was measured in full; what follows it is either a slow unload (Triton
+            # finalizes instances one at a time) or a stalled one, a server defect reported with the run
+            try:
+                control.wait_unloaded(endpoints.http, v.name, self.config.unload_grace_s)
+                record["unload_slow"] = True
+                LOGGER.warning(
+                    "%s: unloading %s took %.1f s (more than --unload-timeout %.0f s; completed)",
+                    tag,
+                    v.name,
+                    time.monotonic() - t_unload,
+                    self.config.unload_timeout_s,
+                )
+            except InflightError:
+                stuck = self.data / f"{tag}-stuck"
+                text = scrape(endpoints.metrics)
+                if text is not None:
+                    # where the requests that hold the unload are: Triton's queue (pending > 0) or not
+                    counts = request_state(text, v.name)
+                    lines = counts.pop("lines")
+                    record["requests_at_stall"] = counts
+                    stuck.mkdir(parents=True, exist_ok=True)
+                    (stuck / "request-metrics.txt").write_text("\n".join(lines) + "\n")
+                dumps = dump_stuck_stubs(v.name, stuck, parent_pid=self._server_pid)
+                record["unload_stalled"] = True
+                waited = time.monotonic() - t_unload
+                stalls.append(
+                    f"unloading {v.name} stalled: {e}, still not unloaded {waited:.0f} s after the request "
+                    "(see tritonserver.log next to the results"
+                    + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
+                    + (
+                        "; Triton 2.51's HTTP frontend does this when more replies finish at once than its socket "
+                        "buffer holds, with a plain Python model too (README, Known limits): raise "
+                        "net.core.wmem_default before the server starts (the runner's own server does, as root) "
+                        "or run with --protocol grpc"
+                        if self.shape.protocol == "http"
+                        else ""
+                    )
+                )
+        record["unload_s"] = round(time.monotonic() - t_unload, 2)
         return record
 
     def _figures(
@@ -704,7 +961,6 @@ class AbRunner:
         raw_dir: Path,
         samples: list[dict[str, Any]],
         problems: list[str],
-        stalls: Sequence[str] = (),
     ) -> dict[str, Any]:
         out: dict[str, Any] = {"locust_log": str(res.log), "locust_returncode": res.returncode}
         if res.killed:
@@ -720,11 +976,6 @@ class AbRunner:
                 f"limited the figures (read them as a lower bound for the server): {res.cpu_warnings[0]!r}; "
                 "give Locust cores of its own or more --processes"
             )
-        caveats += [
-            f"{m}; the window itself was measured in full, but this variant's instances may have stayed loaded "
-            "(idle) through the later windows on this server"
-            for m in stalls
-        ]
         out["cpu_warnings"] = res.cpu_warnings
         out["client_limited"] = bool(res.cpu_warnings)
         out["caveats"] = caveats
@@ -793,6 +1044,10 @@ class AbRunner:
             requests = sum(r["locust"]["requests"] for r in mine if r.get("locust"))
             failures = sum(r["locust"]["failures"] for r in mine if r.get("locust"))
             mean_rps = float(np.mean(rps)) if rps else math.nan
+            entry_open: dict[str, Any] = {}
+            if self.open_loop:
+                entry_open = self._open_loop_summary(mine)
+                lat = np.empty(0)  # latencies pooled across offered rates mean nothing: see the sweep
             summary.append(
                 {
                     "variant": v.label,
@@ -813,6 +1068,7 @@ class AbRunner:
                     "cpu": cpu.combine(
                         [r.get("cpu") or {} for r in mine], [(r.get("server") or {}).get("requests") or 0 for r in mine]
                     ),
+                    **entry_open,
                 }
             )
         problems = [f"{r['variant']} round {r['round']}: {p}" for r in runs for p in r["problems"]]
@@ -837,8 +1093,26 @@ class AbRunner:
             "load": {
                 **s.to_dict(),
                 "repeat": self.config.repeat,
-                "closed_loop": True,
-                "user_class": USER_CLASSES[s.protocol],
+                "closed_loop": not self.open_loop,
+                "open_loop": (
+                    {
+                        "rates": list(self.config.rates),
+                        "search": list(self.config.search) if self.config.search else None,
+                        "slo_p99_ms": self.config.slo_ms,
+                        "rate_tolerance": ol.RATE_TOLERANCE,
+                        "search_tolerance": self.config.search_tolerance,
+                        "search_steps": self.config.search_steps,
+                        "late_threshold_ms": ol.LATE_THRESHOLD_MS,
+                        "limit_late_ms": ol.LIMIT_LATE_MS,
+                        "check_every": s.check_every,
+                        "max_late_fraction": ol.MAX_LATE_FRACTION,
+                        "latency_from": "the scheduled send time (a late send counts its lateness)",
+                    }
+                    if self.open_loop
+                    else None
+                ),
+                "cpu_sets": self.cpu_sets.to_dict(),
+                "user_class": OPEN_LOOP_USER_CLASS if self.open_loop else USER_CLASSES[s.protocol],
                 "locust_run_time_s": math.ceil(s.window_s + s.ramp_s),
                 "order": [f"{r['variant']}{r['round']}" for r in runs],
             },
@@ -866,6 +1140,118 @@ class AbRunner:
             "caveats": caveats,
             "data_dir": str(self.data),
         }
+
+
+def rate_point(record: Mapping[str, Any]) -> ol.RatePoint:
+    """The open-loop figures of one window record (``rate`` set) as a :class:`~inflight.loadtest.openloop.RatePoint`."""
+    locust = record.get("locust") or {}
+    lat = record.get("latency_ms") or {}
+    gen = record.get("generator") or {}
+    requests = int(locust.get("requests", 0))
+    failures = int(locust.get("failures", 0))
+    rps = float(locust.get("rps", math.nan))
+    # the generator's own count: successful answers inside the window, per second of it (Locust's rate
+    # counts failures too and ends at its last answer)
+    achieved = float(gen.get("achieved_rps", math.nan))
+    if not math.isfinite(achieved):
+        achieved = rps * (requests - failures) / requests if requests else 0.0
+    return ol.RatePoint(
+        offered_rps=float(record["rate"]),
+        achieved_rps=achieved,
+        requests=requests,
+        failures=failures,
+        p50_ms=float(lat.get("p50", math.nan)),
+        p95_ms=float(lat.get("p95", math.nan)),
+        p99_ms=float(lat.get("p99", math.nan)),
+        late_fraction=float(gen.get("late_fraction", math.nan)),
+        answered_fraction=float(gen.get("answered_fraction", math.nan)),
+        valid=bool(record.get("valid", False)),
+    )
+
+
+def _generator_counts(raw_dir: Path) -> dict[str, Any]:
+    """The open-loop sources' send counts (``openloop-*.json`` of every Locust process), summed."""
+    parts: list[dict[str, Any]] = []
+    for path in sorted(raw_dir.glob("openloop-*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            parts.extend(json.loads(path.read_text()))
+    return ol.Lateness.combine(parts) if parts else {"sources": 0}
+
+
+def _generator_limited(record: Mapping[str, Any]) -> bool:
+    """True when the generator did not keep its schedule: too many very late sends, or Locust's CPU warning."""
+    gen = record.get("generator") or {}
+    late = gen.get("very_late_fraction")
+    return bool(record.get("client_limited")) or (
+        isinstance(late, float) and math.isfinite(late) and late > ol.MAX_LATE_FRACTION
+    )
+
+
+def open_loop_points(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The sweep of one variant: a row per open-loop window, by offered rate (JSON-ready)."""
+    rows = []
+    for r in records:
+        if r.get("rate") is None:
+            continue
+        p = rate_point(r)
+        rows.append(
+            {
+                **p.to_dict(),
+                "round": r.get("round"),
+                "generator_limited": bool(r.get("generator_limited")),
+                "slo_misses": list(r.get("slo_misses") or []),
+                "avg_batch_requests": (r.get("server") or {}).get("avg_batch_requests"),
+                "avg_batch_items": (r.get("server") or {}).get("avg_batch_items"),
+                "server_cores": (r.get("cpu") or {}).get("server_cores"),
+                "server_us_per_request": (r.get("cpu") or {}).get("server_us_per_request"),
+                "host_busy": (r.get("cpu") or {}).get("host_busy"),
+                "client_busy": (r.get("cpu") or {}).get("client_busy"),
+                "generator": r.get("generator"),
+            }
+        )
+    return sorted(rows, key=lambda x: (x["offered_rps"], x.get("round") or 0))
+
+
+#: A soak's p99 is steady when its last window is within this fraction of its first.
+SOAK_P99_TOLERANCE = 0.20
+#: A soak's stub memory is flat when its last reading is within this fraction of its first.
+SOAK_MEMORY_TOLERANCE = 0.05
+
+
+def soak_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Consecutive windows at one rate: failures, p99 first vs last window, stub memory first vs last.
+
+    Windows are taken in the order they ran, per offered rate (the first rate with more than one window).
+    """
+    by_rate: dict[float, list[Mapping[str, Any]]] = {}
+    for r in records:
+        if r.get("rate") is not None:
+            by_rate.setdefault(float(r["rate"]), []).append(r)
+    runs = next((rs for rs in by_rate.values() if len(rs) > 1), None)
+    if runs is None:
+        return None
+    points = [rate_point(r) for r in runs]
+    first, last = points[0], points[-1]
+    mem = [int((r.get("stub_memory") or {}).get("rss_bytes") or 0) for r in runs]
+    p99_change = last.p99_ms / first.p99_ms - 1.0 if first.p99_ms > 0 else math.nan
+    mem_change = mem[-1] / mem[0] - 1.0 if mem[0] > 0 else math.nan
+    failures = sum(p.failures for p in points)
+    return {
+        "rate": first.offered_rps,
+        "windows": len(runs),
+        "window_s": [round(float((r.get("generator") or {}).get("span_s") or math.nan), 1) for r in runs],
+        "failures": failures,
+        "p99_ms": [p.p99_ms for p in points],
+        "achieved_rps": [p.achieved_rps for p in points],
+        "stub_rss_bytes": mem,
+        "p99_change": p99_change,
+        "stub_rss_change": mem_change,
+        "p99_steady": bool(abs(p99_change) <= SOAK_P99_TOLERANCE),
+        "memory_flat": bool(abs(mem_change) <= SOAK_MEMORY_TOLERANCE),
+        "passed": bool(
+            failures == 0 and abs(p99_change) <= SOAK_P99_TOLERANCE and abs(mem_change) <= SOAK_MEMORY_TOLERANCE
+        ),
+    }
 
 
 def _tail(path: Path, lines: int = 15) -> str:

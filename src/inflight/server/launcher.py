@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -278,6 +280,8 @@ class ServerConfig:
             HTTP frontend hands each finished reply to its HTTP thread through a socket pair of the
             default send-buffer size and silently drops a reply that does not fit (see
             ``ensure_http_reply_buffer``).
+        cpus: Cores the server and its stubs may run on (empty: the launcher's own affinity); the
+            stubs inherit it from tritonserver.
     """
 
     model_repository: Path
@@ -293,6 +297,7 @@ class ServerConfig:
     startup_timeout_s: float = 300.0
     env: Mapping[str, str] = field(default_factory=dict)
     http_reply_buffer_bytes: int | None = field(default_factory=_reply_buffer_from_env)
+    cpus: Sequence[int] = ()
 
     @classmethod
     def from_env(cls, model_repository: Path, workdir: Path, **overrides: object) -> ServerConfig:
@@ -316,6 +321,20 @@ class ServerConfig:
         }
         kw.update(overrides)
         return cls(model_repository=model_repository, workdir=workdir, **kw)  # type: ignore[arg-type]
+
+
+def _server_child_setup(cpus: tuple[int, ...]) -> None:
+    """In the forked child before exec: pin to ``cpus`` and lift the open-file limit to its hard limit.
+
+    Every open HTTP connection is a file descriptor of tritonserver; an open-loop load keeps one
+    per request in flight, more than the common soft limit of 1024 under overload.
+    """
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
 
 
 WMEM_LOCK = Path(tempfile.gettempdir()) / "inflight-wmem_default.lock"
@@ -493,7 +512,12 @@ class TritonServer:
         with buffer:
             try:
                 self.process = subprocess.Popen(
-                    cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                    cmd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=functools.partial(_server_child_setup, tuple(c.cpus)),
                 )
                 self.wait_ready(c.startup_timeout_s)
             except BaseException:
