@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
 from inflight.model_config import (
@@ -172,3 +173,18 @@ def test_ab_refuses_to_check_the_null_models_zeros(tmp_path: Path) -> None:
             out=tmp_path,
         )
     )
+
+
+def test_gpus_place_the_instances_on_named_gpus() -> None:
+    vc = apply_overrides(VariantConfig(model="bert_tiny", variant="sync"), {"instances": "8", "gpus": "0/1"})
+    cfg = vc.to_proto()
+    group = cfg.instance_group[0]
+    assert list(group.gpus) == [0, 1] and group.count == 8
+    assert group.kind == mc.ModelInstanceGroup.KIND_GPU  # placed on GPUs: a GPU instance, not KIND_AUTO
+    assert variant_from_proto(cfg).batching.gpus == (0, 1)
+    # without gpus, Triton places the instances on every GPU it sees and the kind stays as configured
+    plain = VariantConfig(model="bert_tiny", variant="sync").to_proto().instance_group[0]
+    assert list(plain.gpus) == [] and plain.kind == mc.ModelInstanceGroup.KIND_AUTO
+    for bad in ("0/0", "-1", "x"):
+        with pytest.raises(ConfigError, match="override gpus="):
+            apply_overrides(vc, {"gpus": bad})

@@ -105,6 +105,10 @@ def ab_cmd(
         Optional[int],  # noqa: UP045
         typer.Option(help="Open loop: keep-alive connections per Locust process (default 256)."),
     ] = None,
+    check_every: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="Open loop: decode every Nth answer in full, check the rest's status and length (16)."),
+    ] = None,
     server_cpus: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Cores of the server it starts and its stubs (taskset -c form, e.g. 0-15)."),
@@ -160,7 +164,11 @@ def ab_cmd(
             # open loop: one arrival source (Locust user) per process; the rate is set per window
             sources = users or max(1, shape.processes)
             shape = shape.replace(
-                users=sources, spawn_rate=float(sources), arrival=arrival, max_connections=max_connections
+                users=sources,
+                spawn_rate=float(sources),
+                arrival=arrival,
+                max_connections=max_connections,
+                check_every=check_every,
             )
         path = run_ab(
             AbConfig(
