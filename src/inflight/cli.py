@@ -270,7 +270,9 @@ def experiments_cmd(
         except ValueError as e:
             fail(str(e))
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+        kept = json.loads(out.read_text()) if out.is_file() else {}
+        kept.update(doc)  # other blocks of the file (e.g. open_loop, from inflight results-report) stay
+        out.write_text(json.dumps(kept, indent=1) + "\n")
         typer.echo(f"wrote {out}: {json.dumps({k: v for k, v in doc.items() if k != 'detail'})}")
     else:
         fail(f"unknown command {what!r}: use plan, best, batches or summary")

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from inflight import open_loop_results
+
 
 def _fmt(v: Any, spec: str = ",.0f", suffix: str = "") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -343,6 +345,7 @@ def render(root: Path) -> str:
     sj = results / "summary.json"
     if sj.is_file():
         lines += summary_section(sj, root)
+    lines += open_loop_results.section(root)
     exp = results / "experiments"
     if exp.is_dir():
         lines += experiments_section(exp, root, json.loads(sj.read_text()) if sj.is_file() else None)
@@ -355,7 +358,8 @@ def render(root: Path) -> str:
     many = results / PIPELINED_CEILING_DIR
     if many.is_dir():
         lines += pipelined_ceiling_section(sorted(many.rglob("ab-*.json")), root)
-    abs_ = sorted(results.rglob("ab-*.json"))
+    # open-loop runs have their own section (above): capacity at an SLO, not a closed-loop A/B
+    abs_ = sorted(p for p in results.rglob("ab-*.json") if open_loop_results.OPEN_LOOP_DIR not in p.parts)
     if abs_:
         lines += ["## Through the server: A/B load tests", ""]
         for p in abs_:
@@ -892,7 +896,8 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
 
 
 def write(root: Path, out: Path | None = None) -> Path:
-    """Write docs/RESULTS.md (or ``out``)."""
+    """Write docs/RESULTS.md (or ``out``), first bringing ``results/summary.json``'s ``open_loop`` block up to date."""
+    open_loop_results.write_summary(root)
     out = out or root / "docs" / "RESULTS.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(root))

@@ -20,6 +20,10 @@ def test_every_ab_figure_comes_from_its_json() -> None:
     page = render(ROOT)
     for path in sorted((ROOT / "results").rglob("ab-*.json")):
         doc = json.loads(path.read_text())
+        if not doc["load"].get("closed_loop", True):
+            # an open-loop run: linked by its report; its capacity figures are checked below
+            assert str(path.with_suffix(".md").relative_to(ROOT)) in page
+            continue
         assert str(path.relative_to(ROOT)) in page
         for s in doc["summary"]:
             assert f"{s['rps']:,.0f}" in page
@@ -100,6 +104,8 @@ def test_ab_section_reproduce_line_names_the_protocol() -> None:
     page = render(ROOT)
     for path in sorted((ROOT / "results").rglob("ab-*.json")):
         doc = json.loads(path.read_text())
+        if not doc["load"].get("closed_loop", True):
+            continue  # open-loop runs are listed in their own section
         section = page.split(f"### `{path.relative_to(ROOT)}`", 1)[1].split("\n### ", 1)[0]
         reproduce = next(line for line in section.splitlines() if line.startswith("Reproduce:"))
         assert ("--protocol grpc" in reproduce) == (doc["load"].get("protocol") == "grpc"), path
@@ -179,3 +185,26 @@ def test_pipelined_ceiling_section_says_when_no_executor_can_beat_the_sync(tmp_p
     text = "\n".join(pipelined_ceiling_section([p], tmp_path))
     assert "serves 0.88x the best sync" in text and "no executor on this path can beat it here" in text
     assert "Target: the best pipelined" not in text  # no pipelined variant in the file: no verdict
+
+
+def test_open_loop_section_comes_from_the_committed_json() -> None:
+    from inflight import open_loop_results as olr
+
+    page = render(ROOT)
+    block = olr.summary(ROOT)
+    assert block is not None
+    # results/summary.json holds what the files say (inflight results-report rewrote it from them)
+    committed = json.loads((ROOT / "results" / "summary.json").read_text())
+    assert committed["open_loop"] == json.loads(json.dumps(block))
+    for key in ("best_sync", "best_pipelined", "two_gpu"):
+        entry = block[key]
+        assert f"| {entry['capacity_rps']:,.0f} |" in page and entry["file"] in page
+        doc = json.loads((ROOT / entry["file"]).read_text())
+        (s,) = [s for s in doc["summary"] if s["spec"] == entry["spec"]]
+        assert s["capacity_rps"] == entry["capacity_rps"]
+    assert f"{block['generator_verified_rps']:,.0f} req/s" in page
+    for t in block["targets"]:
+        assert f"| {t['figure']} |" in page
+    ratio = block["pipelined_over_sync"]
+    assert ratio == block["best_pipelined"]["capacity_rps"] / block["best_sync"]["capacity_rps"]
+    assert f"| pipelined / best sync capacity | {ratio:.2f}x |" in page
