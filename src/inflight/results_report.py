@@ -599,6 +599,12 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
 PIPELINED_CEILING_DIR = "pipelined-ceiling"
 
 
+def _cpu_sets_cell(doc: Mapping[str, Any]) -> str:
+    """``server / Locust`` cores of an A/B that pinned them apart, else ``shared``."""
+    sets = (doc.get("load") or {}).get("cpu_sets") or {}
+    return f"{sets['server']} / {sets['client']}" if sets.get("isolated") else "shared"
+
+
 def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
     """Many instances: each variant's req/s beside the sync one of its A/B, with the server's CPU per request.
 
@@ -654,6 +660,7 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
                     _fmt(cpu.get("stub_cores"), ".1f"),
                     _fmt(cpu.get("other_cores"), ".1f"),
                     _pct(cpu.get("host_busy")) + (f" of {cpu['host_cores']}" if cpu.get("host_cores") else ""),
+                    _cpu_sets_cell(doc),
                     "yes" if x.get("client_limited") else "no",
                 ]
             )
@@ -664,8 +671,10 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
     lines = [
         f"## Many instances: the deferred response path's ceiling (`results/{PIPELINED_CEILING_DIR}`)",
         "",
-        "Each A/B ran under the published load on one lane of a two-GPU host (one GPU, 16 cores for the server and "
-        "Locust together). *vs best sync* divides by the best sync variant of the same file. The null model with "
+        "Each A/B ran under the published load on one GPU: the 2026-11-21 ones on one lane of a two-GPU host (16 "
+        "cores for the server and Locust together), later ones with the server and Locust pinned to disjoint cores "
+        "(*CPU sets*: server / Locust; then *busy* and *rest* are the server's cores'). *vs best sync* divides by the "
+        "best sync variant of the same file. The null model with "
         "`sender_threads` defers every response to sender threads after a stand-in device time (`sleep_us` per batch, "
         "batches one after another): a pipelined executor whose own work costs nothing. *server CPU* is the CPU "
         "time of tritonserver and its stub processes per successful request over the window; *stubs* and *rest* "
@@ -686,6 +695,7 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
             "stubs (cores)",
             "rest (cores)",
             "cores busy",
+            "CPU sets",
             "client-limited",
         ],
         rows,
