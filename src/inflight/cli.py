@@ -126,7 +126,10 @@ def serve_cmd(
                 raise typer.Exit(1)
     finally:
         code = server.stop()
-        typer.echo(f"tritonserver stopped (exit code {code})")
+        typer.echo(
+            f"tritonserver stopped (exit code {code})"
+            + (f": not gracefully: {server.exit_reason}" if server.exit_reason else "")
+        )
 
 
 @app.command("bench-engine")

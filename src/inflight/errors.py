@@ -11,7 +11,17 @@ class InflightError(Exception):
 
 
 class ValidationError(InflightError):
-    """A request (or a configuration value) is not acceptable; only that request fails."""
+    """A request (or a configuration value) is not acceptable; only that request fails.
+
+    Args:
+        message: What is wrong and how to fix it (the client sees it).
+        reason: A short stable name of the kind of problem (``dtype``, ``shape``, ``empty_batch``...),
+            the label of the backend's rejected-requests counter.
+    """
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ConfigError(InflightError):

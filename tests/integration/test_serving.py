@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import re
+import time
+import urllib.request
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -166,6 +168,21 @@ def test_bad_request_fails_alone_inside_a_batch(server: Any, repository: Any, ki
     requests = int(after["inference_stats"]["success"]["count"]) - int(before["inference_stats"]["success"]["count"])
     assert executions < len(goods) + 1, "the requests were not batched together; the test proves nothing"
     assert requests >= len(goods)
+    # Triton counts the rejected request as a success; the backend's own counter says what it was
+    time.sleep(0.2)  # the metrics are published from the next execute(), at most every 100 ms
+    call(goods[0])
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    counts = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("inflight_rejected_requests_total{")
+        and f'model="{name}"' in line
+        and 'reason="token_out_of_range"' in line
+    ]
+    assert counts and sum(counts) >= 1, "no inflight_rejected_requests_total{reason=token_out_of_range} series"
+    log = server.log_path.read_text(errors="replace")
+    assert re.search(rf"{name}: rejected a request \(token_out_of_range, \d+ so far\): token id", log)
 
 
 def test_server_log_says_which_engine_and_device_serve(server: Any, kind: str) -> None:

@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -578,12 +579,12 @@ FAKE_NSYS = textwrap.dedent(
     echo "$*" >>"$FAKE_LOG"
     cmd=$1; shift
     opt() { local k=$1; shift; for a in "$@"; do [[ $a == --$k=* ]] && { echo "${a#--$k=}"; return; }; done; }
-    app() { while [[ $# -gt 0 && $1 != bash ]]; do shift; done; "$@"; }
+    app() { while [[ $# -gt 0 && $1 != bash ]]; do shift; done; exec "$@"; }
     case "$cmd" in
       --version) echo "NVIDIA Nsight Systems version 2025.3.1-fake" ;;
       profile)
         out=$(opt output "$@"); d=$(opt delay "$@"); w=$(opt duration "$@")
-        app "$@" & pid=$!
+        ( app "$@" ) & pid=$!  # the app itself (exec), so that stopping it as nsys does stops it
         n=$(awk -v a="$d" -v b="$w" 'BEGIN{print int((a+b)*10)}')
         for ((i = 0; i < n; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit $?; }  # the app ended first, as with nsys
@@ -703,6 +704,17 @@ def test_profile_script_end_to_end_with_a_fake_nsys(tmp_path: Path, fake_nsys: d
         assert "--delay=3.5" in traced and "--duration=0.5" in traced
     assert any(line.startswith("export --type=sqlite") for line in log)
     assert any(line.startswith("stats --report cuda_api_sum,cuda_gpu_kern_sum,cuda_gpu_mem_time_sum") for line in log)
+    # the server the script started is gone with it: nothing listens on its port any more
+    deadline = time.monotonic() + 10
+    while _listening(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _listening(port), f"the profiled server still listens on port {port} after the script ended"
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_profile_script_fails_when_the_server_dies(tmp_path: Path, fake_nsys: dict[str, str]):

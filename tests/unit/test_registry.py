@@ -42,33 +42,46 @@ def test_validate_accepts_good_input_and_counts_items() -> None:
 
 
 @pytest.mark.parametrize(
-    ("mutate", "pattern"),
+    ("mutate", "pattern", "reason"),
     [
-        (lambda x: x.pop("attention_mask"), r"missing input\(s\) \['attention_mask'\]"),
-        (lambda x: x.update(input_ids=x["input_ids"].astype(np.int32)), r"datatype INT32; send INT64"),
-        (lambda x: x.update(input_ids=x["input_ids"][..., None]), r"expected \[batch, seq\]"),
-        (lambda x: x.update(attention_mask=x["attention_mask"][:1]), r"disagree on the batch dimension"),
-        (lambda x: x.update(attention_mask=x["attention_mask"][:, :4]), r"disagree on the sequence length"),
-        (lambda x: x["input_ids"].__setitem__((0, 0), 30522), r"token id 30522 is outside"),
-        (lambda x: x["input_ids"].__setitem__((0, 0), -1), r"token id -1 is outside"),
-        (lambda x: x["attention_mask"].__setitem__((0, 0), 2), r"only 0 and 1"),
+        (lambda x: x.pop("attention_mask"), r"missing input\(s\) \['attention_mask'\]", "missing_input"),
+        (lambda x: x.update(input_ids=x["input_ids"].astype(np.int32)), r"datatype INT32; send INT64", "dtype"),
+        (lambda x: x.update(input_ids=x["input_ids"][..., None]), r"expected \[batch, seq\]", "shape"),
+        (lambda x: x.update(attention_mask=x["attention_mask"][:1]), r"disagree on the batch dimension", "shape"),
+        (lambda x: x.update(attention_mask=x["attention_mask"][:, :4]), r"disagree on the sequence length", "shape"),
+        (lambda x: x["input_ids"].__setitem__((0, 0), 30522), r"token id 30522 is outside", "token_out_of_range"),
+        (lambda x: x["input_ids"].__setitem__((0, 0), -1), r"token id -1 is outside", "token_out_of_range"),
+        (lambda x: x["attention_mask"].__setitem__((0, 0), 2), r"only 0 and 1", "mask_value"),
+        (
+            lambda x: x.update(input_ids=x["input_ids"][:0], attention_mask=x["attention_mask"][:0]),
+            "empty",
+            "empty_batch",
+        ),
+        (
+            lambda x: x.update(input_ids=x["input_ids"][:, :0], attention_mask=x["attention_mask"][:, :0]),
+            "sequence length is 0",
+            "empty_sequence",
+        ),
     ],
 )
-def test_validate_rejects_with_clear_messages(mutate: object, pattern: str) -> None:
+def test_validate_rejects_with_clear_messages(mutate: object, pattern: str, reason: str) -> None:
     spec = MODELS["bert_tiny"]
     x = spec.example_inputs(2, seq_len=8)
     mutate(x)  # type: ignore[operator]
-    with pytest.raises(ValidationError, match=pattern):
+    with pytest.raises(ValidationError, match=pattern) as e:
         spec.validate(x)
+    assert e.value.reason == reason  # the label of the backend's rejected-requests counter
 
 
 def test_validate_limits() -> None:
     bert = MODELS["bert_tiny"]
-    with pytest.raises(ValidationError, match="exceeds the model's limit of 512 tokens"):
+    with pytest.raises(ValidationError, match="exceeds the model's limit of 512 tokens") as e:
         bert.validate(bert.example_inputs(1, seq_len=513))
+    assert e.value.reason == "sequence_too_long"
     head = MODELS["linear_head"]
-    with pytest.raises(ValidationError, match="max_batch_size is 2048"):
+    with pytest.raises(ValidationError, match="max_batch_size is 2048") as e:
         head.validate({"features": np.zeros((2049, 1024), np.float32)})
+    assert e.value.reason == "batch_too_large"
     with pytest.raises(ValidationError, match="max_batch_size is 16"):
         head.validate({"features": np.zeros((17, 1024), np.float32)}, max_batch_size=16)
     with pytest.raises(ValidationError, match="empty request"):

@@ -571,7 +571,13 @@ class AbRunner:
                 log = self.data / "tritonserver.log"
                 with contextlib.suppress(OSError):
                     shutil.copy(server.log_path, log)
-                LOGGER.info("tritonserver stopped (exit code %s); its log: %s", code, log)
+                LOGGER.info(
+                    "tritonserver stopped (exit code %s%s); its log: %s",
+                    code,
+                    f", not gracefully: {server.exit_reason}" if server.exit_reason else "",
+                    log,
+                )
+                server_exit = {"code": code, "reason": server.exit_reason}
             workdir.cleanup()
             stop_on_term.restore()
             if self.cpu_sets.client:
@@ -580,6 +586,9 @@ class AbRunner:
                 for path in pools.values():
                     path.unlink(missing_ok=True)
         if server is not None:
+            doc["server"]["exit"] = server_exit
+            if server.exit_reason:
+                doc["caveats"].append(f"tritonserver exited non-gracefully (code {code}): {server.exit_reason}")
             # the backend logs its own counters when a variant is unloaded: where its time went
             with contextlib.suppress(OSError):
                 n = st.attach_executor_stats(doc, (self.data / "tritonserver.log").read_text(errors="replace"))

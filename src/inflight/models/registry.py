@@ -172,22 +172,27 @@ class ModelSpec:
             if a is None:
                 raise ValidationError(
                     f"missing input(s) {[t.name for t in self.inputs if t.name not in inputs]}; model "
-                    f"{self.name!r} needs {[(t.name, t.wire_type, [-1, *t.dims]) for t in self.inputs]}"
+                    f"{self.name!r} needs {[(t.name, t.wire_type, [-1, *t.dims]) for t in self.inputs]}",
+                    "missing_input",
                 )
             if a.dtype != dtype:
-                raise ValidationError(f"input {name!r} has datatype {_wire(a.dtype)}; send {WIRE_TYPES[dtype.name]}")
+                raise ValidationError(
+                    f"input {name!r} has datatype {_wire(a.dtype)}; send {WIRE_TYPES[dtype.name]}", "dtype"
+                )
             shape = a.shape
             if len(shape) != ndim:
                 raise ValidationError(
                     f"input {name!r} has shape {list(shape)}; expected [batch, "
-                    f"{', '.join('seq' if d == -1 else str(d) for d in dims)}]"
+                    f"{', '.join('seq' if d == -1 else str(d) for d in dims)}]",
+                    "shape",
                 )
             if batch < 0:
                 batch = shape[0]
             elif shape[0] != batch:
                 raise ValidationError(
                     f"inputs disagree on the batch dimension: {name!r} has {shape[0]} items, "
-                    f"others {batch}; send the same number of items in every input"
+                    f"others {batch}; send the same number of items in every input",
+                    "shape",
                 )
             for axis, d in enumerate(dims, start=1):
                 if d == -1:
@@ -196,24 +201,29 @@ class ModelSpec:
                     elif shape[axis] != seq:
                         raise ValidationError(
                             f"inputs disagree on the sequence length: {name!r} has {shape[axis]}, "
-                            f"others {seq}; pad input_ids and attention_mask to the same length"
+                            f"others {seq}; pad input_ids and attention_mask to the same length",
+                            "shape",
                         )
                 elif shape[axis] != d:
-                    raise ValidationError(f"input {name!r} has shape {list(shape)}; dimension {axis} must be {d}")
+                    raise ValidationError(
+                        f"input {name!r} has shape {list(shape)}; dimension {axis} must be {d}", "shape"
+                    )
         if batch == 0:
-            raise ValidationError("empty request: the batch dimension is 0; send at least one item")
+            raise ValidationError("empty request: the batch dimension is 0; send at least one item", "empty_batch")
         if batch > limit:
             raise ValidationError(
                 f"request has {batch} items but max_batch_size is {limit}; split it into requests "
-                f"of at most {limit} items"
+                f"of at most {limit} items",
+                "batch_too_large",
             )
         if seq >= 0:
             if seq == 0:
-                raise ValidationError("sequence length is 0; send at least one token per item")
+                raise ValidationError("sequence length is 0; send at least one token per item", "empty_sequence")
             if self.max_seq_len is not None and seq > self.max_seq_len:
                 raise ValidationError(
                     f"sequence length {seq} exceeds the model's limit of {self.max_seq_len} tokens; "
-                    f"truncate the input to {self.max_seq_len}"
+                    f"truncate the input to {self.max_seq_len}",
+                    "sequence_too_long",
                 )
         if check_values:
             self.check_values(inputs)
@@ -236,11 +246,12 @@ class ModelSpec:
             lo, hi = int(ids.min()), int(ids.max())
             bad = hi if hi >= self.vocab_size else lo
             raise ValidationError(
-                f"token id {bad} is outside the vocabulary [0, {self.vocab_size}); use the model's tokenizer"
+                f"token id {bad} is outside the vocabulary [0, {self.vocab_size}); use the model's tokenizer",
+                "token_out_of_range",
             )
         mask = inputs["attention_mask"]
         if mask.size and int(mask.view(np.uint64).max()) > 1:
-            raise ValidationError("attention_mask must contain only 0 and 1")
+            raise ValidationError("attention_mask must contain only 0 and 1", "mask_value")
 
     def dynamic_shapes(self) -> dict[str, dict[int, str]]:
         """Variable axes per input: batch always, and the sequence axis where there is one."""

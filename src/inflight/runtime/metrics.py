@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from inflight.runtime.executor import ExecutorStats
@@ -43,6 +43,9 @@ class MetricsPublisher:
         slots: Ring size (histogram buckets of the in-flight depth).
         gpu_figures: Live GPU activity / sync share (CUPTI), or None.
         interval_s: Minimum time between two publications.
+        rejected: Requests answered with INVALID_ARG, by reason (the model's counter); published as
+            ``inflight_rejected_requests_total{reason=...}``, a series per reason from its first
+            rejection on (Triton counts these requests as successes).
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class MetricsPublisher:
         slots: int,
         gpu_figures: GpuFigures | None = None,
         interval_s: float = 0.1,
+        rejected: Mapping[str, int] | None = None,
     ) -> None:
         mf = pb_utils.MetricFamily
         labels = {"model": model, "instance": instance, "pid": str(os.getpid())}
@@ -105,6 +109,15 @@ class MetricsPublisher:
         self.m_counters = {
             attr: family(name, desc, mf.COUNTER).Metric(labels=labels) for attr, (name, desc) in counters.items()
         }
+        self.rejected = rejected
+        self._labels = labels
+        self._rejected_seen: dict[str, int] = {}
+        self.m_rejected: dict[str, Any] = {}
+        self.f_rejected = family(
+            "inflight_rejected_requests_total",
+            "Requests answered with an INVALID_ARG error, by reason (Triton counts them as successes)",
+            mf.COUNTER,
+        )
         self.m_gpu: dict[str, Any] = {}
         if gpu_figures is not None:
             self.m_gpu = {
@@ -139,6 +152,13 @@ class MetricsPublisher:
         for _ in range(min(len(sizes), 1000)):
             self.m_batch.observe(float(sizes.popleft()))
         sizes.clear()
+        for reason, n in (self.rejected or {}).items():
+            delta = n - self._rejected_seen.get(reason, 0)
+            if delta > 0:
+                if reason not in self.m_rejected:
+                    self.m_rejected[reason] = self.f_rejected.Metric(labels={**self._labels, "reason": reason})
+                self.m_rejected[reason].increment(float(delta))
+                self._rejected_seen[reason] = n
         self.m_inflight.set(float(self.in_flight()))
         if self.gpu_figures is not None:
             figures = self.gpu_figures()

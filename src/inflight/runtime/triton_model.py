@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,9 @@ from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
 from inflight.server.stalls import install_stack_dump
 
 LOGGER = logging.getLogger(__name__)
+
+#: Seconds between two log lines about rejected requests of one reason (each line is a round trip).
+REJECT_LOG_INTERVAL_S = 10.0
 
 
 class TritonSink:
@@ -217,6 +222,8 @@ class InflightModel:
         version_dir = Path(args["model_repository"]) / str(args.get("model_version", "1"))
         self.sink = TritonSink(pb_utils)
         self.ranges = _Nvtx(self.params.nvtx, "inflight")
+        self.rejected: Counter[str] = Counter()  # requests answered with INVALID_ARG, by reason
+        self._reject_logged: dict[str, float] = {}
 
         spec, p = self.spec, self.params
         max_seq = None
@@ -313,6 +320,7 @@ class InflightModel:
                 in_flight=getattr(self.executor, "in_flight", lambda: 0),
                 slots=slots,
                 gpu_figures=gpu_figures,
+                rejected=self.rejected,
             )
         except Exception as e:  # metrics must not stop the model from serving
             LOGGER.warning("custom metrics unavailable (%s: %s); serving without them", type(e).__name__, e)
@@ -357,8 +365,8 @@ class InflightModel:
     def _execute_sync(self, requests: Sequence[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
 
-        def reject(index: int, message: str) -> None:
-            responses[index] = self._invalid(message)
+        def reject(index: int, error: ValidationError) -> None:
+            responses[index] = self._invalid(error)
 
         items: list[Item] = []
         t0 = time.perf_counter()
@@ -366,7 +374,7 @@ class InflightModel:
             try:
                 inputs, count, seq = self._parse(r)
             except ValidationError as e:
-                reject(i, str(e))
+                reject(i, e)
                 continue
             items.append(Item(inputs=inputs, count=count, seq=seq, handle=i))
         self.timing["parse_s"] += time.perf_counter() - t0
@@ -394,9 +402,23 @@ class InflightModel:
         assert isinstance(executor, SyncExecutor)
         return executor.run(Batch(items))
 
-    def _invalid(self, message: str) -> Any:
-        """The error response for a bad request (``INVALID_ARG``)."""
-        return self.sink.response(None, message, self.pb.TritonError.INVALID_ARG)
+    def _invalid(self, error: ValidationError) -> Any:
+        """The error response for a bad request (``INVALID_ARG``); counted by reason, logged now and then.
+
+        Triton counts a request its backend answers with an error as a success (``/stats``,
+        ``nv_inference_request_success``), so the backend keeps its own count, published as
+        ``inflight_rejected_requests_total{reason=...}`` and logged at most every
+        ``REJECT_LOG_INTERVAL_S`` per reason (execute thread only).
+        """
+        reason = error.reason
+        self.rejected[reason] += 1
+        now = time.monotonic()
+        if now - self._reject_logged.get(reason, -math.inf) >= REJECT_LOG_INTERVAL_S:
+            LOGGER.warning(
+                "%s: rejected a request (%s, %d so far): %s", self.model_name, reason, self.rejected[reason], error
+            )
+            self._reject_logged[reason] = now
+        return self.sink.response(None, str(error), self.pb.TritonError.INVALID_ARG)
 
     def _split_bad_values(self, items: list[Item], reject: Any) -> list[Item]:
         """After the batch-level value check failed: ``reject(handle, msg)`` each offender; return the rest."""
@@ -405,7 +427,7 @@ class InflightModel:
             try:
                 self.spec.check_values(item.inputs)
             except ValidationError as e:
-                reject(item.handle, str(e))
+                reject(item.handle, e)
             else:
                 good.append(item)
         return good
@@ -421,7 +443,7 @@ class InflightModel:
                 try:
                     inputs, count, seq = self._parse(r)
                 except ValidationError as e:
-                    self._pipelined_reject(sender, str(e))
+                    self._pipelined_reject(sender, e)
                     continue
                 items.append(Item(inputs=inputs, count=count, seq=seq, handle=sender))
         self.timing["parse_s"] += time.perf_counter() - t0
@@ -439,8 +461,8 @@ class InflightModel:
             for item in items:
                 self.sink.send(item.handle, None, str(e))
 
-    def _pipelined_reject(self, sender: Any, message: str) -> None:
-        sender.send(self._invalid(message), flags=self.sink.final)
+    def _pipelined_reject(self, sender: Any, error: ValidationError) -> None:
+        sender.send(self._invalid(error), flags=self.sink.final)
         assert isinstance(self.executor, PipelinedExecutor)
         self.executor.stats.error_responses += 1
 
@@ -451,7 +473,7 @@ class InflightModel:
         close_s = time.perf_counter() - t0
         stats = self.executor.stats.snapshot()
         stats.update(self.timing)
-        stats.update(build_s=self.sink.build_s, send_call_s=self.sink.call_s)
+        stats.update(build_s=self.sink.build_s, send_call_s=self.sink.call_s, rejected=dict(self.rejected))
         if self._gil_probe is not None:
             stats.update(self._gil_probe.stop())
         if getattr(self, "_cupti", None) is not None:

@@ -430,6 +430,48 @@ def ensure_http_reply_buffer(min_bytes: int, path: Path = WMEM_DEFAULT) -> int |
     return current
 
 
+#: The folders Triton's Python backend makes for its stubs' environments (``mkdtemp``), one per server.
+PYTHON_ENV_DIRS = Path("/tmp/python_env_*")
+
+
+def exit_reason(log: str, code: int | None, killed_after_s: float | None = None) -> str | None:
+    """Why tritonserver exited non-gracefully, read from its log; None for a clean exit (code 0).
+
+    Args:
+        log: The server log of this run.
+        code: Its exit code (negative: killed by that signal).
+        killed_after_s: Set when the launcher killed it after waiting this long for it to stop.
+    """
+    if code == 0 or code is None:
+        return None
+    parts: list[str] = []
+    if killed_after_s is not None:
+        parts.append(f"it did not stop within {killed_after_s:.0f} s of SIGTERM and was killed (signal {-code})")
+    elif code < 0:
+        parts.append(f"it was killed by signal {-code}")
+    lines = log.splitlines()
+    failed = [ln.split("failed to stop server:", 1)[1].strip(' ".') for ln in lines if "failed to stop server:" in ln]
+    if failed:
+        parts.append(f"Triton: failed to stop server: {failed[-1]}")
+    for proto in ("HTTP", "GRPC"):
+        found = [ln for ln in lines if "Found " in ln and f" {proto} SERVICE CONNECTIONS" in ln.upper()]
+        if found:
+            n = found[-1].split("Found ", 1)[1].split(" ", 1)[0]
+            if n.isdigit() and int(n) > 0:
+                parts.append(
+                    f"{n} {proto if proto == 'HTTP' else 'gRPC'} connection(s) were still open when the exit "
+                    "timeout expired (Triton waits for them; a request it never answers keeps one: Triton 2.51 "
+                    "never answers a request whose batch dimension is 0, e.g. shape [0, 0]; README, Known limits)"
+                )
+    stubs = sum("Non-graceful termination detected" in ln for ln in lines)
+    if stubs:
+        parts.append(f"{stubs} Python-backend stub(s) were terminated without finalize()")
+    errors = [ln for ln in lines if ln.startswith("E") and "failed to stop server" not in ln]
+    if not parts and errors:
+        parts.append(f"last error in its log: {errors[-1][:300]}")
+    return "; ".join(parts) if parts else f"exit code {code} (the log says nothing more)"
+
+
 class TritonServer:
     """A tritonserver process: ``start()``, ``wait_ready()``, ``stop()``; a context manager.
 
@@ -443,6 +485,10 @@ class TritonServer:
         self.dist: TritonDist | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = config.workdir / "tritonserver.log"
+        self._log_start = 0  # where this start's part of the (appended) log begins
+        self._env_dirs_before: set[Path] = set()
+        #: Why the server last exited non-gracefully (from its log), or None after a clean exit.
+        self.exit_reason: str | None = None
         self._log_file: object | None = None
 
     @property
@@ -508,6 +554,14 @@ class TritonServer:
         LOGGER.info("starting %s (numpy %s in the stub)", " ".join(cmd), numpy_version)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by this object, closed in stop()
         self._log_file = log
+        # one log file for every start in this workdir: each start gets a header, and the exit reason
+        # is read from this start's part only
+        self._log_start = log.tell()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        log.write(f"==== {stamp}: tritonserver started by inflight: {' '.join(cmd)}\n".encode())
+        log.flush()
+        self._env_dirs_before = set(PYTHON_ENV_DIRS.parent.glob(PYTHON_ENV_DIRS.name))
+        self.exit_reason = None
         buffer = http_reply_buffer(c.http_reply_buffer_bytes) if c.http_reply_buffer_bytes else contextlib.nullcontext()
         with buffer:
             try:
@@ -593,10 +647,34 @@ class TritonServer:
                 code = p.wait()
         elif p is not None:
             code = p.returncode
+        killed = code is not None and code < 0
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
             self._log_file = None
+        if p is not None:
+            self.exit_reason = exit_reason(self._log_since_start(), code, killed_after_s=timeout_s if killed else None)
+            if self.exit_reason:
+                LOGGER.warning("tritonserver exited non-gracefully (code %s): %s", code, self.exit_reason)
+            self._remove_leftover_env_dirs()
         return code
+
+    def _log_since_start(self) -> str:
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(self._log_start)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _remove_leftover_env_dirs(self) -> None:
+        """Remove the empty ``/tmp/python_env_*`` folders this server's Python backend made and left behind.
+
+        The Python backend makes one per server start and removes it when it shuts down cleanly; after
+        a non-graceful exit it stays. Only empty folders that appeared while this server ran are removed.
+        """
+        for d in set(PYTHON_ENV_DIRS.parent.glob(PYTHON_ENV_DIRS.name)) - self._env_dirs_before:
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
     def __enter__(self) -> TritonServer:
         return self.start()
