@@ -6,7 +6,7 @@ import json
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -190,7 +190,6 @@ def demo_cmd(
 ) -> None:
     """The main job: build bert_tiny, serve it, A/B the sync and pipelined variants, print what served and how fast."""
     setup_logging(verbose)
-    import re
 
     from inflight.build import artifacts_current, build_model
     from inflight.loadtest.presets import preset
@@ -212,13 +211,10 @@ def demo_cmd(
         )  # fmt: skip
     except InflightError as e:
         fail(e)
-    log = path.with_suffix("") / "tritonserver.log"
-    if log.is_file():
-        for line in log.read_text(errors="replace").splitlines():
-            m = re.search(r"\] (bert_tiny_\w+ \(.*?\): .*? mode.*?ready in [0-9.]+ s)", line)
-            if m:
-                typer.echo(f"served by: {m.group(1)}")
     doc = json.loads(path.read_text())
+    for v in doc["variants"]:
+        for line in v.get("served") or []:
+            typer.echo(f"served by: {v['model_name']} ({line})")
     for s in doc["summary"]:
         lat = s.get("latency_ms") or {}
         typer.echo(
@@ -226,7 +222,57 @@ def demo_cmd(
             f"p50 {lat.get('p50', float('nan')):.1f} ms  p99 {lat.get('p99', float('nan')):.1f} ms  "
             f"failures {s['failures']}"
         )
+    for line in demo_ratio_lines(doc):
+        typer.echo(line)
     typer.echo(f"report: {path.with_suffix('.md')}")
+
+
+def demo_ratio_lines(doc: dict[str, Any]) -> list[str]:
+    """What the demo's pipelined / sync ratio means, from the run's own CPU figures.
+
+    When the load generator shared the server's cores and those cores were busy, the ratio says
+    which mode left more CPU to the generator and the server's other work, not what pipelining
+    gains by not waiting for the device.
+    """
+    summary = {s["spec"]: s for s in doc.get("summary", [])}
+    sync, pipe = summary.get("bert_tiny_sync"), summary.get("bert_tiny_inflight")
+    if not sync or not pipe or not sync.get("rps") or not pipe.get("rps"):
+        return []
+    ratio = pipe["rps"] / sync["rps"]
+    lines = [f"pipelined / sync: {ratio:.2f}x"]
+    sets = (doc.get("load") or {}).get("cpu_sets") or {}
+
+    def cpu(s: dict[str, Any], key: str) -> float:
+        v = (s.get("cpu") or {}).get(key)
+        return float(v) if isinstance(v, (int, float)) else float("nan")
+
+    for name, s in (("sync", sync), ("pipelined", pipe)):
+        lines.append(
+            f"  {name}: the server used {cpu(s, 'server_cores'):.2f} cores ({cpu(s, 'server_us_per_request'):,.0f} us "
+            f"of CPU per request), the rest (Locust, the runner) {cpu(s, 'other_cores'):.2f}; the run's "
+            f"{int(cpu(s, 'host_cores')) if cpu(s, 'host_cores') == cpu(s, 'host_cores') else '?'} cores were "
+            f"{100 * cpu(s, 'host_busy'):.0f}% busy"
+        )
+    busy = max(cpu(sync, "host_busy"), cpu(pipe, "host_busy"))
+    if sets.get("isolated"):
+        lines.append(
+            f"  the server ran on cores {sets['server']} and Locust on {sets['client']}: the ratio compares the modes "
+            "with the load generator out of the server's way"
+        )
+    elif busy >= 0.8:
+        lines.append(
+            "  Locust shared the server's cores and kept them busy, so this ratio says which mode left more CPU to "
+            "the load generator and the server's other work, not what pipelining gains by not waiting for the "
+            "device. Read it as a check that both paths serve; for a comparison of the modes give the server and "
+            "Locust cores of their own (a host of 8+ cores splits them by default; see docs/RESULTS.md for the "
+            "GPU host's figures)."
+        )
+    else:
+        lines.append(
+            "  Locust shared the server's cores, but they were not saturated: the ratio is the modes' own, within "
+            "the noise of a short window"
+        )
+    return lines
 
 
 @app.command("results-report")

@@ -208,7 +208,15 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
         "",
         "## Variants\n",
     ]
-    out += [f"- **{v['label']}** `{v['spec']}` → {v['model_name']}: {_config_line(v)}" for v in doc["variants"]]
+    for v in doc["variants"]:
+        out.append(f"- **{v['label']}** `{v['spec']}` → {v['model_name']}: {_config_line(v)}")
+        served = v.get("served") or []
+        if served:
+            # what the instances reported at load (the config says what was asked for; a CPU instance runs
+            # fp32 without CUDA graphs whatever it says)
+            out.append(
+                f"  - served as (server log): {served[0]}" + (f" (+{len(served) - 1} more)" if len(served) > 1 else "")
+            )
     if not load_.get("closed_loop", True):
         out += ["", open_loop_section(doc)]
     out += ["", "## Side by side\n", comparison_table(doc)]

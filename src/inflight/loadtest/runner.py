@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -591,8 +592,10 @@ class AbRunner:
                 doc["caveats"].append(f"tritonserver exited non-gracefully (code {code}): {server.exit_reason}")
             # the backend logs its own counters when a variant is unloaded: where its time went
             with contextlib.suppress(OSError):
-                n = st.attach_executor_stats(doc, (self.data / "tritonserver.log").read_text(errors="replace"))
+                text = (self.data / "tritonserver.log").read_text(errors="replace")
+                n = st.attach_executor_stats(doc, text)
                 LOGGER.info("executor counters from the server log: %d of %d runs", n, len(doc["runs"]))
+                attach_served(doc, text)
         self.json_path.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n")
         LOGGER.info("wrote %s", self.json_path)
         report.write_report(self.json_path)
@@ -840,8 +843,9 @@ class AbRunner:
             record["generator_limited"] = _generator_limited(record)
         locust, lat, server = record.get("locust"), record.get("latency_ms") or {}, record.get("server") or {}
         LOGGER.info(
-            "%s %s: %s req/s%s, p50 %s ms, p99 %s ms, %s failures, avg batch %s requests, execute() %s us per batch "
-            "request, server cores busy %s, server CPU %s cores = %s us/request%s%s",
+            "%s %s: %s req/s%s, p50 %s ms, p99 %s ms, %s failures, avg batch %s requests taking %s us in execute() "
+            "(Triton's compute_infer: the whole batch a request rode in), server cores busy %s, server CPU %s cores "
+            "= %s us/request%s%s",
             tag,
             what,
             f"{locust['rps']:,.0f}" if locust else "?",
@@ -1149,6 +1153,24 @@ class AbRunner:
             "caveats": caveats,
             "data_dir": str(self.data),
         }
+
+
+_SERVED = re.compile(r"\[inflight\.runtime\.triton_model\] (\S+) \((\S+)\): (.*? mode.*?ready in [0-9.]+ s)")
+
+
+def attach_served(doc: dict[str, Any], log: str) -> None:
+    """Record under each variant what its instances said they serve with, from the server log.
+
+    Mode, engine, device, precision and graphs as they served, where the config only says what was
+    asked for (a CPU instance runs fp32 without CUDA graphs whatever ``precision`` and ``cuda_graphs`` say).
+    """
+    served: dict[str, list[str]] = {}
+    for m in _SERVED.finditer(log):
+        line = f"{m.group(2)}: {m.group(3)}"
+        if line not in served.setdefault(m.group(1), []):
+            served[m.group(1)].append(line)
+    for v in doc.get("variants", []):
+        v["served"] = served.get(v["model_name"], [])
 
 
 def rate_point(record: Mapping[str, Any]) -> ol.RatePoint:
