@@ -24,16 +24,24 @@ case "$ver" in
   3.10|3.11|3.12|3.13) ;;
   *) echo "setup.sh: Python $ver found; inflight needs 3.10-3.13 (the Triton wheel ships stubs for those). Set INFLIGHT_BASE_PYTHON." >&2; exit 2 ;;
 esac
+step() { echo "setup: $*" >&2; }
 if [ ! -x .venv/bin/python ]; then
+  step "creating .venv with $BASE (Python $ver)"
   "$BASE" -m venv .venv
 fi
 PY=$PWD/.venv/bin/python
 stamp=.venv/.inflight-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  step "upgrading pip"
   "$PY" -m pip install -q --upgrade pip >&2
   # torch first, pinned: an unpinned torch pulls several GB of CUDA wheels on a CPU-only host
-  "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==${INFLIGHT_TORCH_VERSION:-2.13.0}" >&2
+  if ! "$PY" -c "import torch" 2>/dev/null; then
+    step "installing torch ${INFLIGHT_TORCH_VERSION:-2.13.0} (about 750 MB; the longest step)"
+    "$PY" -m pip install -q "torch==${INFLIGHT_TORCH_VERSION:-2.13.0}" >&2
+  fi
+  step "installing inflight with Triton 2.51 (nvidia-pytriton), Locust and the dev tools"
   "$PY" -m pip install -q -e ".[server,loadtest,onnx,dev]" >&2
   touch "$stamp"
+  step "done: .venv is ready ($(du -sh .venv 2>/dev/null | cut -f1)); later runs reuse it"
 fi
 echo "$PY"

@@ -99,7 +99,11 @@ def test_a_zero_batch_request_is_never_answered_and_leaves_shutdown_unclean(repo
     reason = server.exit_reason or ""
     assert "Exit timeout expired" in reason, reason
     assert "batch dimension is 0" in reason and "connection(s) were still open" in reason, reason
-    # the Python backend's /tmp/python_env_* folder, left behind by the unclean exit, was removed by the launcher
-    assert set(PYTHON_ENV_DIRS.parent.glob(PYTHON_ENV_DIRS.name)) <= env_dirs
+    # the Python backend's /tmp/python_env_* folder, left behind by the unclean exit, is removed by the
+    # launcher when no other tritonserver (e.g. the suite's shared one) might own it (unit-tested both ways)
+    from inflight.server.launcher import running_tritonservers
+
+    if not running_tritonservers():
+        assert set(PYTHON_ENV_DIRS.parent.glob(PYTHON_ENV_DIRS.name)) <= env_dirs
     log = server.log_path.read_text(errors="replace")
     assert "==== " in log and "tritonserver started by inflight" in log  # this start's header

@@ -164,8 +164,8 @@ def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_
     text = "\n".join(pipelined_ceiling_section([p, tmp_path / "ab-2.json"], tmp_path))
     assert "ab-2.json" not in text
     assert (
-        "| `spec-C` | null, deferred to 8 sender threads | 8 | 20,800 | 1.04x | 351 | 2.8 | 5.9 | 77.3% of 16 | no |"
-        in text
+        "| `spec-C` | null, deferred to 8 sender threads | 8 | 20,800 | 1.04x | 351 | 2.8 | 5.9 | 77.3% of 16 | "
+        "shared | no |" in text
     )
     assert (
         "| grpc | `spec-A` | sync | 8 | 20,000 | 1.00x |" in text and "| `spec-B` | sync | 4 | 15,000 | 0.75x |" in text

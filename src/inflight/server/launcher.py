@@ -434,6 +434,16 @@ def ensure_http_reply_buffer(min_bytes: int, path: Path = WMEM_DEFAULT) -> int |
 PYTHON_ENV_DIRS = Path("/tmp/python_env_*")
 
 
+def running_tritonservers() -> list[int]:
+    """Pids of the tritonserver processes running on this host now (from ``/proc``; empty elsewhere)."""
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        with contextlib.suppress(OSError):
+            if comm.read_text().strip() == "tritonserver":
+                pids.append(int(comm.parent.name))
+    return sorted(pids)
+
+
 def exit_reason(log: str, code: int | None, killed_after_s: float | None = None) -> str | None:
     """Why tritonserver exited non-gracefully, read from its log; None for a clean exit (code 0).
 
@@ -667,12 +677,26 @@ class TritonServer:
             return ""
 
     def _remove_leftover_env_dirs(self) -> None:
-        """Remove the empty ``/tmp/python_env_*`` folders this server's Python backend made and left behind.
+        """Remove the empty ``/tmp/python_env_*`` folders this server's Python backend left behind.
 
-        The Python backend makes one per server start and removes it when it shuts down cleanly; after
-        a non-graceful exit it stays. Only empty folders that appeared while this server ran are removed.
+        The Python backend makes one (at the first Python model's load, not at server start) and
+        removes it when it shuts down cleanly; after a non-graceful exit it stays. The folder names
+        say nothing of their server, and another live server would abort at its own shutdown if its
+        folder went missing ("fts_read error"), so folders are removed only while no other tritonserver
+        runs on this host, and only empty ones that appeared while this server ran.
         """
-        for d in set(PYTHON_ENV_DIRS.parent.glob(PYTHON_ENV_DIRS.name)) - self._env_dirs_before:
+        left = set(PYTHON_ENV_DIRS.parent.glob(PYTHON_ENV_DIRS.name)) - self._env_dirs_before
+        if not left:
+            return
+        others = running_tritonservers()
+        if others:
+            LOGGER.info(
+                "left %d /tmp/python_env_* folder(s) in place: another tritonserver runs (pid %s) and may own them",
+                len(left),
+                ", ".join(map(str, others[:5])),
+            )
+            return
+        for d in left:
             with contextlib.suppress(OSError):
                 d.rmdir()
 
