@@ -204,6 +204,17 @@ class _Process:
         )
         return True
 
+    def options_for(self, environment: Environment) -> argparse.Namespace:
+        """The run's parsed options, with the pool prepared for them.
+
+        A ``run_single_user()`` debug session fires no test_start, so the first user prepares it.
+        """
+        options = environment.parsed_options
+        assert options is not None, "Locust parses its options before any user starts"
+        if self.workload is None:
+            self.prepare(options)
+        return options
+
     def start_index(self) -> int:
         """Spread users over the pool: each starts at the next entry."""
         i = self.next_start
@@ -312,8 +323,7 @@ class TritonHttpUser(FastHttpUser):
 
     def on_start(self) -> None:
         """Pick this user's first request and the endpoint path."""
-        if STATE.workload is None:  # a run_single_user() debug session fires no test_start
-            STATE.prepare(self.environment.parsed_options)
+        STATE.options_for(self.environment)
         assert STATE.workload is not None
         self._i = STATE.start_index()
         self._n = len(STATE.http)
@@ -383,18 +393,17 @@ class OpenLoopHttpUser(User):
     The ``-u`` users of a run share ``--rate`` evenly; each draws its own send times
     (:class:`inflight.loadtest.openloop.Schedule`, seeded with ``--seed`` and the user's index), sends
     each request in a new greenlet over a pool of ``--max-connections`` connections, and reports its
-    latency from the scheduled send time. When the run stops, the requests still in flight get up to
-    ``--stop-timeout`` seconds to be answered; the ones that are not stay counted as unanswered.
+    latency from the scheduled send time. When the run stops, the requests still in flight get
+    ``STOP_GRACE_S`` (at most ``--stop-timeout``) to be answered; the rest are counted unanswered and
+    enter the raw latencies with the time they had waited.
     """
 
     host = "http://127.0.0.1:8000"
 
     def on_start(self) -> None:
         """Prepare the requests, the connection pool and this source's schedule."""
-        options = self.environment.parsed_options
-        if STATE.workload is None:
-            STATE.prepare(options)
-        assert STATE.workload is not None and options is not None
+        options = STATE.options_for(self.environment)
+        assert STATE.workload is not None
         if not options.rate > 0:
             raise ConfigError("OpenLoopHttpUser needs --rate R (requests per second of all users together)")
         if options.max_connections < 1:
@@ -518,10 +527,8 @@ class TritonGrpcUser(User):
 
     def on_start(self) -> None:
         """Open this user's channel and pick its first request."""
-        options = self.environment.parsed_options
-        if STATE.workload is None:
-            STATE.prepare(options)
-        assert STATE.workload is not None and options is not None
+        options = STATE.options_for(self.environment)
+        assert STATE.workload is not None
         target = options.grpc_url or _default_grpc_url(self.environment.host or self.host or "")
         self._channel = grpc.insecure_channel(
             target,

@@ -22,6 +22,9 @@ kit_setup() {
   if [ -d .kit ] && command -v nvidia-smi >/dev/null && [ -z "${INFLIGHT_SETUP_DONE:-}" ]; then
     source .kit/setup.sh .kit >/dev/null
     python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2
+    python3 -c "import inflight" 2>/dev/null || echo "kit_setup: installing this checkout failed (no network here," \
+      "so pip builds it with the host's setuptools, which must be >= 77 for pyproject's SPDX license string:" \
+      "python3 -c 'import setuptools; print(setuptools.__version__)')" >&2
     export INFLIGHT_SETUP_DONE=1
   fi
 }
