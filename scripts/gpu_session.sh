@@ -78,7 +78,7 @@ case "$STEP" in
              # the best sync and pipelined configurations on GPU 0, and of both GPUs (results/open-loop)
     timeout 120 $PY -m inflight.cli bench-engine --repository model_repository --iters 100 --batch 512 --batch 1024 \
       --batch 2048 --out "results/open-loop/engine-bound-$(date +%Y%m%d-%H%M).json" 2>&1 | grep -v "INFO inflight.bench" | tail -8
-    olab generator 'bert_tiny_null@instances=8,sleep_us=1900,gpus=0' --rate "${GEN_RATES:-32k,48k}"
+    olab generator 'bert_tiny_null@instances=8,sleep_us=1900,gpus=0' --rate "${GEN_RATES:-40k,56k,72k}"
     olab sync-1gpu 'bert_tiny_sync@instances=8,gpus=0' --search "${SYNC_SEARCH:-12k,24k}" $SEARCH_OPTS
     olab pipelined-1gpu 'bert_tiny_inflight@instances=4,slots=4,gpus=0' --search "${PIPE_SEARCH:-10k,20k}" $SEARCH_OPTS
     olab sync-2gpu 'bert_tiny_sync@instances=8,gpus=0/1' --search "${SYNC2_SEARCH:-20k,40k}" $SEARCH_OPTS
