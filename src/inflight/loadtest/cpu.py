@@ -52,6 +52,11 @@ class CpuSnapshot:
     cores: int
 
 
+def _is_stub(name: str) -> bool:
+    """True for a Python-backend stub's process name (``/proc``'s comm is cut at 15 characters)."""
+    return name.startswith(STUB_NAME[:15])
+
+
 def _tree_times(pid: int) -> tuple[float, float] | None:
     """(whole tree, stubs only) user + system seconds of ``pid`` and its live descendants."""
     try:
@@ -69,7 +74,7 @@ def _tree_times(pid: int) -> tuple[float, float] | None:
             continue
         busy = ct.user + ct.system
         total += busy
-        if name.startswith(STUB_NAME[:15]):  # /proc's comm is cut at 15 characters
+        if _is_stub(name):
             stubs += busy
     return total, stubs
 
@@ -88,7 +93,7 @@ def stub_memory(server_pid: int | None) -> dict[str, Any]:
             procs = []
         for p in procs:
             try:
-                if p.name().startswith(STUB_NAME[:15]):
+                if _is_stub(p.name()):
                     rss.append(int(p.memory_info().rss))
             except psutil.Error:
                 continue

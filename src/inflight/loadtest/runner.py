@@ -679,7 +679,7 @@ class AbRunner:
         capacity: ol.Capacity | None = None
         try:
             if s.warmup_s > 0:
-                warm_shape = s.replace(rate=self._rates_in_order()[0]) if self.open_loop else s
+                warm_shape = s.replace(rate=self._first_rate()) if self.open_loop else s
                 LOGGER.info(
                     "%s: warming up for %.0f s%s",
                     tag,
@@ -691,7 +691,7 @@ class AbRunner:
                     log=self.data / f"{tag}-warmup.log",
                     planned_s=s.warmup_s + s.ramp_s,
                 )
-                warmup = {"returncode": warm.returncode, "wall_s": round(warm.wall_s, 1)}
+                warmup = {"returncode": warm.returncode, "wall_s": round(warm.wall_s, 1), "log": str(warm.log)}
             else:
                 warmup = None
 
@@ -703,7 +703,9 @@ class AbRunner:
                 if warmup is not None:
                     rec["warmup"] = warmup
                     if warmup["returncode"] not in (0, 1):
-                        rec["problems"].append(f"the warm-up Locust run exited with {warmup['returncode']}")
+                        rec["problems"].append(
+                            f"the warm-up Locust run exited with {warmup['returncode']} (log: {warmup['log']})"
+                        )
                         rec["valid"] = False
                 records.append(rec)
                 return rec
@@ -738,12 +740,12 @@ class AbRunner:
             ]
         return records
 
-    def _rates_in_order(self) -> list[float]:
-        """The open-loop rates, the sweep's then the search's low end (the warm-up uses the first)."""
-        rates = list(self.config.rates)
-        if self.config.search is not None:
-            rates.append(self.config.search[0])
-        return rates
+    def _first_rate(self) -> float:
+        """The first open-loop rate measured (the sweep's first, else the search's low end): the warm-up's."""
+        if self.config.rates:
+            return float(self.config.rates[0])
+        assert self.config.search is not None
+        return self.config.search[0]
 
     def _command(
         self,
@@ -837,8 +839,8 @@ class AbRunner:
         record["cpu"] = cpu.window(cpu_before[0], cpu_after[0], requests)
         if cpu_before[1] is not None and cpu_after[1] is not None:
             record["cpu"]["client_busy"] = cpu.window(cpu_before[1], cpu_after[1], None)["host_busy"]
-        if rate is not None:
-            point = rate_point(record)
+        point = rate_point(record) if rate is not None else None
+        if point is not None:
             record["slo_misses"] = ol.slo_failures(point, self.config.slo_ms)
             record["generator_limited"] = _generator_limited(record)
         locust, lat, server = record.get("locust"), record.get("latency_ms") or {}, record.get("server") or {}
@@ -849,7 +851,10 @@ class AbRunner:
             tag,
             what,
             f"{locust['rps']:,.0f}" if locust else "?",
-            "" if rate is None else f" achieved ({100 * (locust or {}).get('rps', 0) / rate:.0f}% of offered)",
+            ""
+            if point is None
+            else f" answered ({point.achieved_rps:,.0f} req/s achieved in the window, "
+            f"{100 * point.achieved_rps / point.offered_rps:.0f}% of offered)",
             _num(lat.get("p50")),
             _num(lat.get("p99")),
             locust["failures"] if locust else "?",
@@ -869,7 +874,7 @@ class AbRunner:
     def _open_loop_summary(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Sweep, capacity at the SLO and whether the generator kept up, for one variant's windows."""
         rows = open_loop_points(records)
-        points = [ol.RatePoint(**{k: row[k] for k in ol.RatePoint.__dataclass_fields__}) for row in rows]
+        points = [rate_point(r) for r in records if r.get("rate") is not None]
         capacity = ol.capacity_of(points, self.config.slo_ms)
         missed = sorted(p.offered_rps for p in points if not ol.meets_slo(p, self.config.slo_ms))
         upper = next((x for x in missed if capacity is None or x > capacity), None)
