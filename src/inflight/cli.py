@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import signal
 import threading
 from pathlib import Path
@@ -84,6 +85,10 @@ def serve_cmd(
     from inflight.server.control import load_variant, variant_config
     from inflight.server.launcher import ServerConfig, TritonServer
 
+    try:
+        server_cpus = tuple(parse_cpus(cpus)) if cpus else ()
+    except InflightError as e:
+        fail(e)
     overridden = [m for m in model or [] if "@" in m]
     if overridden:
         plain = [m for m in model or [] if "@" not in m]
@@ -101,7 +106,7 @@ def serve_cmd(
         models=model,
         tritonserver=tritonserver,
         log_verbose=log_verbose,
-        cpus=tuple(parse_cpus(cpus)) if cpus else (),
+        cpus=server_cpus,
     )
     server = TritonServer(cfg)
     stop = threading.Event()
@@ -250,7 +255,7 @@ def demo_ratio_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {name}: the server used {cpu(s, 'server_cores'):.2f} cores ({cpu(s, 'server_us_per_request'):,.0f} us "
             f"of CPU per request), the rest (Locust, the runner) {cpu(s, 'other_cores'):.2f}; the run's "
-            f"{int(cpu(s, 'host_cores')) if cpu(s, 'host_cores') == cpu(s, 'host_cores') else '?'} cores were "
+            f"{int(cpu(s, 'host_cores')) if math.isfinite(cpu(s, 'host_cores')) else '?'} cores were "
             f"{100 * cpu(s, 'host_busy'):.0f}% busy"
         )
     busy = max(cpu(sync, "host_busy"), cpu(pipe, "host_busy"))
