@@ -174,6 +174,8 @@ def bench_engine_cmd(
         "batch  engine-bound items/s  sync items/s  pipelined items/s (wait)  pipe/bound  sync act  pipe act  depth"
     )
     for r in doc["rows"]:
+        if "sync_items_s" not in r:
+            continue
         sa, pa = r["sync_gpu_activity"], r["pipelined_gpu_activity"]
         typer.echo(
             f"{r['batch']:>5}  {r['engine_bound_items_s']:>20,.0f}  {r['sync_items_s']:>12,.0f}  "
@@ -181,6 +183,25 @@ def bench_engine_cmd(
             f"{r['pipelined_fraction_of_bound']:>10.1%}  "
             f"{'n/a' if sa is None else f'{sa:.1%}':>8}  {'n/a' if pa is None else f'{pa:.1%}':>8}  "
             f"{r['pipelined_launch_depth']}"
+        )
+    typer.echo(f"engines (peaks: {doc.get('peak') or 'unknown device: no floor'}):")
+    typer.echo("batch  us/batch  floor us  max abs err  load s  engine")
+    for r in doc["rows"]:
+        if "sync_items_s" in r:
+            continue
+        floor = r["floor_us_per_batch"]
+        typer.echo(
+            f"{r['batch']:>5}  {r['engine_us_per_batch']:>8,.1f}  {'n/a' if floor is None else f'{floor:.1f}':>8}  "
+            f"{r['max_abs_error_vs_fp32_cpu']:>11.2e}  {r['load_s']:>6.1f}  {r['engine']}"
+        )
+    m = doc.get("mixed_length") or {}
+    if m:
+        typer.echo(
+            f"mixed lengths {m['lengths']} at batch {m['batch']}: {m['mixed']['tokens_per_s']:,.0f} tokens/s vs "
+            f"{m['uniform']['tokens_per_s']:,.0f} at seq {m['uniform_seq']} "
+            f"(ratio {m['mixed_length_token_ratio']:.2f}), "
+            f"{len(m['mixed']['launches'])} launches, padding waste {m['padding_waste']:.1%}, "
+            f"{m['graphs']} graphs in {m['graph_memory_mb']:.0f} MB"
         )
     typer.echo(f"wrote {out}")
 

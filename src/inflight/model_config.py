@@ -79,13 +79,23 @@ class BackendParameters:
             (0 keeps Python's 5000). The sender threads hand the GIL back and forth once per
             response; a shorter interval bounds how long one waits for a thread that computes.
         completion_wait: ``blocking`` (blocking-sync events) or ``poll`` (cudaEventQuery).
-        precision: ``fp16`` or ``fp32`` on the GPU (the CPU always runs fp32).
-        cuda_graphs: Capture and replay CUDA graphs per batch bucket.
-        batch_buckets: Batch sizes graphs are captured for; batches are padded up to one.
+        precision: ``fp16``, ``bf16`` or ``fp32`` on the GPU (the CPU always runs fp32).
+        compile: ``auto`` (inductor on a GPU, none on the CPU), ``inductor`` (``torch.compile``)
+            or ``none`` (Torch engine).
+        cuda_graphs: Capture and replay CUDA graphs per (batch, sequence) bucket.
+        batch_buckets: Batch sizes graphs are captured for; a launch is padded up to one (a
+            group that would waste more than 1/8 of its bucket is cut into smaller launches).
             Empty means powers of two up to max_batch_size.
-        seq_buckets: Sequence lengths graphs are captured for (variable-length models).
-        max_graphs: Cap on captured graphs per instance (lazily captured beyond warm-up).
-        warmup_seq_len: Sequence bucket captured at initialize (others lazily).
+        seq_buckets: Sequence lengths graphs are captured for (variable-length models); each
+            request is zero-padded to the smallest that holds it, and a batch runs one launch
+            per sequence bucket its requests fall in.
+        max_graphs: Graphs kept per instance; beyond it the least recently used is dropped.
+        capture_at_load: Capture every (batch, sequence) bucket at initialize, within
+            ``graph_memory_mb``; otherwise only the ``warmup_seq_len`` bucket, the others on
+            their first use.
+        graph_memory_mb: GPU memory (weights, static tensors, graph pool) up to which buckets are
+            captured at initialize; the rest are captured on their first use.
+        warmup_seq_len: The sequence bucket captured first at initialize.
         artifact: Torch artifact, relative to the model version folder.
         plan: TensorRT plan, relative to the model version folder.
         metrics: Export live metrics at Triton's metrics endpoint.
@@ -103,11 +113,14 @@ class BackendParameters:
     response_yield: bool = True
     gil_switch_interval_us: int = 0
     completion_wait: Literal["blocking", "poll"] = "blocking"
-    precision: Literal["fp16", "fp32"] = "fp16"
+    precision: Literal["fp16", "bf16", "fp32"] = "fp16"
+    compile: Literal["auto", "inductor", "none"] = "auto"
     cuda_graphs: bool = True
     batch_buckets: tuple[int, ...] = ()
-    seq_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
-    max_graphs: int = 64
+    seq_buckets: tuple[int, ...] = (16, 32, 48, 64, 80, 96, 112, 128, 192, 256, 384, 512)
+    max_graphs: int = 256
+    capture_at_load: bool = True
+    graph_memory_mb: int = 4096
     warmup_seq_len: int = 64
     artifact: str = "model.pt2"
     plan: str = "model.plan"
@@ -154,7 +167,8 @@ class BackendParameters:
             "mode": ("pipelined", "sync"),
             "engine": ("torch", "tensorrt", "auto"),
             "completion_wait": ("blocking", "poll"),
-            "precision": ("fp16", "fp32"),
+            "precision": ("fp16", "bf16", "fp32"),
+            "compile": ("auto", "inductor", "none"),
         }
         for key, raw in params.items():
             raw = raw.strip()
@@ -204,6 +218,8 @@ class BackendParameters:
             raise ConfigError(f"seq_buckets={self.seq_buckets}: use increasing positive lengths")
         if self.max_graphs < 1:
             raise ConfigError(f"max_graphs={self.max_graphs}: must be at least 1")
+        if self.graph_memory_mb < 0:
+            raise ConfigError(f"graph_memory_mb={self.graph_memory_mb}: must be >= 0 (0 captures at load nothing)")
         if self.drain_timeout_s < 0:
             raise ConfigError(f"drain_timeout_s={self.drain_timeout_s}: must be >= 0")
 
@@ -244,8 +260,17 @@ class VariantConfig:
             cfg.backend = "null"
         else:
             cfg.backend = "inflight"
+        # the inflight backend groups a batch's requests by sequence bucket itself, so the dynamic
+        # batcher may put requests of different lengths into one batch (without it, it batches
+        # only equal shapes, and a mix of lengths fragments into small batches)
+        ragged = self.variant in ("inflight", "sync")
         for t in spec.inputs:
-            cfg.input.add(name=t.name, data_type=mc.DataType.Value(t.triton_type), dims=list(t.dims))
+            cfg.input.add(
+                name=t.name,
+                data_type=mc.DataType.Value(t.triton_type),
+                dims=list(t.dims),
+                allow_ragged_batch=ragged and t.variable,
+            )
         for t in spec.outputs:
             cfg.output.add(name=t.name, data_type=mc.DataType.Value(t.triton_type), dims=list(t.dims))
         b = self.batching

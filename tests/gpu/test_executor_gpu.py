@@ -12,7 +12,7 @@ from tests.helpers import Collect
 
 from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
-from inflight.runtime.batch import Batch, Buckets, Item, Layout, pow2_buckets
+from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Batch, Buckets, Item, Layout, pow2_buckets
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +25,9 @@ def _make(repository: Path, model: str, slots: int, *, max_batch: int = 2048, gr
     seq_buckets = (16, 32, 64, 128) if spec.variable_seq else None
     layout = Layout(spec, max_batch, seq_buckets[-1] if seq_buckets else None)
     engine = TorchEngine(repository / f"{model}_inflight" / "1" / "model.pt2", spec, device_id=0, cuda_graphs=graphs)
-    runner = CudaRunner(engine, layout, Buckets(pow2_buckets(max_batch), seq_buckets), device_id=0)
+    runner = CudaRunner(
+        engine, layout, Buckets(pow2_buckets(max_batch), seq_buckets, GPU_LAUNCH_COST_TOKENS), device_id=0
+    )
     return runner, spec
 
 
@@ -50,7 +52,7 @@ def test_pipelined_every_bucket_matches_reference(repository: Path, model: str) 
     sink = Collect()
     ex = PipelinedExecutor(runner, sink, slots=4, response_threads=4)
     seq_warm = 64 if spec.variable_seq else None
-    runner.warmup(seq_warm)
+    runner.warmup((seq_warm,))
     rng = np.random.default_rng(7)
     # sizes straddling every bucket edge, 1..2048, and sequence lengths that pad within their bucket
     sizes = sorted({1, 2, 3, *(b + d for b in pow2_buckets(2048) for d in (-1, 0, 1) if 1 <= b + d <= 2048)})
@@ -77,13 +79,70 @@ def test_sync_executor_matches_reference(repository: Path) -> None:
 
     runner, spec = _make(repository, "bert_tiny", 1)
     ex = SyncExecutor(runner)
-    runner.warmup(64)
+    runner.warmup((64,))
     rng = np.random.default_rng(8)
     for b in _batches(spec, [1, 33, 500, 2048], [64, 16, 128, 64], rng):
         outs = ex.run(b)
         for item, out in zip(b.items, outs, strict=True):
             ref = reference_outputs(repository, "bert_tiny", item.inputs)  # type: ignore[arg-type]
             assert relative_error(out["cls"], ref) <= error_bound(True)
+    ex.close()
+
+
+def _mixed(spec: Any, rows: int, rng: np.random.Generator, k0: int) -> Batch:
+    items, left, k = [], rows, k0
+    while left:
+        c = min(left, 50)
+        seq = int(rng.integers(16, 129))
+        items.append(Item(inputs=spec.example_inputs(c, seq_len=seq, rng=rng), count=c, seq=seq, handle=k))
+        k += 1
+        left -= c
+    return Batch(items)
+
+
+def test_mixed_lengths_are_graph_replays_and_match_reference(repository: Path) -> None:
+    """A batch of lengths uniform over 16..128: one launch per (merged) sequence bucket, every one a
+    graph replay once the buckets are captured; a bucket first used after load runs eagerly once,
+    is captured, and replays from then on."""
+    from inflight.runtime.executor import SyncExecutor
+
+    runner, spec = _make(repository, "bert_tiny", 1)
+    ex = SyncExecutor(runner)
+    runner.warmup((64,))  # only seq 64 at load: the others are captured on first use
+    rng = np.random.default_rng(11)
+    first = _mixed(spec, 2048, rng, 0)
+    outs = ex.run(first)
+    eager_first = ex.stats.eager_launches
+    assert ex.stats.mixed_length_batches == 1 and ex.stats.launches > 1
+    assert eager_first >= 1, "buckets other than seq 64 were not captured at load, so some launch runs eagerly"
+    assert runner.engine.counters["lazy_captures"] == eager_first
+    for item, out in zip(first.items, outs, strict=True):
+        ref = reference_outputs(repository, "bert_tiny", item.inputs)
+        assert relative_error(out["cls"], ref) <= error_bound(True), item.seq
+    # the same composition again: every launch replays a graph
+    replays_before = ex.stats.graph_replays
+    outs = ex.run(first)
+    assert ex.stats.eager_launches == eager_first
+    assert ex.stats.graph_replays - replays_before == len(runner.slots[0].groups)
+    assert ex.stats.padded_tokens > ex.stats.real_tokens
+    for item, out in zip(first.items, outs, strict=True):
+        ref = reference_outputs(repository, "bert_tiny", item.inputs)
+        assert relative_error(out["cls"], ref) <= error_bound(True), item.seq
+    ex.close()
+
+
+def test_capture_at_load_leaves_no_eager_launch(repository: Path) -> None:
+    from inflight.runtime.executor import SyncExecutor
+
+    runner, spec = _make(repository, "bert_tiny", 1)
+    ex = SyncExecutor(runner)
+    runner.warmup((64, 16, 32, 128))
+    graphs = runner.engine.graphs()
+    assert graphs == len(pow2_buckets(2048)) * 4
+    for i in range(3):
+        ex.run(_mixed(spec, 1000 + 300 * i, np.random.default_rng(20 + i), 0))
+    assert ex.stats.eager_launches == 0 and ex.stats.graph_replays == ex.stats.launches > 3
+    assert runner.engine.graph_memory_mb() > 0
     ex.close()
 
 
@@ -100,7 +159,7 @@ def test_execute_thread_makes_no_synchronize_calls(repository: Path) -> None:
     runner, spec = _make(repository, "bert_tiny", 4)
     sink = Collect()
     ex = PipelinedExecutor(runner, sink, slots=4, response_threads=4)
-    runner.warmup(64)
+    runner.warmup((64,))
     batches = _batches(spec, [512] * 60, [64] * 60, np.random.default_rng(9))
     issuer: dict[str, int] = {}
 
@@ -147,7 +206,7 @@ def test_repeated_create_and_close_does_not_grow_gpu_memory(repository: Path) ->
         runner, spec = _make(repository, "bert_tiny", 4)
         sink = Collect()
         ex = PipelinedExecutor(runner, sink, slots=4, response_threads=2)
-        runner.warmup(64)
+        runner.warmup((64,))
         batches = _batches(spec, [2048, 100, 7], [64, 64, 128], np.random.default_rng(10 + cycle))
         for b in batches:
             ex.submit(b)

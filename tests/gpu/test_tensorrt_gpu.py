@@ -66,7 +66,7 @@ def test_tensorrt_engine_pipelined_matches_reference(trt_plan: Path) -> None:
     runner = CudaRunner(engine, Layout(spec, 256, 64), Buckets(pow2_buckets(256), (16, 32, 64)), device_id=0)
     sink = Collect()
     ex = PipelinedExecutor(runner, sink, slots=2, response_threads=2)
-    runner.warmup(64)
+    runner.warmup((64,))
     rng = np.random.default_rng(3)
     items = []
     for k, (n, s) in enumerate([(1, 64), (7, 33), (100, 64), (256, 16)]):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from inflight.models.registry import ModelSpec, TensorSpec
-from inflight.runtime.batch import Batch, Buckets, Item, Layout, gather, outputs_for, pow2_buckets
+from inflight.runtime.batch import Batch, Buckets, Item, Layout, gather, outputs_for, plan, pow2_buckets
 from inflight.runtime.engines.base import Engine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner
@@ -103,13 +103,71 @@ def test_gather_pads_and_outputs_exclude_padding() -> None:
     (slot,) = runner.make_slots(1)
     rng = np.random.default_rng(0)
     items = [_item(0, 2, 5, rng), _item(1, 3, 7, rng)]
-    gather(layout, slot, Batch(items), (8, 8))
-    view = layout.view(slot.host_in["x"], SPEC.inputs[0], 8, 8)
+    gather(layout, Buckets((1, 2, 4, 8), (8, 16), 8192), slot, Batch(items))
+    assert [(g.bucket, g.rows) for g in slot.groups] == [((8, 8), 5)]
+    view = layout.view(slot.host_in["x"], SPEC.inputs[0], 5, 8)
     assert (view[:2, :5] == items[0].inputs["x"]).all() and (view[:2, 5:] == 0).all()
     assert (view[2:5, :7] == items[1].inputs["x"]).all() and (view[2:5, 7:] == 0).all()
+    assert slot.real_tokens == 2 * 5 + 3 * 7 and slot.padded_tokens == 8 * 8
     outs = outputs_for(layout, slot)
     assert [o["y"].shape for o in outs] == [(2, 2), (3, 2)]
     runner.close()
+
+
+def test_split_weighs_padding_against_another_launch() -> None:
+    b = Buckets(pow2_buckets(2048), (64,), 8192)
+    assert b.split(1160, 64)[0] == [(1024, 1024), (136, 256)]
+    assert b.split(2000, 64)[0] == [(2000, 2048)]
+    assert b.split(5000, 64)[0][:2] == [(2048, 2048), (2048, 2048)]
+    # free launches: every group is cut to exact buckets, nothing padded
+    assert Buckets(tuple(range(1, 65)), None).split(37)[0] == [(37, 37)]
+
+
+def test_plan_groups_by_length_and_merges_small_groups() -> None:
+    spec = ModelSpec(
+        name="toy2",
+        description="",
+        inputs=(TensorSpec(name="x", dtype="int64", dims=(-1,)),),
+        outputs=(TensorSpec(name="y", dtype="float32", dims=(2,)),),
+        max_batch_size=4096,
+        make_module=lambda seed: None,  # type: ignore[arg-type,return-value]
+        max_seq_len=128,
+        seq_input="x",
+    )
+    layout = Layout(spec, 4096, 128)
+    rng = np.random.default_rng(3)
+    big = [_item(i, 500, s, rng) for i, s in enumerate((20, 60, 100, 128))]
+    # four lengths, each 500 rows: four sequence buckets, each its own launch
+    groups, rows, used = plan(layout, Buckets(pow2_buckets(2048), (32, 64, 128), 8192), Batch(big))
+    assert [g.bucket[1] for g in groups] == [32, 64, 128] and sum(g.rows for g in groups) == 2000
+    assert rows == (0, 500, 1000, 1500)
+    assert used["x"] == 500 * 32 + 500 * 64 + 1000 * 128
+    # a few short rows beside many long ones: cheaper padded into the long launch than launched alone
+    small = [_item(0, 3, 10, rng), _item(1, 900, 120, rng)]
+    groups, rows, _ = plan(layout, Buckets(pow2_buckets(2048), (16, 128), 8192), Batch(small))
+    assert [(g.bucket, g.rows) for g in groups] == [((1024, 128), 903)]
+    # with free launches and exact buckets (the CPU), nothing is padded or merged
+    groups, _, _ = plan(layout, Buckets(tuple(range(1, 2049)), (16, 128)), Batch(small))
+    assert [g.bucket[1] for g in groups] == [16, 128]
+
+
+def test_mixed_lengths_in_one_batch_each_request_gets_its_own_rows() -> None:
+    """A batch of several sequence buckets: groups run at their own length, results map back."""
+    layout = Layout(SPEC, 64, 16)
+    runner = CpuRunner(ToyEngine(), layout, Buckets(tuple(range(1, 65)), (4, 8, 16)))
+    ex = SyncExecutor(runner)
+    rng = np.random.default_rng(4)
+    items = [_item(i, int(rng.integers(1, 6)), int(s), rng) for i, s in enumerate((3, 15, 7, 4, 16, 1, 8))]
+    outs = ex.run(Batch(items))
+    for item, out in zip(items, outs, strict=True):
+        want = _expect(item)
+        np.testing.assert_array_equal(out["y"][:, 0], want[:, 0])  # sums: zero padding adds nothing
+        bucket = 4 if item.seq <= 4 else 8 if item.seq <= 8 else 16  # type: ignore[operator]
+        assert (out["y"][:, 1] == bucket).all()
+    assert ex.stats.launches == 3 and ex.stats.mixed_length_batches == 1
+    assert ex.stats.real_tokens == sum(i.count * i.seq for i in items)  # type: ignore[misc]
+    assert ex.stats.padded_tokens > ex.stats.real_tokens
+    assert ex.close()
 
 
 def test_sync_executor_is_exact() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import platform
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -27,7 +28,17 @@ from typing import Any
 import numpy as np
 
 from inflight.models.registry import get_model
-from inflight.runtime.batch import Batch, Buckets, Item, Layout
+from inflight.runtime.batch import (
+    GPU_LAUNCH_COST_TOKENS,
+    Batch,
+    Buckets,
+    Group,
+    Item,
+    Layout,
+    gather,
+    outputs_for,
+    pow2_buckets,
+)
 from inflight.runtime.engines.torch_engine import TorchEngine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CudaRunner
@@ -98,6 +109,46 @@ class BenchConfig:
     precision: str = "fp16"
     device_id: int = 0
     wait_mode: str = "blocking"
+    variants: bool = True
+    mixed: tuple[int, int] = (16, 128)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One engine the bench compares.
+
+    Attributes:
+        label: Its name in the JSON (``engine`` key of each row).
+        compile: ``none`` or ``inductor``.
+        precision: ``fp16``, ``bf16`` or ``fp32``.
+        module: ``make_module`` options to export a module from (None: the repository's artifact).
+    """
+
+    label: str
+    compile: str
+    precision: str
+    module: tuple[tuple[str, Any], ...] | None = None
+
+
+def variants_for(model: str, precision: str) -> list[Variant]:
+    """The engines compared for ``model``: the served one first, then the others."""
+    served = Variant(f"inductor, served artifact, {precision}", "inductor", precision)
+    out = [served, Variant(f"eager, served artifact, {precision}", "none", precision)]
+    if model == "bert_tiny":
+        full = (("cls_only", False),)
+        out = [
+            Variant(f"inductor, CLS-only last layer (served), {precision}", "inductor", precision),
+            Variant(f"eager, unmodified model (the engine before), {precision}", "none", precision, full),
+            Variant(f"inductor, unmodified model, {precision}", "inductor", precision, full),
+            Variant("inductor, CLS-only last layer (served), bf16", "inductor", "bf16"),
+            Variant(
+                f"inductor, CLS-only, explicit attention, {precision}",
+                "inductor",
+                precision,
+                (("attention", "explicit"),),
+            ),
+        ]
+    return out
 
 
 def _batch_pool(
@@ -128,6 +179,181 @@ def _gpu_window() -> Any:
         return None
 
 
+def _artifact(cfg: BenchConfig, v: Variant, tmp: Path) -> Path:
+    if v.module is None:
+        return cfg.artifact
+    from inflight.build import export_torch
+
+    spec = get_model(cfg.model)
+    path = tmp / ("-".join(f"{k}={val}" for k, val in v.module) + ".pt2")
+    if not path.is_file():
+        export_torch(spec, spec.make_module(0, **dict(v.module)), path)
+    return path
+
+
+def _group(rows: int, seq: int | None, spec: Any) -> Group:
+    return Group((rows, seq), rows, 0, {t.name: 0 for t in spec.inputs}, {t.name: 0 for t in spec.outputs})
+
+
+def _time_launches(runner: CudaRunner, groups: Sequence[Group], iters: int, warmup: int) -> float:
+    """Seconds per pass of ``groups`` launched back to back on the compute stream (CUDA events)."""
+    from inflight.runtime import cuda
+
+    engine, stream = runner.engine, runner.compute
+    for _ in range(warmup):
+        for g in groups:
+            engine.enqueue(0, g, stream.ptr)
+    start = cuda.Event(cuda.EventOptions(enable_timing=True))
+    end = cuda.Event(cuda.EventOptions(enable_timing=True))
+    stream.record(start)
+    for _ in range(iters):
+        for g in groups:
+            engine.enqueue(0, g, stream.ptr)
+    stream.record(end)
+    end.synchronize()
+    seconds = end.elapsed_ms(start) / 1e3 / iters
+    start.close()
+    end.close()
+    return seconds
+
+
+def _max_abs_error(runner: CudaRunner, spec: Any, seq: int | None, reference: Any) -> float:
+    """Largest ``|served - fp32 CPU reference|`` over 256 items with padded masks."""
+    import torch
+
+    rows = min(256, runner.layout.max_items)
+    x = spec.example_inputs(rows, seq_len=seq, rng=np.random.default_rng(1))
+    slot = runner.slots[0]
+    batch = Batch([Item(inputs=x, count=rows, seq=seq, handle=0)])
+    gather(runner.layout, runner.buckets, slot, batch)
+    runner.launch(slot)
+    runner.wait(slot)
+    (out,) = outputs_for(runner.layout, slot)
+    got = next(iter(out.values())).astype(np.float64)
+    with torch.inference_mode():
+        ref = reference(*[torch.from_numpy(x[t.name]) for t in spec.inputs]).double().numpy()
+    return float(np.abs(got - ref).max())
+
+
+def _mixed_batch(spec: Any, rows: int, lengths: tuple[int, int] | None, per_request: int, rng: Any) -> Batch:
+    items = []
+    left, k = rows, 0
+    while left > 0:
+        c = min(per_request, left)
+        seq = int(rng.integers(lengths[0], lengths[1] + 1)) if lengths else spec.default_seq_len
+        items.append(Item(inputs=spec.example_inputs(c, seq_len=seq, rng=rng), count=c, seq=seq, handle=k))
+        left -= c
+        k += 1
+    return Batch(items)
+
+
+def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Engine-only time per batch of every variant, its load time and error, and the mixed-length row.
+
+    Returns:
+        Rows (one per variant and batch size) and the mixed-length result of the served engine.
+    """
+    import torch
+
+    from inflight.bench.floor import batch_work, floor_us, peak_for
+    from inflight.model_config import BackendParameters
+    from inflight.runtime import cuda
+
+    spec = get_model(cfg.model)
+    seq = cfg.seq_len if spec.variable_seq else None
+    peak = peak_for(cuda.device_name(cfg.device_id))
+    reference = spec.make_module(0, **({"cls_only": False} if cfg.model == "bert_tiny" else {}))
+    mixed_seqs: tuple[int, ...] | None = None
+    if spec.variable_seq:
+        mixed_seqs = tuple(s for s in BackendParameters().seq_buckets if s <= max(cfg.mixed[1], seq or 0))
+    max_rows = max(cfg.batches)
+    rows_out: list[dict[str, Any]] = []
+    mixed: dict[str, Any] = {}
+    work = {b: batch_work(spec, reference, b, seq, cfg.precision) for b in cfg.batches}
+    for i, v in enumerate(variants_for(cfg.model, cfg.precision)):
+        t0 = time.perf_counter()
+        engine = TorchEngine(
+            _artifact(cfg, v, tmp),
+            spec,
+            device_id=cfg.device_id,
+            precision=v.precision,
+            compile=v.compile,
+            max_graphs=512,
+        )
+        layout = Layout(spec, max_rows, mixed_seqs[-1] if mixed_seqs else None)
+        buckets = Buckets(
+            tuple(sorted(set(cfg.batches))) if i else pow2_buckets(max_rows), mixed_seqs, GPU_LAUNCH_COST_TOKENS
+        )
+        runner = CudaRunner(engine, layout, buckets, device_id=cfg.device_id)
+        runner.make_slots(1)
+        try:
+            runner.warmup((seq,), tuple(sorted(set(cfg.batches))))
+            load_s = time.perf_counter() - t0
+            err = _max_abs_error(runner, spec, seq, reference)
+            for b in cfg.batches:
+                t = _time_launches(runner, [_group(b, seq, spec)], cfg.iters, cfg.warmup)
+                flops, nbytes = work[b]
+                row = {
+                    "engine": v.label,
+                    "batch": b,
+                    "compile": v.compile,
+                    "precision": v.precision,
+                    "engine_us_per_batch": t * 1e6,
+                    "engine_ms_per_batch": t * 1e3,
+                    "engine_bound_items_s": b / t,
+                    "floor_us_per_batch": None if peak is None else floor_us(flops, nbytes, peak, v.precision),
+                    "flops_per_batch": flops,
+                    "bytes_per_batch": nbytes,
+                    "max_abs_error_vs_fp32_cpu": err,
+                    "load_s": load_s,
+                    "graph_memory_mb": engine.graph_memory_mb(),
+                }
+                LOGGER.info("%s", json.dumps(row))
+                rows_out.append(row)
+            if i == 0 and mixed_seqs is not None:
+                t1 = time.perf_counter()
+                runner.warmup(mixed_seqs)  # every bucket the mixed batch can use
+                capture_all_s = time.perf_counter() - t1
+                rng = np.random.default_rng(2)
+                b = max_rows
+                res: dict[str, Any] = {}
+                for name, lengths in (("uniform", None), ("mixed", cfg.mixed)):
+                    batch = _mixed_batch(spec, b, lengths, cfg.items_per_request, rng)
+                    slot = runner.slots[0]
+                    gather(layout, buckets, slot, batch)
+                    before = dict(engine.counters)
+                    t = _time_launches(runner, slot.groups, cfg.iters, cfg.warmup)
+                    res[name] = {
+                        "seconds_per_batch": t,
+                        "real_tokens": slot.real_tokens,
+                        "padded_tokens": slot.padded_tokens,
+                        "tokens_per_s": slot.real_tokens / t,
+                        "launches": [[*g.bucket, g.rows] for g in slot.groups],
+                        "graph_replays": engine.counters["replays"] - before["replays"],
+                        "eager_launches": engine.counters["eager"] - before["eager"],
+                    }
+                mixed = {
+                    "engine": v.label,
+                    "batch": b,
+                    "lengths": list(cfg.mixed),
+                    "seq_buckets": list(mixed_seqs),
+                    "uniform_seq": seq,
+                    **res,
+                    "mixed_length_token_ratio": res["mixed"]["tokens_per_s"] / res["uniform"]["tokens_per_s"],
+                    "padding_waste": res["mixed"]["padded_tokens"] / res["mixed"]["real_tokens"] - 1,
+                    "graphs": engine.graphs(),
+                    "capture_all_s": capture_all_s,
+                    "graph_memory_mb": engine.graph_memory_mb(),
+                }
+                LOGGER.info("mixed lengths: %s", json.dumps(mixed))
+        finally:
+            runner.close()
+        if not cfg.variants:
+            break
+        torch.cuda.empty_cache()
+    return rows_out, mixed
+
+
 def run(cfg: BenchConfig) -> dict[str, Any]:
     """Run every measurement and return the result document."""
     import torch
@@ -139,6 +365,11 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     max_rows = max(cfg.batches)
     layout = Layout(spec, max_rows, seq)
     buckets = Buckets(tuple(sorted(set(cfg.batches))), (seq,) if seq else None)
+    variant_rows: list[dict[str, Any]] = []
+    mixed: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="inflight-bench-") as tmp:
+        variant_rows, mixed = bench_variants(cfg, Path(tmp))
+    served = variants_for(cfg.model, cfg.precision)[0].label
     engine = TorchEngine(cfg.artifact, spec, device_id=cfg.device_id, precision=cfg.precision, max_graphs=512)
     sink = CountingSink()
     rows_out: list[dict[str, Any]] = []
@@ -153,8 +384,8 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     )
     pipe_ex = PipelinedExecutor(pipe_runner, sink, slots=cfg.slots, response_threads=cfg.response_threads)
     t0 = time.perf_counter()
-    sync_runner.warmup(seq)
-    pipe_runner.warmup(seq)
+    sync_runner.warmup((seq,))
+    pipe_runner.warmup((seq,))
     LOGGER.info("captured %d + %d graphs in %.1f s", engine.graphs(), pipe_engine.graphs(), time.perf_counter() - t0)
 
     for rows in cfg.batches:
@@ -162,27 +393,15 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
         bucket = buckets.pick(rows, seq)
 
         # engine-only bound: graph replays back to back on the compute stream
-        start, end = (
-            cuda.Event(cuda.EventOptions(enable_timing=True)),
-            cuda.Event(cuda.EventOptions(enable_timing=True)),
-        )
-        for _ in range(cfg.warmup):
-            engine.enqueue(0, bucket[0], bucket[1], sync_runner.compute.ptr)
-        sync_runner.compute.record(start)
-        for _ in range(cfg.iters):
-            engine.enqueue(0, bucket[0], bucket[1], sync_runner.compute.ptr)
-        sync_runner.compute.record(end)
-        end.synchronize()
-        bound_s = end.elapsed_ms(start) / 1e3
-        start.close()
-        end.close()
+        group = _group(bucket[0], bucket[1], spec)
+        bound_s = _time_launches(sync_runner, [group], cfg.iters, cfg.warmup) * cfg.iters
         # the bound's own temporal activity: gaps between the kernels inside one graph replay
         bound_act = None
         w = _gpu_window()
         if w is not None:
             with w:
                 for _ in range(cfg.iters):
-                    engine.enqueue(0, bucket[0], bucket[1], sync_runner.compute.ptr)
+                    engine.enqueue(0, group, sync_runner.compute.ptr)
                 sync_runner.compute.synchronize()
             bound_act = w.gpu_activity()
 
@@ -234,6 +453,11 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
             if n - stats_before["depth_launches"].get(d, 0)
         }
         row: dict[str, Any] = {
+            "engine": f"{served}, with the executors",
+            "engine_us_per_batch": bound_s * 1e6 / cfg.iters,
+            "floor_us_per_batch": next(
+                (r["floor_us_per_batch"] for r in variant_rows if r["engine"] == served and r["batch"] == rows), None
+            ),
             "batch": rows,
             "bucket": bucket[0],
             "requests_per_batch": len(pool[0].items),
@@ -265,6 +489,9 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
         rows_out.append(row)
 
     assert not sink.errors, sink.errors[:3]
+    from inflight.bench.floor import peak_for
+
+    peak = peak_for(cuda.device_name(cfg.device_id))
     pipe_stats = pipe_ex.stats.snapshot()
     pipe_ex.close()
     sync_ex.close()
@@ -274,7 +501,10 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
         "driver": _driver(),
         "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in cfg.__dict__.items()},
-        "rows": rows_out,
+        "rows": rows_out + variant_rows,
+        "mixed_length": mixed,
+        "mixed_length_token_ratio": mixed.get("mixed_length_token_ratio"),
+        "peak": None if peak is None else peak.name,
         "pipelined_stats": pipe_stats,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -7,7 +7,7 @@ values, so weights are drawn from a seeded generator. Output: the CLS token's fi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inflight.models.registry import ModelSpec, TensorSpec
 
@@ -22,11 +22,31 @@ FFN = 512
 POSITIONS = 512
 
 
-def make_module(seed: int = 0) -> torch.nn.Module:
-    """Build bert-tiny in fp32 on the CPU, eval mode, weights from ``seed``."""
+def make_module(seed: int = 0, *, cls_only: bool = True, attention: str = "sdpa") -> torch.nn.Module:
+    """Build bert-tiny in fp32 on the CPU, eval mode, weights from ``seed``.
+
+    Args:
+        seed: Weight seed; the same seed gives the same weights for every option below.
+        cls_only: Compute the last layer for the CLS position only (its keys and values still come
+            from every position). The output is the CLS state, so this is the same function with
+            about half the last layer's work; ``cls_only=False`` is the unmodified encoder.
+        attention: ``sdpa`` (``scaled_dot_product_attention`` with a boolean mask) or ``explicit``
+            (matmul, additive mask, softmax, matmul: one fusable graph for the compiler).
+    """
     import torch
     from torch import nn
     from torch.nn import functional as F
+
+    if attention not in ("sdpa", "explicit"):
+        raise ValueError(f"attention={attention!r}: use 'sdpa' or 'explicit'")
+    head_dim = HIDDEN // HEADS
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        if attention == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        scores = torch.matmul(q, k.transpose(-2, -1)) * head_dim**-0.5
+        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
 
     class Layer(nn.Module):
         def __init__(self) -> None:
@@ -40,10 +60,21 @@ def make_module(seed: int = 0) -> torch.nn.Module:
 
         def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
             b, s, h = x.shape
-            q, k, v = self.qkv(x).view(b, s, 3, HEADS, h // HEADS).permute(2, 0, 3, 1, 4).unbind(0)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+            q, k, v = self.qkv(x).view(b, s, 3, HEADS, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+            a = attend(q, k, v, keep)
             x = self.ln1(x + self.attn_out(a.transpose(1, 2).reshape(b, s, h)))
             return self.ln2(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+
+        def forward_cls(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+            """The layer's output at position 0 only, ``[b, h]``: queries, FFN and norms for CLS."""
+            b, s, h = x.shape
+            w, bias = self.qkv.weight, self.qkv.bias
+            kv = F.linear(x, w[h:], bias[h:]).view(b, s, 2, HEADS, head_dim).permute(2, 0, 3, 1, 4)
+            x0 = x[:, 0]
+            q = F.linear(x0, w[:h], bias[:h]).view(b, HEADS, 1, head_dim)
+            a = attend(q, kv[0], kv[1], keep)  # [b, heads, 1, head_dim]
+            x0 = self.ln1(x0 + self.attn_out(a.reshape(b, h)))
+            return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
 
     class BertTiny(nn.Module):
         def __init__(self) -> None:
@@ -62,7 +93,12 @@ def make_module(seed: int = 0) -> torch.nn.Module:
             x = self.word(input_ids) + self.position(pos)[None] + self.token_type.weight[0]
             x = self.ln(x)
             keep = attention_mask[:, None, None, :].bool()
-            for layer in self.layers:
+            layers: list[Any] = list(self.layers)
+            if cls_only:
+                for layer in layers[:-1]:
+                    x = layer(x, keep)
+                return layers[-1].forward_cls(x, keep).float()
+            for layer in layers:
                 x = layer(x, keep)
             return x[:, 0].float()
 

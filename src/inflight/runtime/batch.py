@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,9 @@ class Buckets:
 
     batch: tuple[int, ...]
     seq: tuple[int, ...] | None
+    #: What one launch costs beyond its padded tokens, in padded-token equivalents (0: launches
+    #: are free, so nothing is padded or merged that need not be, as on the CPU)
+    launch_cost_tokens: int = 0
 
     def pick(self, rows: int, seq: int | None) -> tuple[int, int | None]:
         """The ``(batch, seq)`` bucket for ``rows`` items of length ``seq``.
@@ -86,6 +89,86 @@ class Buckets:
                 raise ValueError(f"sequence length {seq} exceeds the largest bucket {self.seq[-1]}")
             s = self.seq[j]
         return self.batch[i], s
+
+    def seq_bucket(self, seq: int | None) -> int | None:
+        """The sequence bucket for length ``seq`` (None for fixed-shape models).
+
+        Raises:
+            ValueError: when ``seq`` exceeds the largest bucket.
+        """
+        if self.seq is None:
+            return None
+        assert seq is not None
+        j = bisect.bisect_left(self.seq, seq)
+        if j == len(self.seq):
+            raise ValueError(f"sequence length {seq} exceeds the largest bucket {self.seq[-1]}")
+        return self.seq[j]
+
+    def split(self, rows: int, seq: int | None = None) -> tuple[list[tuple[int, int]], int]:
+        """Cut ``rows`` items of one sequence bucket into launches of ``(real rows, batch bucket)``.
+
+        Padding up to the bucket that holds the rest is weighed against cutting off the largest
+        bucket that fits and launching the rest separately, with ``launch_cost_tokens`` as the
+        price of a launch (1,160 rows at seq 64: 1,024 + 136 padded to 256, not 2,048).
+
+        Returns:
+            The launches and their cost in padded-token equivalents.
+        """
+        s = seq or 1
+        out: list[tuple[int, int]] = []
+        cost = 0
+        left = rows
+        while left > 0:
+            i = bisect.bisect_left(self.batch, left)
+            if i == len(self.batch):
+                out.append((self.batch[-1], self.batch[-1]))
+                cost += self.launch_cost_tokens + self.batch[-1] * s
+                left -= self.batch[-1]
+                continue
+            fit = self.batch[i]
+            padded = self.launch_cost_tokens + fit * s
+            if i > 0:
+                full = self.batch[i - 1]
+                rest_fit = self.batch[bisect.bisect_left(self.batch, left - full)]
+                if 2 * self.launch_cost_tokens + (full + rest_fit) * s < padded:
+                    out.append((full, full))
+                    cost += self.launch_cost_tokens + full * s
+                    left -= full
+                    continue
+            out.append((left, fit))
+            cost += padded
+            break
+        return out, cost
+
+
+#: ``Buckets.launch_cost_tokens`` on a GPU: a graph replay, its copies and small-kernel overheads
+#: (~30 us on an H200, where a bert_tiny token costs ~4 ns).
+GPU_LAUNCH_COST_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class Group:
+    """One launch of a batch: rows of one sequence bucket, padded to one batch bucket.
+
+    A batch whose requests have different lengths is cut into groups, one or more per sequence
+    bucket, so each runs at its own length. Each group's rows lie one after another in the
+    slot's flat buffers: inputs at ``in_offset`` elements with the group's own row length,
+    outputs at ``out_offset`` elements. Rows past ``rows`` up to ``bucket[0]`` are padding whose
+    outputs are never read.
+
+    Attributes:
+        bucket: ``(batch bucket, seq bucket)`` the launch runs at.
+        rows: Real rows.
+        first_row: Row of the slot's outputs where the group starts.
+        in_offset: Element offset of the group's rows in each flat input buffer.
+        out_offset: Element offset of the group's rows in each flat output buffer.
+    """
+
+    bucket: tuple[int, int | None]
+    rows: int
+    first_row: int
+    in_offset: Mapping[str, int]
+    out_offset: Mapping[str, int]
 
 
 class Layout:
@@ -127,7 +210,11 @@ class Slot:
         host_in: Flat host input buffers per input (pinned on the GPU).
         host_out: Flat host output buffers per output (pinned on the GPU).
         batch: The batch in flight, None when free.
-        bucket: ``(batch, seq)`` the batch is padded to.
+        groups: The batch's launches (see ``Group``), in buffer order.
+        item_rows: First output row of each of the batch's requests, in request order.
+        in_elements: Elements of each flat input buffer the groups fill (the host-to-device copy).
+        real_tokens: Items x their own sequence lengths (variable-length models), else items.
+        padded_tokens: The same over what the launches compute (bucket rows x bucket length).
         state: Runner-owned resources (device buffers, events).
         generation: How many batches this slot has carried.
     """
@@ -136,50 +223,147 @@ class Slot:
     host_in: dict[str, np.ndarray]
     host_out: dict[str, np.ndarray]
     batch: Batch | None = None
-    bucket: tuple[int, int | None] = (0, None)
+    groups: tuple[Group, ...] = ()
+    item_rows: tuple[int, ...] = ()
+    in_elements: dict[str, int] = field(default_factory=dict)
+    real_tokens: int = 0
+    padded_tokens: int = 0
     state: Any = None
     generation: int = 0
 
+    @property
+    def rows(self) -> int:
+        """Real rows of the batch in the slot."""
+        return sum(g.rows for g in self.groups)
 
-def gather(layout: Layout, slot: Slot, batch: Batch, bucket: tuple[int, int | None]) -> None:
-    """Copy each request's inputs once into the slot's host buffers, padded to ``bucket``.
 
-    Rows past the batch keep earlier valid contents (buffers start zeroed), so padding never
-    holds out-of-range token ids; their outputs are never read.
+def plan(layout: Layout, buckets: Buckets, batch: Batch) -> tuple[tuple[Group, ...], tuple[int, ...], dict[str, int]]:
+    """Group a batch's requests by sequence bucket and lay the groups out in the flat buffers.
+
+    Requests are bucketed by their own length; adjacent buckets are then merged (the shorter
+    ones padded to the longer length) where that costs less than a launch of their own, by
+    dynamic programming over ``Buckets.split`` costs. Each merged run is cut into launches.
+
+    Returns:
+        The groups (sequence buckets in increasing order), each request's first output row, and
+        the elements of each input buffer the groups fill.
+
+    Raises:
+        ValueError: when a request is longer than the largest sequence bucket or the batch has
+            more rows than the buffers hold.
     """
-    rows, seq = bucket
-    real = batch.rows
-    for t in layout.spec.inputs:
-        view = layout.view(slot.host_in[t.name], t, rows, seq)
-        arrays = [item.inputs[t.name] for item in batch.items]
-        if not t.variable or all(a.shape[1] == seq for a in arrays):
-            # the common case (Triton batches equal shapes): one C-level copy for all requests
-            np.concatenate(arrays, axis=0, out=view[:real])
+    spec = layout.spec
+    by_seq: dict[int | None, list[int]] = {}
+    for i, item in enumerate(batch.items):
+        by_seq.setdefault(buckets.seq_bucket(item.seq), []).append(i)
+    order = sorted(by_seq, key=lambda s: -1 if s is None else s)
+    runs = _merge_runs(buckets, order, [sum(batch.items[i].count for i in by_seq[s]) for s in order])
+    groups: list[Group] = []
+    item_rows = [0] * len(batch.items)
+    in_off = {t.name: 0 for t in spec.inputs}
+    out_off = {t.name: 0 for t in spec.outputs}
+    row = 0
+    for lo, hi in runs:
+        seq = order[hi - 1]
+        first = row
+        for s in order[lo:hi]:
+            for i in by_seq[s]:
+                item_rows[i] = row
+                row += batch.items[i].count
+        for real, bucket_rows in buckets.split(row - first, seq)[0]:
+            groups.append(Group((bucket_rows, seq), real, first, dict(in_off), dict(out_off)))
+            for t in spec.inputs:
+                in_off[t.name] += real * layout.per_item(t, seq)
+            for t in spec.outputs:
+                out_off[t.name] += real * layout.per_item(t, seq)
+            first += real
+    if row > layout.max_items:
+        raise ValueError(f"{row} rows exceed the slot's {layout.max_items}")
+    return tuple(groups), tuple(item_rows), in_off
+
+
+def _merge_runs(buckets: Buckets, seqs: list[int | None], rows: list[int]) -> list[tuple[int, int]]:
+    """Cheapest partition of the sorted sequence buckets into runs ``[lo, hi)`` padded to ``seqs[hi - 1]``."""
+    k = len(seqs)
+    best = [0] + [0] * k
+    cut = [0] * (k + 1)
+    for j in range(1, k + 1):
+        best[j] = -1
+        total = 0
+        for i in range(j, 0, -1):
+            total += rows[i - 1]
+            c = best[i - 1] + buckets.split(total, seqs[j - 1])[1]
+            if best[j] < 0 or c < best[j]:
+                best[j], cut[j] = c, i - 1
+    runs: list[tuple[int, int]] = []
+    j = k
+    while j > 0:
+        runs.append((cut[j], j))
+        j = cut[j]
+    return runs[::-1]
+
+
+def gather(layout: Layout, buckets: Buckets, slot: Slot, batch: Batch) -> None:
+    """Copy each request's inputs once into the slot's host buffers, grouped by sequence bucket.
+
+    Each group's rows are contiguous at its own length (``Group``); a request shorter than its
+    bucket is zero-padded (id 0, mask 0: masked positions do not change the outputs). Nothing is
+    padded in rows: the engine pads a launch to its batch bucket on the device.
+
+    Raises:
+        ValueError: see ``plan``.
+    """
+    groups, item_rows, in_elements = plan(layout, buckets, batch)
+    spec = layout.spec
+    items = batch.items
+    single = all(g.bucket[1] == groups[0].bucket[1] for g in groups)
+    real_tokens = padded_tokens = 0
+    for g in groups:
+        padded_tokens += g.bucket[0] * (g.bucket[1] or 1)
+    for item in items:
+        real_tokens += item.count * (item.seq or 1)
+    for t in spec.inputs:
+        flat = slot.host_in[t.name]
+        seq0 = groups[0].bucket[1]
+        if single and (not t.variable or all(i.inputs[t.name].shape[1] == seq0 for i in items)):
+            # the common case (one length): one C-level copy for all requests, in request order
+            rows = in_elements[t.name] // layout.per_item(t, seq0)
+            np.concatenate([i.inputs[t.name] for i in items], axis=0, out=layout.view(flat, t, rows, seq0))
             continue
-        r = 0
-        for item in batch.items:
+        for i, item in enumerate(items):
+            g = _group_of(groups, item_rows[i])
+            seq = g.bucket[1]
+            start = g.in_offset[t.name] + (item_rows[i] - g.first_row) * layout.per_item(t, seq)
+            view = layout.view(flat[start:], t, item.count, seq)
             a = item.inputs[t.name]
-            n = item.count
             if t.variable:
                 s = a.shape[1]
-                view[r : r + n, :s] = a
+                view[:, :s] = a
                 if seq is not None and s < seq:
-                    view[r : r + n, s:] = 0
+                    view[:, s:] = 0
             else:
-                view[r : r + n] = a
-            r += n
+                view[...] = a
     slot.batch = batch
-    slot.bucket = bucket
+    slot.groups = groups
+    slot.item_rows = item_rows
+    slot.in_elements = in_elements
+    slot.real_tokens = real_tokens
+    slot.padded_tokens = padded_tokens
+
+
+def _group_of(groups: tuple[Group, ...], row: int) -> Group:
+    """The launch where output row ``row`` starts (a request may run on into the next launch of its run)."""
+    for g in reversed(groups):
+        if g.first_row <= row:
+            return g
+    raise AssertionError(f"row {row} is in no group")
 
 
 def outputs_for(layout: Layout, slot: Slot) -> list[dict[str, np.ndarray]]:
     """Per-request output views of the slot's host output buffers (no copy, padding excluded)."""
     assert slot.batch is not None
-    rows, seq = slot.bucket
-    views = {t.name: layout.view(slot.host_out[t.name], t, rows, seq) for t in layout.spec.outputs}
-    out: list[dict[str, np.ndarray]] = []
-    r = 0
-    for item in slot.batch.items:
-        out.append({name: v[r : r + item.count] for name, v in views.items()})
-        r += item.count
-    return out
+    views = {t.name: layout.view(slot.host_out[t.name], t, slot.rows, None) for t in layout.spec.outputs}
+    return [
+        {name: v[r : r + item.count] for name, v in views.items()}
+        for item, r in zip(slot.batch.items, slot.item_rows, strict=True)
+    ]

@@ -28,7 +28,7 @@ import numpy as np
 
 from inflight.errors import EngineError, ShuttingDownError, ValidationError
 from inflight.runtime.batch import Batch, Item, Layout, Slot, gather, outputs_for
-from inflight.runtime.runners import Runner
+from inflight.runtime.runners import CudaRunner, Runner
 
 LOGGER = logging.getLogger(__name__)
 
@@ -61,6 +61,14 @@ class ExecutorStats:
         requests: Requests launched.
         items: Items (rows) launched, without padding.
         padded_items: Rows launched including bucket padding.
+        launches: Engine launches (a batch is one per sequence bucket, or more when cut; see ``Group``).
+        real_tokens: Items x their own lengths (variable-length models; items otherwise).
+        padded_tokens: Bucket rows x bucket lengths the launches computed; ``padded_tokens /
+            real_tokens - 1`` is the padding waste.
+        mixed_length_batches: Batches whose requests fell in more than one sequence bucket.
+        graph_replays: Launches replayed from a CUDA graph.
+        eager_launches: Launches run eagerly (no graph: graphs off, capture failed, or the first
+            use of a bucket captured lazily).
         failed_batches: Batches that failed on the device.
         responses: Responses sent (outputs).
         error_responses: Error responses sent.
@@ -83,6 +91,12 @@ class ExecutorStats:
     requests: int = 0
     items: int = 0
     padded_items: int = 0
+    launches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    mixed_length_batches: int = 0
+    graph_replays: int = 0
+    eager_launches: int = 0
     failed_batches: int = 0
     responses: int = 0
     error_responses: int = 0
@@ -115,6 +129,7 @@ class _Outgoing:
     error: str | None
     chunks: int = 0
     t_ready: float = 0.0
+    #: each request's first row in ``outs`` (request order; rows are grouped by sequence bucket)
     offsets: list[int] = field(default_factory=list)
 
 
@@ -130,22 +145,36 @@ class _Base:
         self._lock = threading.Lock()
 
     def _prepare(self, slot: Slot, batch: Batch) -> None:
-        rows = batch.rows
-        bucket = self.runner.buckets.pick(rows, batch.seq)
         t0 = time.perf_counter()
         with self.ranges.range("gather"):
-            gather(self.layout, slot, batch, bucket)
+            try:
+                gather(self.layout, self.runner.buckets, slot, batch)
+            except ValueError as e:  # validated requests never get here; a bug if they do
+                raise EngineError(f"batch does not fit the instance's buffers: {e}") from e
             if self.layout.spec.vocab_size is not None:
                 # one reduction per input over the whole batch instead of per request
-                spec, layout = self.layout.spec, self.layout
-                spec.check_values({t.name: layout.view(slot.host_in[t.name], t, *bucket)[:rows] for t in spec.inputs})
+                spec = self.layout.spec
+                spec.check_values({t.name: slot.host_in[t.name][: slot.in_elements[t.name]] for t in spec.inputs})
         with self._lock:
-            self.stats.gather_s += time.perf_counter() - t0
-            self.stats.batches += 1
-            self.stats.requests += len(batch.items)
-            self.stats.items += rows
-            self.stats.padded_items += bucket[0]
-            self.stats.batch_sizes.append(rows)
+            st = self.stats
+            st.gather_s += time.perf_counter() - t0
+            st.batches += 1
+            st.requests += len(batch.items)
+            st.items += slot.rows
+            st.padded_items += sum(g.bucket[0] for g in slot.groups)
+            st.launches += len(slot.groups)
+            st.real_tokens += slot.real_tokens
+            st.padded_tokens += slot.padded_tokens
+            if len({g.bucket[1] for g in slot.groups}) > 1:
+                st.mixed_length_batches += 1
+            st.batch_sizes.append(slot.rows)
+
+    def _count_launch(self, slot: Slot, replays: int, seconds: float) -> None:
+        with self._lock:
+            self.stats.launch_s += seconds
+            if isinstance(self.runner, CudaRunner):
+                self.stats.graph_replays += replays
+                self.stats.eager_launches += len(slot.groups) - replays
 
 
 class SyncExecutor(_Base):
@@ -166,8 +195,8 @@ class SyncExecutor(_Base):
         self._prepare(self.slot, batch)
         t0 = time.perf_counter()
         with self.ranges.range("enqueue"):
-            self.runner.launch(self.slot)
-        self.stats.launch_s += time.perf_counter() - t0
+            replays = self.runner.launch(self.slot)
+        self._count_launch(self.slot, replays, time.perf_counter() - t0)
         t0 = time.perf_counter()
         with self.ranges.range("wait"):
             self.runner.wait(self.slot)
@@ -306,12 +335,18 @@ class PipelinedExecutor(_Base):
             with self._cond:
                 self._release(slot)
             raise
+        except Exception as e:
+            LOGGER.error("batch of %d requests could not be gathered: %s", len(batch.items), e)
+            with self._cond:
+                self._release(slot)
+            self._dispatch(_Outgoing(batch.items, None, f"batch failed before launch: {e}"))
+            return
         try:
             slot.generation += 1
             t0 = time.perf_counter()
             with self.ranges.range("enqueue"):
-                self.runner.launch(slot)
-            self.stats.launch_s += time.perf_counter() - t0
+                replays = self.runner.launch(slot)
+            self._count_launch(slot, replays, time.perf_counter() - t0)
         except Exception as e:
             LOGGER.error("batch of %d requests failed to launch: %s", len(batch.items), e)
             with self._cond:
@@ -331,6 +366,7 @@ class PipelinedExecutor(_Base):
             t0 = time.perf_counter()
             error: str | None = None
             outs: dict[str, np.ndarray] | None = None
+            item_rows: list[int] = []
             try:
                 with self.ranges.range("complete"):
                     self.runner.wait(slot)
@@ -339,12 +375,12 @@ class PipelinedExecutor(_Base):
                 error = f"batch failed on the device: {e}"
             else:
                 # the responses get their own copy of the real rows, so the slot is free at once
-                rows, seq = slot.bucket
-                real = batch.rows
+                real = slot.rows
                 outs = {
-                    t.name: self.layout.view(slot.host_out[t.name], t, rows, seq)[:real].copy()
+                    t.name: self.layout.view(slot.host_out[t.name], t, real, None).copy()
                     for t in self.layout.spec.outputs
                 }
+                item_rows = list(slot.item_rows)
             with self._cond:
                 if error is None:
                     self.stats.device_wait_s += time.perf_counter() - t0
@@ -353,7 +389,7 @@ class PipelinedExecutor(_Base):
                 if slot.index in self._abandoned:
                     continue  # close() already failed these requests
                 self._release(slot)
-            self._dispatch(_Outgoing(batch.items, outs, error))
+            self._dispatch(_Outgoing(batch.items, outs, error, offsets=item_rows if error is None else []))
 
     def _dispatch(self, out: _Outgoing) -> None:
         """Queue a batch's responses as one chunk per sender thread (fewer wake-ups than one job each)."""
@@ -376,8 +412,8 @@ class PipelinedExecutor(_Base):
         per = -(-n // self._n_senders)
         bounds = [(i, min(n, i + per)) for i in range(0, n, per)]
         out.chunks = len(bounds)
-        if out.outs is not None:
-            out.offsets = np.cumsum([0] + [it.count for it in out.items]).tolist()
+        if out.outs is not None and not out.offsets:
+            out.offsets = np.cumsum([0] + [it.count for it in out.items[:-1]]).tolist()
         out.t_ready = time.perf_counter()
         for lo, hi in bounds:
             self._sends.put((out, lo, hi))
@@ -402,7 +438,8 @@ class PipelinedExecutor(_Base):
                         if outs is None:
                             self.sink.send(item.handle, None, out.error)
                         else:
-                            a, b = offsets[k], offsets[k + 1]
+                            a = offsets[k]
+                            b = a + item.count
                             self.sink.send(item.handle, {name: v[a:b] for name, v in outs.items()}, None)
                         sent += 1
                     except Exception as e:  # the server refused it: log, and carry on with the others

@@ -90,6 +90,18 @@ class MetricsPublisher:
             "batches": ("inflight_batches_total", "Batches launched"),
             "items": ("inflight_items_total", "Items launched (without padding)"),
             "padded_items": ("inflight_padded_items_total", "Items launched including bucket padding"),
+            "launches": ("inflight_launches_total", "Engine launches (one or more per sequence bucket of a batch)"),
+            "real_tokens": ("inflight_real_tokens_total", "Items x their own sequence lengths"),
+            "padded_tokens": (
+                "inflight_padded_tokens_total",
+                "Bucket rows x bucket lengths computed (padded / real - 1 is the padding waste)",
+            ),
+            "mixed_length_batches": (
+                "inflight_mixed_length_batches_total",
+                "Batches whose requests fell in more than one sequence bucket",
+            ),
+            "graph_replays": ("inflight_graph_replays_total", "Launches replayed from a CUDA graph"),
+            "eager_launches": ("inflight_eager_launches_total", "Launches run without a CUDA graph"),
             "slot_waits": ("inflight_slot_waits_total", "Times execute() found every slot busy"),
             "slot_wait_s": ("inflight_slot_wait_seconds_total", "Time execute() waited for a free slot"),
             "send_s": ("inflight_send_seconds_total", "Time spent in response send() calls (all threads)"),

@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,8 +42,12 @@ class Runner(ABC):
         """Allocate ``n`` slots (buffers, events) once."""
 
     @abstractmethod
-    def launch(self, slot: Slot) -> None:
-        """Start the slot's batch; never blocks on the device."""
+    def launch(self, slot: Slot) -> int:
+        """Start the slot's batch; never blocks on the device.
+
+        Returns:
+            How many of the slot's launches (``slot.groups``) replayed a CUDA graph.
+        """
 
     @abstractmethod
     def wait(self, slot: Slot) -> None:
@@ -133,37 +138,46 @@ class CudaRunner(Runner):
             self.slots.append(slot)
         return self.slots
 
-    def warmup(self, seq: int | None, batch_buckets: tuple[int, ...] | None = None) -> int:
-        """Capture graphs for every slot and batch bucket at sequence bucket ``seq``; synchronizes.
+    def warmup(self, seqs: Sequence[int | None], batch_buckets: tuple[int, ...] | None = None) -> int:
+        """Capture graphs for every batch bucket at each sequence bucket in ``seqs``, in order; synchronizes.
+
+        The engine may decline a bucket (graph memory budget); it is then captured on first use.
 
         Returns:
             The number of graphs the engine holds afterwards.
         """
-        for slot in self.slots:
+        for seq in seqs:
             for b in batch_buckets or self.buckets.batch:
-                self.engine.capture(slot.index, b, seq, self.compute.ptr)
+                for slot in self.slots:  # engines that share graphs across slots capture once
+                    self.engine.capture(slot.index, b, seq, self.compute.ptr)
         self.compute.synchronize()
         return self.engine.graphs()
 
-    def launch(self, slot: Slot) -> None:
-        """H2D on the copy stream, compute after it, D2H after that; record the slot's events."""
+    def launch(self, slot: Slot) -> int:
+        """H2D on the copy stream, the launches after it, D2H after them; record the slot's events.
+
+        Returns:
+            How many of the slot's launches replayed a CUDA graph.
+        """
         st: _CudaSlotState = slot.state
-        rows, seq = slot.bucket
         assert slot.batch is not None
-        real = slot.batch.rows
         for t in self.layout.spec.inputs:
-            nbytes = rows * self.layout.per_item(t, seq) * np.dtype(t.dtype).itemsize
+            nbytes = slot.in_elements[t.name] * np.dtype(t.dtype).itemsize
             cuda.copy_h2d(st.dev_in[t.name], st.pinned_in[t.name], nbytes, self.h2d)
         self.h2d.record(st.h2d_done)
         self.compute.wait(st.h2d_done)
-        self.engine.enqueue(slot.index, rows, seq, self.compute.ptr)
+        replays = 0
+        for group in slot.groups:
+            replays += self.engine.enqueue(slot.index, group, self.compute.ptr)
         self.compute.record(st.compute_done)
         self.d2h.wait(st.compute_done)
+        real = slot.rows
         for t in self.layout.spec.outputs:
-            nbytes = real * self.layout.per_item(t, seq) * np.dtype(t.dtype).itemsize
-            # outputs are laid out for the bucket's rows; the first `real` rows are contiguous
+            nbytes = real * self.layout.per_item(t, None) * np.dtype(t.dtype).itemsize
+            # the groups' output rows are contiguous from the start of the buffer
             cuda.copy_d2h(st.pinned_out[t.name], st.dev_out[t.name], nbytes, self.d2h)
         self.d2h.record(st.done)
+        return replays
 
     def wait(self, slot: Slot) -> None:
         """Sleep in cudaEventSynchronize (blocking mode) or poll cudaEventQuery (poll mode)."""
@@ -235,24 +249,33 @@ class CpuRunner(Runner):
             )
         return self.slots
 
-    def launch(self, slot: Slot) -> None:
-        """Queue the slot for the compute thread."""
+    def launch(self, slot: Slot) -> int:
+        """Queue the slot for the compute thread (no graphs on the CPU: returns 0)."""
         st: _CpuSlotState = slot.state
         st.done.clear()
         st.error = None
         self._queue.put(slot)
+        return 0
 
     def _loop(self) -> None:
+        spec, layout = self.layout.spec, self.layout
         while True:
             slot = self._queue.get()
             if slot is None:
                 return
             st: _CpuSlotState = slot.state
             try:
-                rows, seq = slot.bucket
-                ins = {t.name: self.layout.view(slot.host_in[t.name], t, rows, seq) for t in self.layout.spec.inputs}
-                outs = {t.name: self.layout.view(slot.host_out[t.name], t, rows, seq) for t in self.layout.spec.outputs}
-                self.engine.run_host(ins, outs)
+                for g in slot.groups:
+                    seq = g.bucket[1]
+                    ins = {
+                        t.name: layout.view(slot.host_in[t.name][g.in_offset[t.name] :], t, g.rows, seq)
+                        for t in spec.inputs
+                    }
+                    outs = {
+                        t.name: layout.view(slot.host_out[t.name][g.out_offset[t.name] :], t, g.rows, seq)
+                        for t in spec.outputs
+                    }
+                    self.engine.run_host(ins, outs)
             except BaseException as e:  # reported to the batch's requests by wait()
                 st.error = e
             finally:

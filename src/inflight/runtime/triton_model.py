@@ -33,7 +33,7 @@ from inflight.errors import ConfigError, InflightError, ShuttingDownError, Valid
 from inflight.log import route_to_triton
 from inflight.model_config import BackendParameters, parameters_of, proto_from_json
 from inflight.models.registry import ModelSpec, get_model
-from inflight.runtime.batch import Batch, Buckets, Item, Layout, pow2_buckets
+from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Batch, Buckets, Item, Layout, pow2_buckets
 from inflight.runtime.engines.base import Engine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
@@ -187,7 +187,21 @@ def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, d
         precision=params.precision,
         cuda_graphs=params.cuda_graphs,
         max_graphs=params.max_graphs,
+        compile=params.compile,
+        graph_memory_mb=params.graph_memory_mb if params.capture_at_load else 0,
     )
+
+
+def capture_order(seq_buckets: tuple[int, ...] | None, warmup_seq_len: int) -> list[int | None]:
+    """Sequence buckets in the order graphs are captured at load.
+
+    The warm-up length's bucket first, then the others from the shortest (a memory budget cuts the
+    longest, most memory-hungry ones).
+    """
+    if seq_buckets is None:
+        return [None]
+    warm = Buckets((1,), seq_buckets).seq_bucket(min(warmup_seq_len, seq_buckets[-1]))
+    return [warm, *(s for s in seq_buckets if s != warm)]
 
 
 class InflightModel:
@@ -245,7 +259,7 @@ class InflightModel:
             batch_buckets = p.batch_buckets or pow2_buckets(self.max_batch)
             if batch_buckets[-1] < self.max_batch:
                 batch_buckets = (*batch_buckets, self.max_batch)
-            buckets = Buckets(batch_buckets, seq_buckets)
+            buckets = Buckets(batch_buckets, seq_buckets, GPU_LAUNCH_COST_TOKENS)
             runner = CudaRunner(engine, self.layout, buckets, device_id=self.device_id, wait_mode=p.completion_wait)
         self.runner = runner
         self.executor: SyncExecutor | PipelinedExecutor
@@ -264,18 +278,23 @@ class InflightModel:
             )
             slots = p.slots
         graphs = 0
+        graph_note = ""
         if isinstance(runner, CudaRunner):
-            warm_seq = None
-            if seq_buckets is not None:
-                warm_seq = buckets.pick(1, min(p.warmup_seq_len, seq_buckets[-1]))[1]
-            graphs = runner.warmup(warm_seq)
+            seqs = capture_order(seq_buckets, p.warmup_seq_len)
+            t_capture = time.perf_counter()
+            # the warm-up bucket always; the others at load when capture_at_load (within the budget)
+            graphs = runner.warmup(seqs[:1])
+            if p.capture_at_load and len(seqs) > 1:
+                graphs = runner.warmup(seqs[1:])
+            held = getattr(engine, "graph_memory_mb", lambda: 0.0)()
+            graph_note = f" ({held:.0f} MB held, captured in {time.perf_counter() - t_capture:.1f} s)"
         self.metrics = self._make_metrics(slots)
         # where the execute thread's time goes (finalize logs it next to the executor's counters)
         self.timing: dict[str, float] = {"executes": 0, "execute_s": 0.0, "between_executes_s": 0.0, "parse_s": 0.0}
         self._t_last_exit = 0.0
         self._gil_probe = GilProbe() if p.gil_probe else None
         LOGGER.info(
-            "%s (%s): %s mode, %d slot(s)%s; %s; %d CUDA graph(s); ready in %.1f s",
+            "%s (%s): %s mode, %d slot(s)%s; %s; %d CUDA graph(s)%s; ready in %.1f s",
             self.model_name,
             self.instance,
             p.mode,
@@ -283,6 +302,7 @@ class InflightModel:
             f", {p.response_threads} response threads" if p.mode == "pipelined" else "",
             runner.describe(),
             graphs,
+            graph_note,
             time.perf_counter() - t_start,
         )
 
@@ -474,6 +494,9 @@ class InflightModel:
         stats = self.executor.stats.snapshot()
         stats.update(self.timing)
         stats.update(build_s=self.sink.build_s, send_call_s=self.sink.call_s, rejected=dict(self.rejected))
+        counters = getattr(self.runner.engine, "counters", None)
+        if counters is not None:
+            stats.update(engine=dict(counters))
         if self._gil_probe is not None:
             stats.update(self._gil_probe.stop())
         if getattr(self, "_cupti", None) is not None:

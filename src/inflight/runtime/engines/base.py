@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from inflight.runtime.batch import Group
+
 
 @dataclass(frozen=True)
 class SlotBuffers:
@@ -22,7 +24,7 @@ class Engine(ABC):
 
     GPU engines are bound to each slot's device buffers once (``bind``), then ``enqueue`` puts
     one batch's compute on a stream without waiting; ``capture`` records a CUDA graph for a
-    ``(slot, batch, seq)`` bucket that later ``enqueue`` calls replay. CPU engines implement
+    ``(batch, seq)`` bucket that later ``enqueue`` calls replay. CPU engines implement
     ``run_host`` instead.
     """
 
@@ -42,8 +44,12 @@ class Engine(ABC):
         """Remember (and wrap) a slot's device buffers (GPU engines)."""
         raise NotImplementedError(f"{type(self).__name__} does not run on the GPU")
 
-    def enqueue(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> None:
-        """Enqueue compute for ``rows`` (a bucket) on ``stream_ptr``; never waits (GPU engines)."""
+    def enqueue(self, slot: int, group: Group, stream_ptr: int) -> bool:
+        """Enqueue one launch of a slot's batch on ``stream_ptr``; never waits (GPU engines).
+
+        Returns:
+            True when the launch replayed a CUDA graph, False when it ran without one.
+        """
         raise NotImplementedError(f"{type(self).__name__} does not run on the GPU")
 
     def capture(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> bool:

@@ -19,9 +19,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from inflight.errors import EngineError
 from inflight.models.registry import ModelSpec
 from inflight.runtime import cuda
+from inflight.runtime.batch import Group
 from inflight.runtime.engines.base import Engine, SlotBuffers
 
 if TYPE_CHECKING:
@@ -150,23 +153,52 @@ class TensorRTEngine(Engine):
                 )
         self._shapes[slot] = (rows, seq)
 
-    def enqueue(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> None:
-        """Replay the bucket's graph or call ``execute_async_v3``."""
+    def enqueue(self, slot: int, group: Group, stream_ptr: int) -> bool:
+        """Replay the bucket's graph or call ``execute_async_v3``.
+
+        A launch at the start of the slot's buffers runs at its bucket (graph replay when
+        captured). A later launch of a batch cut into groups runs at its real rows from its
+        offsets, without a graph (graphs record the slot's base addresses), and the base
+        addresses are restored after it.
+        """
+        rows, seq = group.bucket
+        at_base = all(v == 0 for v in group.in_offset.values())
+        if at_base:
+            return self._launch(slot, rows, seq, stream_ptr)
+        ctx = self._contexts[slot]
+        buffers = self._buffers[slot]
+        item = {t.name: np.dtype(t.dtype).itemsize for t in (*self.spec.inputs, *self.spec.outputs)}
+        offsets = {**group.in_offset, **group.out_offset}
+        try:
+            for name, (ptr, _) in {**buffers.inputs, **buffers.outputs}.items():
+                ctx.set_tensor_address(name, ptr + offsets[name] * item[name])
+            self._set_shapes(slot, group.rows, seq)
+            if not ctx.execute_async_v3(stream_ptr):
+                raise EngineError(
+                    f"execute_async_v3 failed for {group.rows} rows at seq {seq}: {self._log.errors[-1:]}"
+                )
+        finally:
+            for name, (ptr, _) in {**buffers.inputs, **buffers.outputs}.items():
+                ctx.set_tensor_address(name, ptr)
+        return False
+
+    def _launch(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> bool:
         self._set_shapes(slot, rows, seq)
         g = self._graphs.get((slot, rows, seq))
         if g is not None:
             rt = cuda.runtime()
             cuda.check(rt.cudaGraphLaunch(g, stream_ptr), "cudaGraphLaunch")
-            return
+            return True
         if not self._contexts[slot].execute_async_v3(stream_ptr):
             raise EngineError(f"execute_async_v3 failed for bucket (batch {rows}, seq {seq}): {self._log.errors[-1:]}")
+        return False
 
     def capture(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> bool:
         """Enqueue once (TensorRT's deferred set-up), then capture a second enqueue."""
         if not self.cuda_graphs:
             return False
         rt = cuda.runtime()
-        self.enqueue(slot, rows, seq, stream_ptr)
+        self._launch(slot, rows, seq, stream_ptr)
         cuda.check(rt.cudaStreamSynchronize(stream_ptr), "cudaStreamSynchronize")
         mode = rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal
         cuda.check(rt.cudaStreamBeginCapture(stream_ptr, mode), "cudaStreamBeginCapture")

@@ -1,15 +1,19 @@
-"""The Torch engine: a ``torch.export`` artifact run eagerly or replayed from CUDA graphs.
+"""The Torch engine: a ``torch.export`` artifact, compiled by inductor, replayed from CUDA graphs.
 
-On the GPU the module runs in fp16 (or fp32) on static tensors that alias each slot's device
-buffers, so a captured graph reads the slot's inputs and writes its outputs in place: replaying
-it is the whole compute step. Graphs are captured per ``(slot, batch bucket, seq bucket)`` with
-torch's CUDA graph API on our own compute stream (``torch.cuda.ExternalStream``) and share one
-memory pool (replays are serialized on that stream, so their scratch memory can be shared).
+On the GPU the module runs in fp16, bf16 or fp32, compiled with ``torch.compile`` (inductor,
+dynamic batch and sequence axes: one program for every bucket), on static tensors the engine
+owns. A launch copies its rows from the slot's device buffers into them, replays the graph of its
+``(batch bucket, seq bucket)``, and copies the output rows back, all on the runner's compute
+stream. Graphs are captured with torch's CUDA graph API on that stream
+(``torch.cuda.ExternalStream``), one per bucket for every slot, and share one memory pool: replays
+are serialized on that stream and everything a graph allocates is scratch, so they can share it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ import numpy as np
 
 from inflight.errors import EngineError
 from inflight.models.registry import ModelSpec
+from inflight.runtime.batch import Group, Layout
 from inflight.runtime.engines.base import Engine, SlotBuffers
 
 LOGGER = logging.getLogger(__name__)
@@ -59,16 +64,32 @@ def load_module(artifact: Path, device: str = "cpu") -> Any:
     return gm
 
 
+#: Compile modes of ``TorchEngine`` (``auto``: inductor on a GPU, none on the CPU).
+COMPILE_MODES = ("auto", "inductor", "none")
+
+_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
 class TorchEngine(Engine):
-    """A ``torch.export`` module on the CPU (fp32) or a GPU (fp16/fp32, CUDA graphs).
+    """A ``torch.export`` module on the CPU (fp32) or a GPU (fp16/bf16/fp32, compiled, CUDA graphs).
+
+    On the GPU every launch runs on the engine's own static input and output tensors, sized for
+    the largest bucket: the launch copies its rows in from the slot's device buffers, replays the
+    ``(batch, seq)`` bucket's graph, and copies the rows out. Graphs are therefore shared by all
+    slots (one per bucket, not one per slot and bucket), and a launch may start at any offset of
+    the slot's buffers (a batch of several sequence buckets is several launches).
 
     Args:
         artifact: The ``.pt2`` file.
         spec: The model's tensors.
         device_id: CUDA device, or None for the CPU.
-        precision: ``fp16`` or ``fp32`` (GPU only; the CPU runs fp32).
+        precision: ``fp16``, ``bf16`` or ``fp32`` (GPU only; the CPU runs fp32).
         cuda_graphs: Capture graphs (GPU only).
-        max_graphs: Cap on captured graphs; further buckets run eagerly.
+        max_graphs: Graphs kept at once; beyond it the least recently used is dropped.
+        compile: ``inductor`` (``torch.compile``, dynamic batch and sequence axes), ``none``, or
+            ``auto`` (inductor on a GPU, none on the CPU).
+        graph_memory_mb: Budget for graph memory captured at load (``capture`` returns False
+            once the engine's GPU memory grew past it; those buckets are captured on first use).
     """
 
     kind = "torch"
@@ -81,32 +102,51 @@ class TorchEngine(Engine):
         device_id: int | None,
         precision: str = "fp16",
         cuda_graphs: bool = True,
-        max_graphs: int = 64,
+        max_graphs: int = 256,
+        compile: str = "auto",
+        graph_memory_mb: int = 4096,
     ) -> None:
         import torch
 
+        if compile not in COMPILE_MODES:
+            raise EngineError(f"compile={compile!r}: choose one of {list(COMPILE_MODES)}")
         self.spec = spec
         self.device_id = device_id
         self.cuda_graphs = cuda_graphs and device_id is not None
         self.max_graphs = max_graphs
+        self.graph_memory_bytes = graph_memory_mb << 20
         self._torch = torch
+        t0 = time.perf_counter()
         if device_id is None:
             self.dtype = torch.float32
             self.device = torch.device("cpu")
             module = load_module(artifact)
         else:
-            self.dtype = torch.float16 if precision == "fp16" else torch.float32
+            self.dtype = getattr(torch, _DTYPES[precision])
             self.device = torch.device(f"cuda:{device_id}")
+            torch.cuda.set_device(self.device)
+            self._mem0 = torch.cuda.memory_reserved(self.device)
             module = load_module(artifact, str(self.device)).to(self.device)
-            if self.dtype == torch.float16:
-                module = module.half()
+            if self.dtype != torch.float32:
+                module = module.to(self.dtype)
+        self.compiled = compile == "inductor" or (compile == "auto" and device_id is not None)
+        if self.compiled:
+            # dynamic: one compiled program for every bucket (a static one would recompile per shape)
+            module = torch.compile(module, dynamic=True)
         self.module = module
+        self.precision = {v: k for k, v in _DTYPES.items()}[str(self.dtype).removeprefix("torch.")]
         self._views: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
-        self._graphs: dict[tuple[int, int, int | None], Any] = {}
+        self._static_in: dict[str, Any] = {}
+        self._static_out: dict[str, Any] = {}
+        self._graphs: OrderedDict[tuple[int, int | None], Any] = OrderedDict()
         self._pool: Any = None
         self._capture_failed = False
+        self._budget_logged = False
         self._eager_buckets: set[tuple[int, int | None]] = set()
-        self.precision = "fp32" if self.dtype == torch.float32 else "fp16"
+        #: cumulative: ``replays``, ``eager`` launches, ``captures`` (at load and lazily), ``evictions``
+        self.counters: dict[str, int] = {"replays": 0, "eager": 0, "captures": 0, "lazy_captures": 0, "evictions": 0}
+        self.load_s = time.perf_counter() - t0
+        self.capture_s = 0.0
 
     @property
     def on_gpu(self) -> bool:
@@ -114,14 +154,21 @@ class TorchEngine(Engine):
         return self.device_id is not None
 
     def describe(self) -> str:
-        """Engine, device, precision and graph mode."""
+        """Engine, device, precision, compile and graph mode."""
+        how = "inductor-compiled" if self.compiled else "eager"
         if self.device_id is None:
-            return f"torch.export engine on CPU (fp32, {self._torch.get_num_threads()} threads)"
+            return f"torch.export engine on CPU (fp32, {how}, {self._torch.get_num_threads()} threads)"
         name = self._torch.cuda.get_device_name(self.device_id)
         return (
-            f"torch.export engine on GPU {self.device_id} ({name}, {self.precision}, "
+            f"torch.export engine on GPU {self.device_id} ({name}, {self.precision}, {how}, "
             f"CUDA graphs {'on' if self.cuda_graphs else 'off'}, torch {self._torch.__version__})"
         )
+
+    def graph_memory_mb(self) -> float:
+        """GPU memory the engine holds beyond what was reserved before it (weights, static tensors, graphs)."""
+        if self.device_id is None:
+            return 0.0
+        return (self._torch.cuda.memory_reserved(self.device) - self._mem0) / 2**20
 
     # -- compute --------------------------------------------------------------------------
     def _forward(self, inputs: Mapping[str, Any]) -> Any:
@@ -143,7 +190,7 @@ class TorchEngine(Engine):
 
     # -- GPU ------------------------------------------------------------------------------
     def bind(self, slot: int, buffers: SlotBuffers) -> None:
-        """Wrap a slot's device buffers as flat torch tensors (no copy)."""
+        """Wrap a slot's device buffers as flat torch tensors (no copy); size the static tensors."""
         from inflight.runtime.cuda import _CudaArray
 
         assert self.device_id is not None
@@ -157,62 +204,124 @@ class TorchEngine(Engine):
         ins = {t.name: wrap(buffers.inputs[t.name], t.dtype) for t in self.spec.inputs}
         outs = {t.name: wrap(buffers.outputs[t.name], t.dtype) for t in self.spec.outputs}
         self._views[slot] = (ins, outs)
+        for name, v in ins.items():
+            if name not in self._static_in or self._static_in[name].numel() < v.numel():
+                self._static_in[name] = torch.zeros_like(v)  # zeros: valid ids and masks in padding rows
+        for name, v in outs.items():
+            if name not in self._static_out or self._static_out[name].numel() < v.numel():
+                self._static_out[name] = torch.zeros_like(v)
 
-    def _step(self, slot: int, rows: int, seq: int | None) -> None:
-        ins, outs = self._views[slot]
-        args = {t.name: ins[t.name][: _numel(t.shape(rows, seq))].view(t.shape(rows, seq)) for t in self.spec.inputs}
+    def _step(self, rows: int, seq: int | None) -> None:
+        """The bucket's compute on the static tensors (what a graph records)."""
+        args = {
+            t.name: self._static_in[t.name][: _numel(t.shape(rows, seq))].view(t.shape(rows, seq))
+            for t in self.spec.inputs
+        }
         y = self._forward(args)
         t = self.spec.outputs[0]
-        outs[t.name][: _numel(t.shape(rows, seq))].view(t.shape(rows, seq)).copy_(y)
+        self._static_out[t.name][: _numel(t.shape(rows, seq))].view(t.shape(rows, seq)).copy_(y)
 
     def capture(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> bool:
-        """Capture the bucket's graph on ``stream_ptr`` (initialize time only: it synchronizes)."""
+        """Capture the bucket's graph on ``stream_ptr`` (shared by every slot; synchronizes).
+
+        Returns False when graphs are off, capture failed before, or the engine's memory already
+        exceeds ``graph_memory_mb`` (that bucket is captured on its first use instead).
+        """
         if not self.cuda_graphs or self._capture_failed:
             return False
-        key = (slot, rows, seq)
+        key = (rows, seq)
         if key in self._graphs:
             return True
-        if len(self._graphs) >= self.max_graphs:
+        if self.graph_memory_mb() > self.graph_memory_bytes / 2**20:
+            if not self._budget_logged:
+                LOGGER.info(
+                    "graph memory budget of %d MB reached (%.0f MB held); buckets from (batch %d, seq %s) on are "
+                    "captured on first use",
+                    self.graph_memory_bytes >> 20,
+                    self.graph_memory_mb(),
+                    rows,
+                    seq,
+                )
+                self._budget_logged = True
             return False
         torch = self._torch
         stream = torch.cuda.ExternalStream(stream_ptr, device=self.device)
+        with torch.inference_mode(), torch.cuda.stream(stream):
+            for _ in range(2):  # warm-up: compilation for the shape, cuBLAS handles, autotuning
+                self._step(rows, seq)
+        return self._capture(key, stream)
+
+    def _capture(self, key: tuple[int, int | None], stream: Any) -> bool:
+        torch = self._torch
+        t0 = time.perf_counter()
         try:
-            with torch.inference_mode(), torch.cuda.stream(stream):
-                for _ in range(2):  # warm-up: lazy init, cuBLAS handles, autotuning
-                    self._step(slot, rows, seq)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             g = torch.cuda.CUDAGraph()
-            with torch.inference_mode(), torch.cuda.graph(g, pool=self._pool, stream=stream):
-                self._step(slot, rows, seq)
+            # thread_local: the completion thread keeps querying events while this thread captures
+            with (
+                torch.inference_mode(),
+                torch.cuda.graph(g, pool=self._pool, stream=stream, capture_error_mode="thread_local"),
+            ):
+                self._step(*key)
         except Exception as e:  # capture can fail on unsupported ops; fall back once, loudly
             self._capture_failed = True
             LOGGER.warning(
                 "CUDA graph capture failed for bucket (batch %d, seq %s): %s: %s; running eagerly from now on",
-                rows,
-                seq,
+                key[0],
+                key[1],
                 type(e).__name__,
                 e,
             )
             torch.cuda.synchronize(self.device)
             return False
         self._graphs[key] = g
+        self.counters["captures"] += 1
+        while len(self._graphs) > self.max_graphs:
+            old, _ = self._graphs.popitem(last=False)
+            self.counters["evictions"] += 1
+            LOGGER.info("graph cap %d reached: dropped the least recently used bucket %s", self.max_graphs, old)
+        self.capture_s += time.perf_counter() - t0
         return True
 
-    def enqueue(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> None:
-        """Replay the bucket's graph, or run eagerly, on ``stream_ptr``."""
+    def enqueue(self, slot: int, group: Group, stream_ptr: int) -> bool:
+        """Copy the group's rows in, replay (or run) its bucket, copy its rows out, on ``stream_ptr``.
+
+        A bucket without a graph runs eagerly once, is then captured (its first use; the capture
+        synchronizes the device), and replays from then on; eager runs are counted and the first
+        of each bucket is logged.
+
+        Returns:
+            True when the launch was a graph replay.
+        """
         torch = self._torch
-        g = self._graphs.get((slot, rows, seq))
+        rows, seq = group.bucket
+        ins, outs = self._views[slot]
         stream = torch.cuda.ExternalStream(stream_ptr, device=self.device)
         with torch.cuda.stream(stream):
+            for t in self.spec.inputs:
+                n, o = group.rows * _per_item(t, seq), group.in_offset[t.name]
+                self._static_in[t.name][:n].copy_(ins[t.name][o : o + n])
+            key = (rows, seq)
+            g = self._graphs.get(key)
             if g is not None:
+                self._graphs.move_to_end(key)
                 g.replay()
-                return
-            if (rows, seq) not in self._eager_buckets:
-                self._eager_buckets.add((rows, seq))
-                LOGGER.info("bucket (batch %d, seq %s) has no CUDA graph; running it eagerly", rows, seq)
-            with torch.inference_mode():
-                self._step(slot, rows, seq)
+                self.counters["replays"] += 1
+            else:
+                with torch.inference_mode():
+                    self._step(rows, seq)
+                self.counters["eager"] += 1
+                if key not in self._eager_buckets:
+                    self._eager_buckets.add(key)
+                    LOGGER.info("bucket (batch %d, seq %s) ran eagerly (no CUDA graph yet)", rows, seq)
+                if self.cuda_graphs and not self._capture_failed and self._capture(key, stream):
+                    self.counters["lazy_captures"] += 1
+                    LOGGER.info("captured bucket (batch %d, seq %s) on first use", rows, seq)
+            for t in self.spec.outputs:
+                m, o = group.rows * _per_item(t, seq), group.out_offset[t.name]
+                outs[t.name][o : o + m].copy_(self._static_out[t.name][:m])
+        return g is not None
 
     def graphs(self) -> int:
         """Number of captured graphs."""
@@ -222,6 +331,8 @@ class TorchEngine(Engine):
         """Drop graphs, views and weights, and return cached GPU memory."""
         self._graphs.clear()
         self._views.clear()
+        self._static_in.clear()
+        self._static_out.clear()
         self._pool = None
         self.module = None
         if self.device_id is not None:
@@ -232,6 +343,10 @@ class TorchEngine(Engine):
             if clear is not None:
                 clear()
             torch.cuda.empty_cache()
+
+
+def _per_item(t: Any, seq: int | None) -> int:
+    return Layout.per_item(t, seq)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
