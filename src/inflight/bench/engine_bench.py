@@ -235,6 +235,16 @@ def _max_abs_error(runner: CudaRunner, spec: Any, seq: int | None, reference: An
     return float(np.abs(got - ref).max())
 
 
+def _fill(runner: CudaRunner, spec: Any, seq: int | None) -> None:
+    """Copy valid inputs into every element of the slot's device buffers (launch and wait once)."""
+    slot = runner.slots[0]
+    rows = runner.layout.max_items
+    x = spec.example_inputs(rows, seq_len=seq, rng=np.random.default_rng(5))
+    gather(runner.layout, Buckets(runner.buckets.batch, runner.buckets.seq), slot, Batch([Item(x, rows, seq, 0)]))
+    runner.launch(slot)
+    runner.wait(slot)
+
+
 def _mixed_batch(spec: Any, rows: int, lengths: tuple[int, int] | None, per_request: int, rng: Any) -> Batch:
     items = []
     left, k = rows, 0
@@ -290,6 +300,8 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
             runner.warmup((seq,), tuple(sorted(set(cfg.batches))))
             load_s = time.perf_counter() - t0
             err = _max_abs_error(runner, spec, seq, reference)
+            # engine-only launches read the slot's device buffers: fill them all with valid inputs
+            _fill(runner, spec, layout.max_seq)
             for b in cfg.batches:
                 t = _time_launches(runner, [_group(b, seq, spec)], cfg.iters, cfg.warmup)
                 flops, nbytes = work[b]
@@ -317,10 +329,23 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                 rng = np.random.default_rng(2)
                 b = max_rows
                 res: dict[str, Any] = {}
+                by_cost: dict[int, Any] = {}
+                mixed_batch = _mixed_batch(spec, b, cfg.mixed, cfg.items_per_request, rng)
+                for cost in (0, 2048, GPU_LAUNCH_COST_TOKENS // 2, GPU_LAUNCH_COST_TOKENS * 2):
+                    # the grouping's launch price: what the served one (GPU_LAUNCH_COST_TOKENS) is weighed against
+                    alt = Buckets(buckets.batch, buckets.seq, cost)
+                    slot = runner.slots[0]
+                    gather(layout, alt, slot, mixed_batch)
+                    runner.launch(slot)  # the host-to-device copy of this layout
+                    runner.wait(slot)
+                    t = _time_launches(runner, slot.groups, cfg.iters, cfg.warmup)
+                    by_cost[cost] = {"tokens_per_s": slot.real_tokens / t, "launches": len(slot.groups)}
                 for name, lengths in (("uniform", None), ("mixed", cfg.mixed)):
-                    batch = _mixed_batch(spec, b, lengths, cfg.items_per_request, rng)
+                    batch = mixed_batch if lengths else _mixed_batch(spec, b, lengths, cfg.items_per_request, rng)
                     slot = runner.slots[0]
                     gather(layout, buckets, slot, batch)
+                    runner.launch(slot)
+                    runner.wait(slot)
                     before = dict(engine.counters)
                     t = _time_launches(runner, slot.groups, cfg.iters, cfg.warmup)
                     res[name] = {
@@ -341,6 +366,8 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                     **res,
                     "mixed_length_token_ratio": res["mixed"]["tokens_per_s"] / res["uniform"]["tokens_per_s"],
                     "padding_waste": res["mixed"]["padded_tokens"] / res["mixed"]["real_tokens"] - 1,
+                    "launch_cost_tokens": GPU_LAUNCH_COST_TOKENS,
+                    "mixed_by_launch_cost_tokens": by_cost,
                     "graphs": engine.graphs(),
                     "capture_all_s": capture_all_s,
                     "graph_memory_mb": engine.graph_memory_mb(),

@@ -20,6 +20,8 @@ LAYERS = 2
 HEADS = 2
 FFN = 512
 POSITIONS = 512
+#: Score of a masked position in explicit attention: exp() of it is 0 in fp16, bf16 and fp32.
+MASKED_SCORE = -30000.0
 
 
 def make_module(seed: int = 0, *, cls_only: bool = True, attention: str = "sdpa") -> torch.nn.Module:
@@ -45,7 +47,8 @@ def make_module(seed: int = 0, *, cls_only: bool = True, attention: str = "sdpa"
         if attention == "sdpa":
             return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
         scores = torch.matmul(q, k.transpose(-2, -1)) * head_dim**-0.5
-        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+        # a literal, not finfo(dtype).min: the module is exported in fp32 and served in fp16/bf16
+        scores = scores.masked_fill(~keep, MASKED_SCORE)
         return torch.matmul(torch.softmax(scores, dim=-1), v)
 
     class Layer(nn.Module):
