@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -124,16 +125,7 @@ def test_split_weighs_padding_against_another_launch() -> None:
 
 
 def test_plan_groups_by_length_and_merges_small_groups() -> None:
-    spec = ModelSpec(
-        name="toy2",
-        description="",
-        inputs=(TensorSpec(name="x", dtype="int64", dims=(-1,)),),
-        outputs=(TensorSpec(name="y", dtype="float32", dims=(2,)),),
-        max_batch_size=4096,
-        make_module=lambda seed: None,  # type: ignore[arg-type,return-value]
-        max_seq_len=128,
-        seq_input="x",
-    )
+    spec = dataclasses.replace(SPEC, name="toy2", max_batch_size=4096, max_seq_len=128)
     layout = Layout(spec, 4096, 128)
     rng = np.random.default_rng(3)
     big = [_item(i, 500, s, rng) for i, s in enumerate((20, 60, 100, 128))]

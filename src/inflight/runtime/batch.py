@@ -81,14 +81,7 @@ class Buckets:
         i = bisect.bisect_left(self.batch, rows)
         if i == len(self.batch):
             raise ValueError(f"{rows} rows exceed the largest batch bucket {self.batch[-1]}")
-        s: int | None = None
-        if self.seq is not None:
-            assert seq is not None
-            j = bisect.bisect_left(self.seq, seq)
-            if j == len(self.seq):
-                raise ValueError(f"sequence length {seq} exceeds the largest bucket {self.seq[-1]}")
-            s = self.seq[j]
-        return self.batch[i], s
+        return self.batch[i], self.seq_bucket(seq)
 
     def seq_bucket(self, seq: int | None) -> int | None:
         """The sequence bucket for length ``seq`` (None for fixed-shape models).

@@ -336,10 +336,7 @@ class PipelinedExecutor(_Base):
                 self._release(slot)
             raise
         except Exception as e:
-            LOGGER.error("batch of %d requests could not be gathered: %s", len(batch.items), e)
-            with self._cond:
-                self._release(slot)
-            self._dispatch(_Outgoing(batch.items, None, f"batch failed before launch: {e}"))
+            self._fail_unlaunched(slot, batch, "could not be gathered", f"batch failed before launch: {e}")
             return
         try:
             slot.generation += 1
@@ -348,12 +345,16 @@ class PipelinedExecutor(_Base):
                 replays = self.runner.launch(slot)
             self._count_launch(slot, replays, time.perf_counter() - t0)
         except Exception as e:
-            LOGGER.error("batch of %d requests failed to launch: %s", len(batch.items), e)
-            with self._cond:
-                self._release(slot)
-            self._dispatch(_Outgoing(batch.items, None, f"batch failed to launch on the device: {e}"))
+            self._fail_unlaunched(slot, batch, "failed to launch", f"batch failed to launch on the device: {e}")
             return
         self._inflight.put(slot)
+
+    def _fail_unlaunched(self, slot: Slot, batch: Batch, what: str, error: str) -> None:
+        """Free the slot of a batch that never reached the device and answer its requests with ``error``."""
+        LOGGER.error("batch of %d requests %s: %s", len(batch.items), what, error)
+        with self._cond:
+            self._release(slot)
+        self._dispatch(_Outgoing(batch.items, None, error))
 
     # -- completion side ---------------------------------------------------------------------
     def _complete_loop(self) -> None:

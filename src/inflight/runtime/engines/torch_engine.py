@@ -300,7 +300,7 @@ class TorchEngine(Engine):
         stream = torch.cuda.ExternalStream(stream_ptr, device=self.device)
         with torch.cuda.stream(stream):
             for t in self.spec.inputs:
-                n, o = group.rows * _per_item(t, seq), group.in_offset[t.name]
+                n, o = group.rows * Layout.per_item(t, seq), group.in_offset[t.name]
                 self._static_in[t.name][:n].copy_(ins[t.name][o : o + n])
             key = (rows, seq)
             g = self._graphs.get(key)
@@ -319,7 +319,7 @@ class TorchEngine(Engine):
                     self.counters["lazy_captures"] += 1
                     LOGGER.info("captured bucket (batch %d, seq %s) on first use", rows, seq)
             for t in self.spec.outputs:
-                m, o = group.rows * _per_item(t, seq), group.out_offset[t.name]
+                m, o = group.rows * Layout.per_item(t, seq), group.out_offset[t.name]
                 outs[t.name][o : o + m].copy_(self._static_out[t.name][:m])
         return g is not None
 
@@ -343,10 +343,6 @@ class TorchEngine(Engine):
             if clear is not None:
                 clear()
             torch.cuda.empty_cache()
-
-
-def _per_item(t: Any, seq: int | None) -> int:
-    return Layout.per_item(t, seq)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
