@@ -119,6 +119,41 @@ def write_configs(
     return out
 
 
+def add_variant(repository: Path, spec: str, tag: str) -> Path:
+    """Write a tagged copy of a built variant with overrides, to serve beside the original.
+
+    ``add_variant(repo, "bert_tiny_inflight@mode=auto,slots=4", "auto")`` writes
+    ``bert_tiny_inflight_auto/config.pbtxt`` (the original's config with the overrides) and links
+    the original's artifacts into its version folder: two modes of one model in one server.
+
+    Args:
+        repository: A model repository written by ``build_models``.
+        spec: ``<variant name>@key=value,...`` (see ``model_config.apply_overrides``).
+        tag: Appended to the variant's name (letters, digits, ``_`` and ``-``).
+
+    Returns:
+        The new model folder.
+
+    Raises:
+        ConfigError: for a bad tag, a variant that is not built, or a bad override.
+    """
+    from inflight.model_config import apply_overrides, parse_pbtxt, parse_variant_arg, variant_from_proto
+
+    if not tag or not all(c.isalnum() or c in "_-" for c in tag):
+        raise ConfigError(f"tag {tag!r}: use letters, digits, '_' and '-'")
+    name, overrides = parse_variant_arg(spec)
+    src = repository / name
+    if not (src / "config.pbtxt").is_file():
+        raise ConfigError(f"{src / 'config.pbtxt'} not found; run `inflight build-models` first")
+    vc = variant_from_proto(parse_pbtxt((src / "config.pbtxt").read_text()))
+    vc = apply_overrides(vc, {**overrides, "name": f"{name}_{tag}"})
+    d = vc.write(repository)
+    for f in (src / "1").iterdir():
+        if f.is_file():
+            _link_or_copy(f, d / "1" / f.name)
+    return d
+
+
 def build_model(
     repository: Path,
     name: str,

@@ -24,6 +24,21 @@ app = typer.Typer(
 REPO_DEFAULT = Path("model_repository")
 
 
+@app.command("add-variant")
+def add_variant_cmd(
+    spec: Annotated[str, typer.Argument(help="A built variant with overrides, e.g. bert_tiny_inflight@mode=auto.")],
+    tag: Annotated[str, typer.Option(help="Appended to the variant's name: bert_tiny_inflight_<tag>.")],
+    repository: Annotated[Path, typer.Option(help="Model repository (built by build-models).")] = REPO_DEFAULT,
+) -> None:
+    """Write a tagged copy of a built variant with overrides, to serve beside the original."""
+    from inflight.build import add_variant
+
+    try:
+        typer.echo(add_variant(repository, spec, tag))
+    except InflightError as e:
+        fail(e)
+
+
 @app.command("build-models")
 def build_models_cmd(
     models: Annotated[Optional[list[str]], typer.Argument(help="Models to build (default: all).")] = None,  # noqa: UP045

@@ -60,15 +60,30 @@ class BatchingConfig:
     gpus: tuple[int, ...] = ()
 
 
+#: Execution modes of the inflight backend (see ``BackendParameters.mode``).
+Mode = Literal["pipelined", "sync", "overlap", "auto"]
+
+
 @dataclass(kw_only=True)
 class BackendParameters:
     """Parameters of the ``inflight`` backend (the ``parameters`` map of config.pbtxt).
 
     Attributes:
-        mode: ``pipelined`` (execute returns once the batch is enqueued) or ``sync``
-            (stock-equivalent: wait for the GPU after each batch, return the responses).
+        mode: ``sync`` (stock-equivalent: wait for the GPU after each batch, return the
+            responses), ``pipelined`` (execute returns once the batch is enqueued; every response
+            goes through ``send()``), ``overlap`` (the batch in chunks overlapped on the GPU inside
+            one execute, every response returned) or ``auto`` (``overlap``, deferring a batch's
+            last chunk through ``send()`` when the measured wait for it exceeds the measured
+            cost of its sends).
         engine: ``torch``, ``tensorrt`` or ``auto`` (TensorRT when a plan exists and runs here).
-        slots: Batches in flight per instance (ring size), pipelined mode.
+        slots: Batches in flight per instance (ring size), pipelined mode; chunks and deferred
+            chunks in flight, overlap and auto modes (at least 2).
+        chunk_items: Items a chunk aims for (overlap and auto modes); a batch below 1.5 times
+            this runs as one chunk.
+        max_chunks: Most chunks per batch (overlap and auto modes).
+        auto_send_prior_us: ``auto``: the cost of one ``send()`` assumed until it is measured.
+        auto_explore_every: ``auto``: every this many batches take the other branch, to keep
+            both estimates current (0: never).
         response_threads: Threads that send responses concurrently (pipelined mode).
         response_backlog: Batches whose responses may wait for the sender threads at once
             (pipelined mode); beyond it the completion side waits, and back-pressure reaches
@@ -105,9 +120,13 @@ class BackendParameters:
         drain_timeout_s: How long finalize() waits for in-flight batches before failing them.
     """
 
-    mode: Literal["pipelined", "sync"] = "pipelined"
+    mode: Mode = "pipelined"
     engine: Literal["torch", "tensorrt", "auto"] = "torch"
     slots: int = 4
+    chunk_items: int = 512
+    max_chunks: int = 8
+    auto_send_prior_us: float = 200.0
+    auto_explore_every: int = 32
     response_threads: int = 8
     response_backlog: int = 8
     response_yield: bool = True
@@ -164,7 +183,7 @@ class BackendParameters:
         kwargs: dict[str, Any] = {}
         default = cls()
         choices = {
-            "mode": ("pipelined", "sync"),
+            "mode": ("pipelined", "sync", "overlap", "auto"),
             "engine": ("torch", "tensorrt", "auto"),
             "completion_wait": ("blocking", "poll"),
             "precision": ("fp16", "bf16", "fp32"),
@@ -204,6 +223,21 @@ class BackendParameters:
         """
         if self.slots < 1 or self.slots > 64:
             raise ConfigError(f"slots={self.slots}: use 1..64 batches in flight per instance")
+        if self.mode in ("overlap", "auto") and self.slots < 2:
+            raise ConfigError(
+                f"slots={self.slots}: mode={self.mode} needs at least 2 (a chunk is launched before the previous "
+                "one is finished)"
+            )
+        if self.chunk_items < 1 or self.max_chunks < 1 or self.max_chunks > 64:
+            raise ConfigError(
+                f"chunk_items={self.chunk_items}, max_chunks={self.max_chunks}: use chunk_items >= 1 and "
+                "max_chunks 1..64"
+            )
+        if self.auto_send_prior_us <= 0 or self.auto_explore_every < 0:
+            raise ConfigError(
+                f"auto_send_prior_us={self.auto_send_prior_us}, auto_explore_every={self.auto_explore_every}: "
+                "use a positive prior and an interval >= 0"
+            )
         if self.response_threads < 1 or self.response_threads > 256:
             raise ConfigError(f"response_threads={self.response_threads}: use 1..256")
         if self.response_backlog < 1 or self.response_backlog > 1024:
@@ -289,7 +323,11 @@ class VariantConfig:
             if self.sender_threads:
                 cfg.parameters["sender_threads"].string_value = str(self.sender_threads)
         else:
-            p = dataclasses.replace(self.params, mode="sync" if self.variant == "sync" else "pipelined")
+            # the variant decides sync or not; an inflight variant keeps its own non-sync mode
+            mode: Mode = self.params.mode if self.params.mode != "sync" else "pipelined"
+            if self.variant == "sync":
+                mode = "sync"
+            p = dataclasses.replace(self.params, mode=mode)
             for k, v in p.to_parameters(full=False).items():
                 cfg.parameters[k].string_value = v
         return cfg

@@ -53,9 +53,13 @@ def _depth_histogram(metrics_url: str, model: str) -> dict[float, float]:
     return out
 
 
-def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any, repository: Any) -> None:
+@pytest.mark.parametrize("mode", ["pipelined", "overlap", "auto"])
+def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any, repository: Any, mode: str) -> None:
     name = "bert_tiny_inflight"
-    load_variant(server.http_url, variant_config(repository, name, {"kind": "gpu", "slots": "4"}))
+    overrides = {"kind": "gpu", "slots": "4", "mode": mode}
+    if mode != "pipelined":
+        overrides["chunk_items"] = "128"  # batches of a few hundred items run as several chunks
+    load_variant(server.http_url, variant_config(repository, name, overrides))
     try:
         spec = MODELS["bert_tiny"]
         rng = np.random.default_rng(11)

@@ -28,7 +28,9 @@ from inflight.server.control import inference_stats, load_variant, unload, varia
 pytestmark = pytest.mark.integration
 
 MODEL_NAMES = list(MODELS)
-VARIANTS = ["sync", "inflight"]
+# every mode: sync, pipelined (the inflight variant's default), and the overlap and auto modes as
+# tagged copies of the inflight variant (`inflight add-variant`), all loaded side by side
+VARIANTS = ["sync", "inflight", "inflight_overlap", "inflight_auto"]
 # a long queue delay so that concurrent requests land in one batch
 DELAY_US = "50000"
 
@@ -38,9 +40,15 @@ DELAY_US = "50000"
     params=[pytest.param("cpu", id="cpu"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)],
 )
 def kind(request: pytest.FixtureRequest, server: Any, repository: Any) -> Iterator[str]:
+    from inflight.build import add_variant
+
     names = []
     for model in MODEL_NAMES:
         for variant in VARIANTS:
+            base, _, mode = variant.partition("_")
+            if mode:
+                # small chunks, so that the few requests of a test batch run as several chunks
+                add_variant(repository, f"{model}_{base}@mode={mode},chunk_items=4", mode)
             vc = variant_config(repository, f"{model}_{variant}", {"kind": request.param, "delay_us": DELAY_US})
             load_variant(server.http_url, vc)
             names.append(vc.model_name)
@@ -183,6 +191,53 @@ def test_bad_request_fails_alone_inside_a_batch(server: Any, repository: Any, ki
     assert counts and sum(counts) >= 1, "no inflight_rejected_requests_total{reason=token_out_of_range} series"
     log = server.log_path.read_text(errors="replace")
     assert re.search(rf"{name}: rejected a request \(token_out_of_range, \d+ so far\): token id", log)
+
+
+def _metric_sum(metrics_url: str, family: str, model: str) -> float:
+    with urllib.request.urlopen(metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(family + "{") and f'model="{model}"' in line
+    )
+
+
+def test_auto_mode_defers_last_chunks_through_the_response_sender(server: Any, repository: Any, kind: str) -> None:
+    """auto with a near-zero send prior defers every batch's last chunk once it measured a wait.
+
+    Those requests get None in execute()'s list and are answered through their response senders;
+    every answer must still be its own request's.
+    """
+    from inflight.build import add_variant
+
+    base = "bert_tiny_inflight@mode=auto,chunk_items=4,auto_send_prior_us=0.001,auto_explore_every=0"
+    add_variant(repository, base, "defer")
+    name = "bert_tiny_inflight_defer"
+    load_variant(server.http_url, variant_config(repository, name, {"kind": kind, "delay_us": DELAY_US}))
+    try:
+        spec = MODELS["bert_tiny"]
+        work = [spec.example_inputs(3, seq_len=24, rng=np.random.default_rng(300 + i)) for i in range(27)]
+
+        def call(x: dict[str, np.ndarray]) -> np.ndarray:
+            with httpclient.InferenceServerClient(server.http_url) as c:
+                return c.infer(name, http_inputs(x)).as_numpy("cls")
+
+        results: list[np.ndarray] = []
+        for lo in range(0, len(work), 9):  # three rounds of nine concurrent requests
+            with cf.ThreadPoolExecutor(9) as pool:
+                results += list(pool.map(call, work[lo : lo + 9]))
+        for x, y in zip(work, results, strict=True):
+            assert relative_error(y, reference_outputs(repository, "bert_tiny", x)) <= error_bound(kind == "gpu")
+        time.sleep(0.2)  # the metrics are published from the next execute(), at most every 100 ms
+        call(work[0])
+        deferred = _metric_sum(server.metrics_url, "inflight_auto_deferred_batches_total", name)
+        requests = _metric_sum(server.metrics_url, "inflight_deferred_requests_total", name)
+        chunks = _metric_sum(server.metrics_url, "inflight_chunks_total", name)
+        assert deferred >= 1 and requests >= 1, (deferred, requests)
+        assert chunks > _metric_sum(server.metrics_url, "inflight_auto_inline_batches_total", name) + deferred
+    finally:
+        unload(server.http_url, name)
 
 
 def test_server_log_says_which_engine_and_device_serve(server: Any, kind: str) -> None:

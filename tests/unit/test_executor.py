@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
 from collections.abc import Mapping
@@ -410,3 +411,156 @@ def test_a_launch_failure_with_a_full_backlog_inside_execute_does_not_deadlock()
     assert done.is_set(), "execute() and the senders waited for each other"
     assert ex.close(10)
     assert sink.got[0][1] is None and "launch failed" in str(sink.got[1][1])
+
+
+# -- overlap and auto modes -----------------------------------------------------------------------
+def _respond(outputs: Mapping[str, np.ndarray] | None, error: str | None) -> Any:
+    """The test's response object: a private copy of the outputs, or the error."""
+    return ("ok", {k: v.copy() for k, v in outputs.items()}) if outputs is not None else ("error", error)
+
+
+def _reject(error: Exception) -> Any:
+    return ("invalid", str(error))
+
+
+@pytest.mark.parametrize(
+    ("counts", "chunk_items", "max_chunks", "expected"),
+    [
+        ([50] * 40, 512, 8, [(0, 10), (10, 20), (20, 30), (30, 40)]),
+        ([50] * 40, 1024, 8, [(0, 20), (20, 40)]),
+        ([50] * 40, 100, 3, [(0, 13), (13, 27), (27, 40)]),
+        ([50] * 10, 512, 8, [(0, 10)]),  # below twice the chunk: one chunk
+        ([2000, 1, 1], 512, 8, [(0, 1), (1, 2), (2, 3)]),  # one request per chunk at most
+        ([], 512, 8, []),
+    ],
+)
+def test_chunk_bounds_cut_at_request_boundaries_into_even_chunks(
+    counts: list[int], chunk_items: int, max_chunks: int, expected: list[tuple[int, int]]
+) -> None:
+    from inflight.runtime.executor import chunk_bounds
+
+    assert chunk_bounds(counts, chunk_items, max_chunks) == expected
+
+
+def test_chunk_bounds_cover_every_request_once() -> None:
+    from inflight.runtime.executor import chunk_bounds
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        counts = [int(c) for c in rng.integers(1, 200, size=int(rng.integers(1, 60)))]
+        bounds = chunk_bounds(counts, int(rng.integers(1, 600)), int(rng.integers(1, 9)))
+        assert bounds[0][0] == 0 and bounds[-1][1] == len(counts)
+        assert all(lo < hi for lo, hi in bounds)
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+
+
+def _overlap(engine: Engine, sink: Sink, policy: Any = None, chunk_items: int = 8, slots: int = 3) -> Any:
+    from inflight.runtime.executor import OverlapExecutor
+
+    return OverlapExecutor(
+        _runner(engine), sink, slots=slots, chunk_items=chunk_items, max_chunks=8, policy=policy, response_threads=2
+    )
+
+
+def test_overlap_returns_every_response_inline_and_exact() -> None:
+    sink = Sink()
+    engine = ToyEngine(delay_s=0.002)
+    ex = _overlap(engine, sink)
+    rng = np.random.default_rng(10)
+    for _ in range(30):
+        s = int(rng.integers(1, 17))
+        items = [_item(k, int(rng.integers(1, 9)), s, rng) for k in range(int(rng.integers(1, 12)))]
+        out = ex.run(Batch(items), _respond, _reject)
+        assert len(out) == len(items)
+        for it, (kind, value) in zip(items, out, strict=True):
+            assert kind == "ok"
+            np.testing.assert_array_equal(value["y"], _expect(it))
+    st = ex.stats
+    assert st.chunks > st.overlap_batches == 30, "no batch was cut into chunks"
+    assert st.max_depth >= 2, "chunks never overlapped on the device"
+    assert not sink.got and st.deferred_requests == 0, "overlap mode never sends"
+    assert ex.close(10)
+
+
+def test_a_bad_value_or_a_failing_chunk_fails_only_its_requests() -> None:
+    from inflight.runtime.executor import OverlapExecutor
+
+    layout = Layout(TOKENS, 64, 16)
+
+    class FaultyEngine(TokenEngine):
+        def run_host(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
+            if (inputs["input_ids"] == 99).any():
+                raise RuntimeError("device fault")
+            super().run_host(inputs, outputs)
+
+    runner = CpuRunner(FaultyEngine(), layout, Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
+    ex = OverlapExecutor(runner, Sink(), slots=2, chunk_items=4, max_chunks=8)
+    items = [_token_item(i) for i in range(6)]
+    items[3] = _token_item(3, bad=100)  # out of the vocabulary, in the second chunk
+    items[4].inputs["input_ids"][0, 0] = 99  # a device fault, in the third chunk with item 5
+    out = ex.run(Batch(items), _respond, _reject)
+    assert [o[0] for o in out] == ["ok", "ok", "ok", "invalid", "error", "error"]
+    assert "token id 100 is outside the vocabulary" in out[3][1]
+    assert "device fault" in out[4][1] and "device fault" in out[5][1]
+    np.testing.assert_array_equal(out[2][1]["y"], [[28, 4], [28, 4]])
+    # the executor carries on: the slots went back to the ring
+    assert [o[0] for o in ex.run(Batch([_token_item(i) for i in range(4)]), _respond, _reject)] == ["ok"] * 4
+    assert ex.stats.failed_batches == 1
+    assert ex.close(10)
+
+
+def test_auto_defers_the_last_chunk_when_waiting_costs_more_than_sending() -> None:
+    from inflight.runtime.executor import AutoPolicy
+
+    # a slow device and fast sends: once the wait for the last chunk is measured, auto defers it
+    sink = Sink()
+    policy = AutoPolicy(send_us=10.0, explore_every=0)
+    ex = _overlap(ToyEngine(delay_s=0.02), sink, policy)
+    rng = np.random.default_rng(11)
+    k = 0
+    expected: dict[int, np.ndarray] = {}
+    inline_answered: set[int] = set()
+    for _ in range(6):
+        items = [_item(k + j, 4, 5, rng) for j in range(6)]  # 24 items: 3 chunks of 2 requests
+        k += 6
+        expected.update({it.handle: _expect(it) for it in items})
+        with ex.issuing():
+            out = ex.run(Batch(items), _respond, _reject)
+        for it, o in zip(items, out, strict=True):
+            if o is not None:
+                np.testing.assert_array_equal(o[1]["y"], expected[it.handle])
+                inline_answered.add(it.handle)
+    assert ex.close(10)
+    st = ex.stats
+    assert st.auto_inline == 1 and st.auto_deferred == 5, st.snapshot()  # the first batch measures the wait
+    assert st.deferred_requests == 5 * 2
+    assert set(sink.got) | inline_answered == set(expected) and not set(sink.got) & inline_answered
+    for h, (outputs, err) in sink.got.items():
+        assert err is None
+        np.testing.assert_array_equal(outputs["y"], expected[h])  # type: ignore[index]
+    assert st.auto_wait_est_us > 10_000 and st.auto_send_est_us > 0
+
+
+def test_auto_returns_whole_batches_when_sending_costs_more_and_explores_now_and_then() -> None:
+    from inflight.runtime.executor import AutoPolicy
+
+    # a fast device and slow sends (the prior, then measured on the explored batches)
+    sink = Sink(delay_s=0.01)
+    policy = AutoPolicy(send_us=5_000.0, explore_every=4)
+    ex = _overlap(ToyEngine(), sink, policy)
+    rng = np.random.default_rng(12)
+    for b in range(8):
+        items = [_item(b * 6 + j, 4, 5, rng) for j in range(6)]
+        with ex.issuing():
+            out = ex.run(Batch(items), _respond, _reject)
+        assert sum(o is None for o in out) in (0, 2)
+    assert ex.close(10)
+    st = ex.stats
+    assert st.auto_explored == 2 and st.auto_inline == 6 and st.auto_deferred == 0, st.snapshot()
+    assert len(sink.got) == st.deferred_requests == 4
+    assert st.auto_send_est_us > 5_000  # the 10 ms sends moved the estimate up
+
+
+def test_overlap_needs_two_slots() -> None:
+    with pytest.raises(ValueError, match="at least 2 slots"):
+        _overlap(ToyEngine(), Sink(), slots=1)

@@ -75,7 +75,7 @@ def test_parameters_parse_and_errors_name_the_key() -> None:
     assert p.slots == 6 and p.cuda_graphs is False and p.batch_buckets == (1, 8, 64)
     with pytest.raises(ConfigError, match=r"unknown inflight parameter\(s\) \['slotz'\]"):
         BackendParameters.from_parameters({"slotz": "4"})
-    with pytest.raises(ConfigError, match=r"mode='fast' is invalid: choose one of \['pipelined', 'sync'\]"):
+    with pytest.raises(ConfigError, match=r"mode='fast' is invalid: choose one of \['pipelined', 'sync', 'overlap'"):
         BackendParameters.from_parameters({"mode": "fast"})
     with pytest.raises(ConfigError, match=r"slots=0: use 1..64"):
         BackendParameters.from_parameters({"slots": "0"})
@@ -83,6 +83,19 @@ def test_parameters_parse_and_errors_name_the_key() -> None:
         BackendParameters.from_parameters({"slots": "four"})
     with pytest.raises(ConfigError, match="increasing"):
         BackendParameters.from_parameters({"batch_buckets": "8,4"})
+    with pytest.raises(ConfigError, match=r"slots=1: mode=auto needs at least 2"):
+        BackendParameters.from_parameters({"mode": "auto", "slots": "1"})
+    with pytest.raises(ConfigError, match=r"max_chunks 1..64"):
+        BackendParameters.from_parameters({"chunk_items": "0"})
+
+
+def test_an_inflight_variant_keeps_its_mode_and_a_sync_variant_is_sync() -> None:
+    vc = apply_overrides(VariantConfig(model="bert_tiny", variant="inflight"), {"mode": "auto", "chunk_items": "256"})
+    doc = json.loads(vc.to_json())
+    assert doc["parameters"]["mode"]["string_value"] == "auto"
+    assert doc["parameters"]["chunk_items"]["string_value"] == "256"
+    sync = apply_overrides(VariantConfig(model="bert_tiny", variant="sync"), {"mode": "overlap"})
+    assert json.loads(sync.to_json())["parameters"]["mode"]["string_value"] == "sync"
 
 
 def test_overrides() -> None:

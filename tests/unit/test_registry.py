@@ -32,6 +32,9 @@ def test_weights_are_seeded() -> None:
 def test_variant_names_resolve() -> None:
     assert get_model("bert_tiny_sync") is MODELS["bert_tiny"]
     assert get_model("linear_head_inflight") is MODELS["linear_head"]
+    assert get_model("bert_tiny_inflight_auto") is MODELS["bert_tiny"]
+    with pytest.raises(KeyError):
+        get_model("bert_tiny_inflight_")
     with pytest.raises(KeyError, match="unknown model 'nope'"):
         get_model("nope")
 

@@ -436,6 +436,13 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "gil_probe_mean_late_us": (
             tot["gil_probe_mean_late_us"] / len(records) if "gil_probe_mean_late_us" in tot else None
         ),
+        # overlap and auto modes: chunks per batch, and what auto chose (batches count chunks there)
+        "chunks_per_execute": tot["chunks"] / executes if tot.get("chunks") else None,
+        "inline_wait_ms": tot["inline_wait_s"] / executes * 1e3 if tot.get("chunks") else None,
+        "auto_inline": int(tot.get("auto_inline", 0)),
+        "auto_deferred": int(tot.get("auto_deferred", 0)),
+        "auto_explored": int(tot.get("auto_explored", 0)),
+        "deferred_requests": int(tot.get("deferred_requests", 0)),
     }
 
 

@@ -280,10 +280,18 @@ MODELS: dict[str, ModelSpec] = _build_registry()
 
 
 def get_model(name: str) -> ModelSpec:
-    """The model called ``name`` (a base name, or a variant name such as ``bert_tiny_sync``)."""
+    """The model called ``name``.
+
+    ``name`` is a base name, a variant name such as ``bert_tiny_sync``, or a variant name with a
+    tag of the deployer's (``bert_tiny_inflight_auto``: several configurations of one variant
+    side by side in one repository).
+    """
     if name in MODELS:
         return MODELS[name]
     for suffix in ("_inflight", "_sync", "_trt", "_null"):
         if name.endswith(suffix) and name[: -len(suffix)] in MODELS:
             return MODELS[name[: -len(suffix)]]
+        base, sep, tag = name.partition(suffix + "_")
+        if sep and tag and base in MODELS:
+            return MODELS[base]
     raise KeyError(f"unknown model {name!r}; known models: {sorted(MODELS)}")

@@ -10,6 +10,15 @@ of sender threads, because every Python-backend ``send()`` is a blocking round t
 server process (see FACTS.md: sent one after another they made a pipelined instance slower than
 the sync one). When every slot is busy, ``submit`` waits for one (back-pressure), and when too
 many batches wait for their responses the completion thread waits; both waits are counted.
+
+``OverlapExecutor`` (modes ``overlap`` and ``auto``): the sync mode's return path with the GPU
+hidden inside one ``execute()``. The batch is cut into chunks at request boundaries; chunk i+1 is
+gathered and launched while the GPU runs chunk i, and chunk i's responses are built while the GPU
+runs chunk i+1; all of them go back in ``execute()``'s returned list (one message per batch, no
+``send()``). In ``auto`` it may instead hand the *last* chunk to the completion thread and return
+at once: those requests are answered through ``send()``, a round trip each, which pays only when
+the execute thread would otherwise wait on the GPU longer (decided per batch from measured costs,
+see ``AutoPolicy``).
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -84,6 +93,17 @@ class ExecutorStats:
         send_wait_s: Total time of those waits.
         respond_latency_s: Summed time from a batch's outputs being ready to its last response sent.
         device_wait_s: Total time the completion side spent waiting for the device.
+        chunks: Chunks launched by the overlap executor (each is one batch in a slot, counted in
+            ``batches`` too).
+        overlap_batches: Batches (``execute()`` calls) the overlap executor ran.
+        inline_wait_s: Time the execute thread waited for the device (overlap executor).
+        deferred_requests: Requests of deferred chunks, answered through ``send()`` (``auto``).
+        auto_inline: ``auto`` batches returned whole: the measured wait for the last chunk was at
+            most the measured cost of sending its responses.
+        auto_deferred: ``auto`` batches whose last chunk was deferred: the wait was longer.
+        auto_explored: ``auto`` batches that took the other branch to refresh its estimate.
+        auto_wait_est_us: ``auto``'s current estimate of the execute thread's wait for a last chunk.
+        auto_send_est_us: ``auto``'s current estimate of one ``send()`` per request.
         batch_sizes: Real rows of recent batches (bounded; drained by the metrics publisher).
     """
 
@@ -111,6 +131,15 @@ class ExecutorStats:
     send_wait_s: float = 0.0
     respond_latency_s: float = 0.0
     device_wait_s: float = 0.0
+    chunks: int = 0
+    overlap_batches: int = 0
+    inline_wait_s: float = 0.0
+    deferred_requests: int = 0
+    auto_inline: int = 0
+    auto_deferred: int = 0
+    auto_explored: int = 0
+    auto_wait_est_us: float = 0.0
+    auto_send_est_us: float = 0.0
     batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
 
     def snapshot(self) -> dict[str, Any]:
@@ -430,11 +459,14 @@ class PipelinedExecutor(_Base):
             outs = out.outs
             offsets = out.offsets
             idle = self._issue_idle
+            held = 0.0  # time spent holding off for the issue path (not the cost of sending)
             with self.ranges.range("respond"):
                 for k in range(lo, hi):
                     item = out.items[k]
                     if not idle.is_set():
+                        th = time.perf_counter()
                         idle.wait()
+                        held += time.perf_counter() - th
                     try:
                         if outs is None:
                             self.sink.send(item.handle, None, out.error)
@@ -448,6 +480,8 @@ class PipelinedExecutor(_Base):
             t1 = time.perf_counter()
             with self._lock:
                 self.stats.send_s += t1 - t0
+                if sent:
+                    self._sent(t1 - t0 - held, sent)
                 if outs is None:
                     self.stats.error_responses += sent
                 else:
@@ -458,6 +492,9 @@ class PipelinedExecutor(_Base):
                     self.stats.respond_latency_s += t1 - out.t_ready
             if last:
                 self._backlog.release()
+
+    def _sent(self, seconds: float, responses: int) -> None:
+        """A sender thread sent ``responses`` responses in ``seconds`` of its own (called under the lock)."""
 
     def _release(self, slot: Slot) -> None:
         # caller holds self._cond
@@ -513,4 +550,298 @@ class PipelinedExecutor(_Base):
         return drained
 
 
-__all__ = ["EngineError", "ExecutorStats", "PipelinedExecutor", "ResponseSink", "SyncExecutor"]
+def chunk_bounds(counts: Sequence[int], chunk_items: int, max_chunks: int) -> list[tuple[int, int]]:
+    """Cut a batch of requests into chunks of about ``chunk_items`` items, at request boundaries.
+
+    Args:
+        counts: Items per request, in batch order.
+        chunk_items: Items a chunk aims for; a batch below 1.5 times this is one chunk.
+        max_chunks: Most chunks per batch.
+
+    Returns:
+        ``(first, end)`` request indices of each chunk, in order, covering every request.
+    """
+    n = len(counts)
+    if n == 0:
+        return []
+    total = sum(counts)
+    k = max(1, min(max_chunks, n, round(total / max(1, chunk_items))))
+    bounds: list[tuple[int, int]] = []
+    lo = 0
+    acc = 0
+    for i, c in enumerate(counts):
+        after = k - len(bounds) - 1  # chunks still to come after the open one
+        # cut before request i where the running total passes this chunk's share (the boundary
+        # nearer the share), or where the requests left are just enough for one chunk each
+        share = total * (len(bounds) + 1) / k
+        if after > 0 and acc > 0 and n - i >= after and (acc + c / 2 > share or n - i == after):
+            bounds.append((lo, i))
+            lo = i
+        acc += c
+    bounds.append((lo, n))
+    return bounds
+
+
+@dataclass
+class AutoPolicy:
+    """How ``auto`` mode decides, per batch, whether to defer the batch's last chunk.
+
+    Deferring saves the execute thread its wait for the last chunk (it returns once the chunk is
+    launched and the earlier chunks' responses are built) and costs one ``send()`` round trip per
+    request of that chunk. Both are measured: the wait on every batch returned whole, the send cost
+    on every deferred one; a batch defers when ``wait_us > tail requests x send_us``. Every
+    ``explore_every``-th batch takes the other branch, so that the estimate the current choice does
+    not measure stays current.
+
+    Attributes:
+        send_us: Estimated cost of one response sent through ``send()`` (starts at the prior).
+        wait_us: Estimated wait for a last chunk; None until a batch returned whole measured it.
+        explore_every: Take the other branch every this many batches (0: never).
+        alpha: Weight of a new measurement in the moving averages.
+    """
+
+    send_us: float = 200.0
+    wait_us: float | None = None
+    explore_every: int = 32
+    alpha: float = 0.1
+    _batches: int = 0
+
+    def decide(self, tail_requests: int) -> tuple[bool, str]:
+        """Whether to defer a last chunk of ``tail_requests`` requests.
+
+        Returns:
+            The decision and its reason: ``inline``, ``deferred`` or ``explored``.
+        """
+        self._batches += 1
+        defer = self.wait_us is not None and self.wait_us > tail_requests * self.send_us
+        if self.explore_every and self._batches % self.explore_every == 0:
+            return not defer, "explored"
+        return defer, "deferred" if defer else "inline"
+
+    def waited(self, seconds: float) -> None:
+        """The execute thread waited ``seconds`` for a batch's last chunk."""
+        us = seconds * 1e6
+        self.wait_us = us if self.wait_us is None else self.wait_us + self.alpha * (us - self.wait_us)
+
+    def sent(self, seconds: float, responses: int) -> None:
+        """A sender thread spent ``seconds`` on ``responses`` responses."""
+        us = seconds * 1e6 / responses
+        self.send_us += self.alpha * (us - self.send_us)
+
+
+#: Builds the response object of one request from its outputs, or from an error message.
+Respond = Callable[[Mapping[str, np.ndarray] | None, str | None], Any]
+#: Builds the error response of a request whose values are invalid.
+Reject = Callable[[ValidationError], Any]
+
+
+class OverlapExecutor(PipelinedExecutor):
+    """Chunks of one batch overlapped on the GPU, answered in ``execute()``'s returned list.
+
+    ``run`` cuts the batch into chunks (``chunk_bounds``); each chunk takes a slot of the ring,
+    is gathered and launched, and the previous chunk is waited for, its outputs copied out of the
+    slot (the slot is free again at once) and its responses built while the GPU runs the newer
+    chunk. Responses are returned, so the Python backend ships them in one message per batch,
+    the sync mode's cost per request.
+
+    With ``policy`` set (``auto`` mode), the last chunk may be deferred instead: it goes to the
+    completion thread and its requests are answered through the response sink (``send()``, on the
+    sender threads), and ``run`` returns ``None`` for them.
+
+    Args:
+        runner: Device resources.
+        sink: Sends the responses of deferred chunks (request ``handle`` = its response sender).
+        slots: Ring size; at least 2 (a chunk is launched before the previous one is finished).
+        chunk_items: Items a chunk aims for.
+        max_chunks: Most chunks per batch.
+        policy: ``auto`` mode's decision rule; None never defers (``overlap`` mode).
+        response_threads: Sender threads for deferred chunks.
+        response_backlog: Deferred chunks whose responses may wait for the senders at once.
+        ranges: NVTX ranges.
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        sink: ResponseSink,
+        *,
+        slots: int,
+        chunk_items: int,
+        max_chunks: int,
+        policy: AutoPolicy | None = None,
+        response_threads: int = 1,
+        response_backlog: int = 8,
+        ranges: Ranges | None = None,
+    ) -> None:
+        if slots < 2:
+            raise ValueError("the overlap executor needs at least 2 slots (a chunk launches before the last one ends)")
+        if chunk_items < 1 or max_chunks < 1:
+            raise ValueError("chunk_items and max_chunks must be at least 1")
+        super().__init__(
+            runner,
+            sink,
+            slots=slots,
+            response_threads=response_threads,
+            response_backlog=response_backlog,
+            ranges=ranges,
+        )
+        self.chunk_items = chunk_items
+        self.max_chunks = max_chunks
+        self.policy = policy
+        if policy is not None:
+            self.stats.auto_send_est_us = policy.send_us
+
+    def _sent(self, seconds: float, responses: int) -> None:
+        if self.policy is not None:
+            self.policy.sent(seconds, responses)
+            self.stats.auto_send_est_us = self.policy.send_us
+
+    def run(self, batch: Batch, respond: Respond, reject: Reject) -> list[Any]:
+        """Execute ``batch``; return each request's response object, or None where it was deferred.
+
+        Never raises for a request's or a chunk's failure: a request with invalid values gets
+        ``reject(error)``, the requests of a chunk that failed get ``respond(None, message)``, and the
+        other chunks carry on.
+        """
+        items = batch.items
+        out: list[Any] = [None] * len(items)
+        position = {id(it): k for k, it in enumerate(items)}
+        bounds = chunk_bounds([it.count for it in items], self.chunk_items, self.max_chunks)
+        defer = False
+        if self.policy is not None and bounds:
+            lo, hi = bounds[-1]
+            defer, why = self.policy.decide(hi - lo)
+            with self._lock:
+                st = self.stats
+                if why == "explored":
+                    st.auto_explored += 1
+                elif defer:
+                    st.auto_deferred += 1
+                else:
+                    st.auto_inline += 1
+        with self._lock:
+            self.stats.overlap_batches += 1
+        pending: deque[Slot] = deque()
+        for ci, (lo, hi) in enumerate(bounds):
+            last = ci == len(bounds) - 1
+            slot = self._start(items[lo:hi], out, position, respond, reject)
+            if slot is not None:
+                if last and defer:
+                    with self._lock:
+                        self.stats.deferred_requests += len(slot.batch.items) if slot.batch else 0
+                    self._inflight.put(slot)
+                else:
+                    pending.append(slot)
+            while len(pending) > (0 if last else 1):
+                finishing = pending.popleft()
+                self._finish(finishing, out, position, respond, last_chunk=last and not pending and not defer)
+        return out
+
+    def _start(
+        self,
+        chunk: list[Item],
+        out: list[Any],
+        position: Mapping[int, int],
+        respond: Respond,
+        reject: Reject,
+    ) -> Slot | None:
+        """Gather and launch one chunk; answer its requests in ``out`` when that fails."""
+        try:
+            slot = self._acquire()
+        except ShuttingDownError as e:
+            for it in chunk:
+                out[position[id(it)]] = respond(None, str(e))
+            return None
+        try:
+            try:
+                self._prepare(slot, Batch(chunk))
+            except ValidationError:
+                # a token id or mask value out of range: those requests fail alone, the rest run
+                good: list[Item] = []
+                for it in chunk:
+                    try:
+                        self.layout.spec.check_values(it.inputs)
+                    except ValidationError as e:
+                        out[position[id(it)]] = reject(e)
+                    else:
+                        good.append(it)
+                if not good:
+                    with self._cond:
+                        self._release(slot)
+                    return None
+                chunk = good
+                self._prepare(slot, Batch(chunk))
+        except Exception as e:
+            LOGGER.error("chunk of %d requests could not be gathered: %s", len(chunk), e)
+            with self._cond:
+                self._release(slot)
+            for it in chunk:
+                out[position[id(it)]] = respond(None, f"batch failed before launch: {e}")
+            return None
+        try:
+            slot.generation += 1
+            t0 = time.perf_counter()
+            with self.ranges.range("enqueue"):
+                replays = self.runner.launch(slot)
+            self._count_launch(slot, replays, time.perf_counter() - t0)
+        except Exception as e:
+            LOGGER.error("chunk of %d requests failed to launch: %s", len(chunk), e)
+            with self._cond:
+                self._release(slot)
+            for it in chunk:
+                out[position[id(it)]] = respond(None, f"batch failed to launch on the device: {e}")
+            return None
+        with self._lock:
+            self.stats.chunks += 1
+        return slot
+
+    def _finish(
+        self, slot: Slot, out: list[Any], position: Mapping[int, int], respond: Respond, *, last_chunk: bool
+    ) -> None:
+        """Wait for one chunk, copy its outputs out, free its slot, build its responses into ``out``."""
+        batch = slot.batch
+        assert batch is not None
+        t0 = time.perf_counter()
+        outs: dict[str, np.ndarray] | None = None
+        error: str | None = None
+        try:
+            with self.ranges.range("wait"):
+                self.runner.wait(slot)
+        except Exception as e:
+            LOGGER.error("chunk of %d requests failed on the device: %s", len(batch.items), e)
+            error = f"batch failed on the device: {e}"
+        else:
+            outs = {
+                t.name: self.layout.view(slot.host_out[t.name], t, slot.rows, None).copy()
+                for t in self.layout.spec.outputs
+            }
+        waited = time.perf_counter() - t0
+        rows = list(slot.item_rows)
+        with self._cond:
+            if error is None:
+                self.stats.device_wait_s += waited
+                self.stats.inline_wait_s += waited
+                if last_chunk and self.policy is not None:
+                    self.policy.waited(waited)
+                    self.stats.auto_wait_est_us = self.policy.wait_us or 0.0
+            else:
+                self.stats.failed_batches += 1
+            self._release(slot)
+        with self.ranges.range("respond"):
+            for it, r in zip(batch.items, rows, strict=True):
+                if outs is None:
+                    out[position[id(it)]] = respond(None, error)
+                else:
+                    out[position[id(it)]] = respond({name: v[r : r + it.count] for name, v in outs.items()}, None)
+
+
+__all__ = [
+    "AutoPolicy",
+    "EngineError",
+    "ExecutorStats",
+    "OverlapExecutor",
+    "PipelinedExecutor",
+    "ResponseSink",
+    "SyncExecutor",
+    "chunk_bounds",
+]

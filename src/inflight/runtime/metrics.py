@@ -117,9 +117,33 @@ class MetricsPublisher:
             "device_wait_s": ("inflight_device_wait_seconds_total", "Time the completion side waited for the device"),
             "error_responses": ("inflight_error_responses_total", "Error responses sent"),
             "failed_batches": ("inflight_failed_batches_total", "Batches that failed on the device"),
+            "chunks": ("inflight_chunks_total", "Chunks launched (overlap and auto modes)"),
+            "deferred_requests": (
+                "inflight_deferred_requests_total",
+                "Requests of deferred chunks, answered through send() (auto mode)",
+            ),
+            "auto_inline": (
+                "inflight_auto_inline_batches_total",
+                "auto: batches returned whole (the wait for the last chunk cost less than sending it)",
+            ),
+            "auto_deferred": (
+                "inflight_auto_deferred_batches_total",
+                "auto: batches whose last chunk was deferred (the wait cost more than sending it)",
+            ),
+            "auto_explored": (
+                "inflight_auto_explored_batches_total",
+                "auto: batches that took the other branch to refresh its estimate",
+            ),
         }
         self.m_counters = {
             attr: family(name, desc, mf.COUNTER).Metric(labels=labels) for attr, (name, desc) in counters.items()
+        }
+        gauges = {
+            "auto_wait_est_us": ("inflight_auto_wait_estimate_us", "auto: estimated wait for a batch's last chunk"),
+            "auto_send_est_us": ("inflight_auto_send_estimate_us", "auto: estimated cost of one send() per request"),
+        }
+        self.m_gauges = {
+            attr: family(name, desc, mf.GAUGE).Metric(labels=labels) for attr, (name, desc) in gauges.items()
         }
         self.rejected = rejected
         self._labels = labels
@@ -171,6 +195,8 @@ class MetricsPublisher:
                     self.m_rejected[reason] = self.f_rejected.Metric(labels={**self._labels, "reason": reason})
                 self.m_rejected[reason].increment(float(delta))
                 self._rejected_seen[reason] = n
+        for attr, metric in self.m_gauges.items():
+            metric.set(float(getattr(s, attr)))
         self.m_inflight.set(float(self.in_flight()))
         if self.gpu_figures is not None:
             figures = self.gpu_figures()

@@ -8,7 +8,11 @@ turns Triton requests into batches:
 * **pipelined** mode returns ``None`` as soon as the batch is enqueued; each request later gets
   exactly one response (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``) through its response sender,
   from the executor's sender threads. The default transaction policy is kept, so plain HTTP and
-  gRPC clients work (decoupled models would be refused by them).
+  gRPC clients work (decoupled models would be refused by them);
+* **overlap** mode runs the batch in chunks overlapped on the GPU and returns every response
+  (the sync mode's one message per batch); **auto** mode does the same but may defer a batch's
+  last chunk, returning ``None`` for its requests and answering them through their response
+  senders (the Python backend accepts a list that mixes responses and ``None``).
 
 Requests are validated before anything is enqueued; a bad request gets its own error response
 and the rest of its batch runs normally.
@@ -35,7 +39,7 @@ from inflight.model_config import BackendParameters, parameters_of, proto_from_j
 from inflight.models.registry import ModelSpec, get_model
 from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Batch, Buckets, Item, Layout, pow2_buckets
 from inflight.runtime.engines.base import Engine
-from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
+from inflight.runtime.executor import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
 from inflight.server.stalls import install_stack_dump
 
@@ -147,7 +151,9 @@ def resolve_spec(model_name: str, params: BackendParameters) -> ModelSpec:
     try:
         return get_model(model_name)
     except KeyError as e:
-        raise ConfigError(f"{e.args[0]}; name the model <model>_inflight or <model>_sync") from None
+        raise ConfigError(
+            f"{e.args[0]}; name the model <model>_inflight or <model>_sync (or <model>_inflight_<tag>)"
+        ) from None
 
 
 def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int | None) -> Engine:
@@ -266,6 +272,22 @@ class InflightModel:
         if p.mode == "sync":
             self.executor = SyncExecutor(runner, self.ranges)
             slots = 1
+        elif p.mode in ("overlap", "auto"):
+            policy = None
+            if p.mode == "auto":
+                policy = AutoPolicy(send_us=p.auto_send_prior_us, explore_every=p.auto_explore_every)
+            self.executor = OverlapExecutor(
+                runner,
+                self.sink,
+                slots=p.slots,
+                chunk_items=p.chunk_items,
+                max_chunks=p.max_chunks,
+                policy=policy,
+                response_threads=p.response_threads if policy is not None else 1,
+                response_backlog=p.response_backlog,
+                ranges=self.ranges,
+            )
+            slots = p.slots
         else:
             self.executor = PipelinedExecutor(
                 runner,
@@ -299,7 +321,7 @@ class InflightModel:
             self.instance,
             p.mode,
             slots,
-            f", {p.response_threads} response threads" if p.mode == "pipelined" else "",
+            f", {p.response_threads} response threads" if p.mode in ("pipelined", "auto") else "",
             runner.describe(),
             graphs,
             graph_note,
@@ -378,6 +400,9 @@ class InflightModel:
                 self.metrics.publish()
             if isinstance(self.executor, SyncExecutor):
                 return self._execute_sync(requests)
+            if isinstance(self.executor, OverlapExecutor):
+                with self.executor.issuing():
+                    return self._execute_overlap(requests, self.executor)
             with self.executor.issuing():
                 self._execute_pipelined(requests)
             return None
@@ -415,6 +440,29 @@ class InflightModel:
                 for item, out in zip(items, outs, strict=True):
                     responses[item.handle] = self.sink.response(out, None)
                 self.sink.build_s += time.perf_counter() - t0
+        return responses
+
+    def _execute_overlap(self, requests: Sequence[Any], executor: OverlapExecutor) -> list[Any]:
+        """Overlap and auto modes: every request's response in the returned list, or None where deferred."""
+        responses: list[Any] = [None] * len(requests)
+        items: list[Item] = []
+        index: list[int] = []
+        t0 = time.perf_counter()
+        with self.ranges.range("parse"):
+            for i, r in enumerate(requests):
+                try:
+                    inputs, count, seq = self._parse(r)
+                except ValidationError as e:
+                    responses[i] = self._invalid(e)
+                    continue
+                # the response sender answers the request if auto defers its chunk (a plain getter)
+                items.append(Item(inputs=inputs, count=count, seq=seq, handle=r.get_response_sender()))
+                index.append(i)
+        self.timing["parse_s"] += time.perf_counter() - t0
+        if items:
+            built = executor.run(Batch(items), self.sink.response, self._invalid)
+            for i, response in zip(index, built, strict=True):
+                responses[i] = response
         return responses
 
     def _run_sync(self, items: list[Item]) -> list[dict[str, np.ndarray]]:
