@@ -18,6 +18,11 @@
 #   bash scripts/gpu_session.sh stallcontrol # the HTTP unload stall with the null model: HTTP vs gRPC
 #   bash scripts/gpu_session.sh capacity     # issue 15: engine bound, generator proof, capacity at p99 <= 50 ms
 #                                            #   (sync and pipelined on GPU 0, sync on both GPUs)
+#   bash scripts/gpu_session.sh cost         # issue 17: server CPU per request and req/s, closed loop, server on
+#                                            #   its own cores: null, sync, pipelined, overlap, auto at 1 and many
+#                                            #   instances (results/cpu-cost; the log in $OUT/cost.log as it is written)
+#   bash scripts/gpu_session.sh costopen     # issues 15/17: capacity at p99 <= 50 ms of sync, the deferred
+#                                            #   pipelined mode and auto on GPU 0 (results/open-loop)
 #   SOAK_RATE=R bash scripts/gpu_session.sh soak  # issue 15: five one-minute open-loop windows at R req/s
 #   bash scripts/gpu_session.sh openloop NAME ARGS...  # open-loop `inflight ab ARGS` (variants, --rate/--search)
 #                                            #   into results/open-loop/<date>-NAME; server and Locust on
@@ -54,7 +59,28 @@ olab() {
 }
 SEARCH_OPTS=${SEARCH_OPTS:---search-steps 4 --search-tolerance 0.08}
 
+# every variant of the cost steps captures only the published sequence bucket at load (the load is seq 64)
+FAST_LOAD=${FAST_LOAD:-capture_at_load=false}
+
 case "$STEP" in
+  cost)  # issue 17: closed loop, published load, one window each; CPU per request from the server's process tree
+    timeout "${COST_TIMEOUT:-530}" $PY -m inflight.cli ab ${BACKEND_CONFIG:+--backend-config "$BACKEND_CONFIG"} --preset published --users "$USERS" \
+      --window "${WINDOW:-12}" --warmup "${WARMUP:-4}" --processes "${PROCS:-14}" --out "results/cpu-cost/$(date +%Y%m%d-%H%M)" \
+      "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
+      "bert_tiny_sync@instances=1,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=1,slots=4,gpus=0,$FAST_LOAD" \
+      "bert_tiny_inflight@instances=1,mode=overlap,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=1,mode=auto,gpus=0,$FAST_LOAD" \
+      "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=4,slots=4,gpus=0,$FAST_LOAD" \
+      "bert_tiny_inflight@instances=8,mode=overlap,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=8,mode=auto,gpus=0,$FAST_LOAD" \
+      2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" > "$OUT/cost.log"
+    tail -40 "$OUT/cost.log"
+    pack_results "$OUT/results-cost.tgz" results/cpu-cost; exit 0
+    ;;
+  costopen)  # issues 15/17: capacity at the SLO with the compiled engine, one GPU: sync, deferred pipelined, auto
+    olab sync-1gpu-compiled "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" --search "${SYNC_SEARCH:-15k,45k}" $SEARCH_OPTS
+    olab auto-1gpu-compiled "bert_tiny_inflight@instances=8,mode=auto,gpus=0,$FAST_LOAD" --search "${AUTO_SEARCH:-15k,45k}" $SEARCH_OPTS
+    olab pipelined-1gpu-compiled "bert_tiny_inflight@instances=4,slots=4,gpus=0,$FAST_LOAD" --search "${PIPE_SEARCH:-10k,40k}" $SEARCH_OPTS
+    pack_results "$OUT/results-$STEP.tgz" results/open-loop; exit 0
+    ;;
   ceiling)  # the most one Python-backend instance can serve (null model) beside one sync and one pipelined
     for proto in http grpc; do
       ab "results/per-instance-ceiling/$(date +%Y%m%d-%H%M)-$proto" "${WINDOW:-30}" "${WARMUP:-5}" "${REPEAT:-1}" \
