@@ -64,14 +64,18 @@ FAST_LOAD=${FAST_LOAD:-capture_at_load=false}
 
 case "$STEP" in
   cost)  # issue 17: closed loop, published load, one window each; CPU per request from the server's process tree
-    timeout "${COST_TIMEOUT:-530}" $PY -m inflight.cli ab ${BACKEND_CONFIG:+--backend-config "$BACKEND_CONFIG"} --preset published --users "$USERS" \
-      --window "${WINDOW:-12}" --warmup "${WARMUP:-4}" --processes "${PROCS:-14}" --out "results/cpu-cost/$(date +%Y%m%d-%H%M)" \
-      "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
+    # (variants after the step name replace the default list)
+    shift
+    if [ $# -eq 0 ]; then
+      set -- "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
       "bert_tiny_sync@instances=1,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=1,slots=4,gpus=0,$FAST_LOAD" \
       "bert_tiny_inflight@instances=1,mode=overlap,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=1,mode=auto,gpus=0,$FAST_LOAD" \
       "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=4,slots=4,gpus=0,$FAST_LOAD" \
-      "bert_tiny_inflight@instances=8,mode=overlap,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=8,mode=auto,gpus=0,$FAST_LOAD" \
-      2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" > "$OUT/cost.log"
+      "bert_tiny_inflight@instances=8,mode=overlap,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=8,mode=auto,gpus=0,$FAST_LOAD"
+    fi
+    timeout "${COST_TIMEOUT:-530}" $PY -m inflight.cli ab ${BACKEND_CONFIG:+--backend-config "$BACKEND_CONFIG"} --preset published --users "$USERS" \
+      --window "${WINDOW:-12}" --warmup "${WARMUP:-4}" --processes "${PROCS:-14}" --out "results/cpu-cost/$(date +%Y%m%d-%H%M)" \
+      "$@" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" > "$OUT/cost.log"
     tail -40 "$OUT/cost.log"
     pack_results "$OUT/results-cost.tgz" results/cpu-cost; exit 0
     ;;

@@ -156,3 +156,20 @@ def test_out_of_vocabulary_tokens_never_reach_the_device(server: Any, repository
         assert relative_error(y, reference_outputs(repository, "bert_tiny", x)) <= error_bound(True)
     finally:
         unload(server.http_url, name)
+
+
+def test_without_capture_at_load_the_warm_up_bucket_is_still_captured(server: Any, repository: Any) -> None:
+    """capture_at_load=false captures the warm-up sequence bucket at load (every batch bucket), the rest lazily."""
+    name = "bert_tiny_sync"
+    load_variant(server.http_url, variant_config(repository, name, {"kind": "gpu", "capture_at_load": "false"}))
+    try:
+        lines = [
+            line
+            for line in server.log_path.read_text(errors="replace").splitlines()
+            if f"{name} ({name}_0_0): sync mode" in line and "ready in" in line
+        ]
+        assert lines, "no ready line of the instance in the server log"
+        m = re.search(r"; (\d+) CUDA graph\(s\)", lines[-1])
+        assert m and int(m.group(1)) > 0, lines[-1]
+    finally:
+        unload(server.http_url, name)

@@ -194,7 +194,9 @@ def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, d
         cuda_graphs=params.cuda_graphs,
         max_graphs=params.max_graphs,
         compile=params.compile,
-        graph_memory_mb=params.graph_memory_mb if params.capture_at_load else 0,
+        # the budget applies to every capture at load; without capture_at_load only the warm-up
+        # bucket is captured there (InflightModel), the others on first use
+        graph_memory_mb=params.graph_memory_mb,
     )
 
 
