@@ -74,14 +74,14 @@ case "$STEP" in
       "bert_tiny_inflight@instances=8,mode=overlap,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=8,mode=auto,gpus=0,$FAST_LOAD"
     fi
     timeout "${COST_TIMEOUT:-530}" $PY -m inflight.cli ab ${BACKEND_CONFIG:+--backend-config "$BACKEND_CONFIG"} --preset published --users "$USERS" \
-      --window "${WINDOW:-12}" --warmup "${WARMUP:-4}" --processes "${PROCS:-14}" --out "results/cpu-cost/$(date +%Y%m%d-%H%M)" \
+      --window "${WINDOW:-12}" --warmup "${WARMUP:-4}" --repeat "${REPEAT:-1}" --processes "${PROCS:-14}" --out "results/cpu-cost/$(date +%Y%m%d-%H%M)" \
       "$@" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" > "$OUT/cost.log"
     tail -40 "$OUT/cost.log"
     pack_results "$OUT/results-cost.tgz" results/cpu-cost; exit 0
     ;;
   costopen)  # issues 15/17: capacity at the SLO with the compiled engine, one GPU: sync, deferred pipelined, auto
     olab sync-1gpu-compiled "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" --search "${SYNC_SEARCH:-15k,45k}" $SEARCH_OPTS
-    olab auto-1gpu-compiled "bert_tiny_inflight@instances=8,mode=auto,gpus=0,$FAST_LOAD" --search "${AUTO_SEARCH:-15k,45k}" $SEARCH_OPTS
+    olab auto-1gpu-compiled "bert_tiny_inflight@instances=8,mode=auto,chunk_items=1024,gpus=0,$FAST_LOAD" --search "${AUTO_SEARCH:-15k,45k}" $SEARCH_OPTS
     olab pipelined-1gpu-compiled "bert_tiny_inflight@instances=4,slots=4,gpus=0,$FAST_LOAD" --search "${PIPE_SEARCH:-10k,40k}" $SEARCH_OPTS
     pack_results "$OUT/results-$STEP.tgz" results/open-loop; exit 0
     ;;
