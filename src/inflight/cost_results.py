@@ -1,0 +1,136 @@
+"""CPU cost results: the ``cpu_per_request`` block of ``results/summary.json``.
+
+Read from the closed-loop A/B files under ``results/cpu-cost`` (``scripts/gpu_session.sh cost``):
+the server's CPU per successful request (tritonserver and its stubs, the server's own cores) and
+req/s of every variant, all variants of one file measured in one sitting. The block's figures come
+from the newest file that holds the null model, one sync instance and several sync instances, so
+every ratio in it is of one sitting.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from inflight.model_config import parse_variant_arg
+
+COST_DIR = "cpu-cost"
+#: The issue's targets.
+TARGET_CPU_RATIO = 1.1
+TARGET_ONE_INSTANCE_RATIO = 1.1
+
+
+def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    variants = {v["label"]: v for v in doc.get("variants", [])}
+    for s in doc.get("summary", []):
+        v = variants.get(s["variant"], {})
+        params = (v.get("config") or {}).get("parameters") or {}
+        mode = (params.get("mode") or {}).get("string_value") or ("null" if v.get("variant") == "null" else "?")
+        _, overrides = parse_variant_arg(s["spec"])
+        out.append(
+            {
+                "spec": s["spec"],
+                "mode": mode,
+                "instances": int(overrides.get("instances", 1)),
+                "rps": float(s["rps"]),
+                "us_per_request": float((s.get("cpu") or {}).get("server_us_per_request") or float("nan")),
+                "valid": bool(s.get("valid", True)) and not s.get("client_limited"),
+            }
+        )
+    return out
+
+
+def summary(root: Path) -> dict[str, Any] | None:
+    """The ``cpu_per_request`` block (None when no file has the null model, one and many sync instances).
+
+    Keys the issue names: ``device``, ``sync_us`` and ``pipelined_us`` (CPU per request of the best
+    sync and the best non-sync configuration by req/s), ``null_us``, ``best_sync_rps``,
+    ``best_pipelined_rps``, ``one_instance_ratio`` (the best one-instance non-sync mode over one sync
+    instance). Beside them: the file, every row, and the targets with their verdicts.
+    """
+    files = sorted((root / "results" / COST_DIR).rglob("ab-*.json"))
+    chosen: tuple[Path, dict[str, Any], list[dict[str, Any]]] | None = None
+    for path in files:
+        doc = json.loads(path.read_text())
+        rows = [r for r in _rows(doc) if r["valid"]]
+        modes = {(r["mode"], r["instances"] > 1) for r in rows}
+        if {("null", True), ("sync", False), ("sync", True)} <= modes:
+            chosen = (path, doc, rows)
+    if chosen is None:
+        return None
+    path, doc, rows = chosen
+    sync = [r for r in rows if r["mode"] == "sync"]
+    pipe = [r for r in rows if r["mode"] not in ("sync", "null")]
+    best_sync = max(sync, key=lambda r: r["rps"])
+    best_pipe = max(pipe, key=lambda r: r["rps"])
+    null = max((r for r in rows if r["mode"] == "null"), key=lambda r: r["rps"])
+    one_sync = max((r for r in sync if r["instances"] == 1), key=lambda r: r["rps"])
+    one_pipe = max((r for r in pipe if r["instances"] == 1), key=lambda r: r["rps"], default=None)
+    out: dict[str, Any] = {
+        "device": str((doc.get("device") or {}).get("name")),
+        "sync_us": best_sync["us_per_request"],
+        "pipelined_us": best_pipe["us_per_request"],
+        "null_us": null["us_per_request"],
+        "best_sync_rps": best_sync["rps"],
+        "best_pipelined_rps": best_pipe["rps"],
+        "one_instance_ratio": one_pipe["rps"] / one_sync["rps"] if one_pipe else None,
+        "best_sync": best_sync["spec"],
+        "best_pipelined": best_pipe["spec"],
+        "one_instance_pipelined": one_pipe["spec"] if one_pipe else None,
+        "file": str(path.relative_to(root)),
+        "rows": rows,
+    }
+    # every sitting that compared a sync and a non-sync configuration (the window-to-window spread)
+    sittings = []
+    for other in files:
+        rs = [r for r in _rows(json.loads(other.read_text())) if r["valid"]]
+        s_rows = [r for r in rs if r["mode"] == "sync" and r["instances"] > 1]
+        p_rows = [r for r in rs if r["mode"] not in ("sync", "null") and r["instances"] > 1]
+        if s_rows and p_rows:
+            bs, bp = max(s_rows, key=lambda r: r["rps"]), max(p_rows, key=lambda r: r["rps"])
+            sittings.append(
+                {
+                    "file": str(other.relative_to(root)),
+                    "best_sync": bs["spec"],
+                    "best_pipelined": bp["spec"],
+                    "rps_ratio": bp["rps"] / bs["rps"],
+                    "cpu_ratio": bp["us_per_request"] / bs["us_per_request"],
+                }
+            )
+    out["sittings"] = sittings
+    cpu_ratio = out["pipelined_us"] / out["sync_us"]
+    out["targets"] = [
+        {
+            "figure": "best pipelined CPU/request over best sync",
+            "value": cpu_ratio,
+            "target": "<= 1.1",
+            "met": cpu_ratio <= TARGET_CPU_RATIO,
+        },
+        {
+            "figure": "best pipelined req/s over best sync",
+            "value": out["best_pipelined_rps"] / out["best_sync_rps"],
+            "target": ">= 1.0",
+            "met": out["best_pipelined_rps"] >= out["best_sync_rps"],
+        },
+        {
+            "figure": "one pipelined instance over one sync instance",
+            "value": out["one_instance_ratio"],
+            "target": ">= 1.1",
+            "met": (out["one_instance_ratio"] or 0.0) >= TARGET_ONE_INSTANCE_RATIO,
+        },
+    ]
+    return out
+
+
+def write_summary(root: Path) -> dict[str, Any] | None:
+    """Merge the ``cpu_per_request`` block into ``results/summary.json``, keeping every other key."""
+    block = summary(root)
+    if block is None:
+        return None
+    path = root / "results" / "summary.json"
+    doc = json.loads(path.read_text()) if path.is_file() else {}
+    doc["cpu_per_request"] = block
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return block

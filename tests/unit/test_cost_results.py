@@ -1,0 +1,60 @@
+"""The cpu_per_request block is computed from the A/B files of one sitting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from inflight.cost_results import summary, write_summary
+
+
+def _variant(label: str, spec: str, mode: str | None) -> dict:
+    params = {"mode": {"string_value": mode}} if mode else {}
+    return {"label": label, "spec": spec, "variant": "null" if mode is None else "x", "config": {"parameters": params}}
+
+
+def _file(root: Path, name: str, rows: list[tuple[str, str, str | None, float, float]]) -> None:
+    d = root / "results" / "cpu-cost" / name
+    d.mkdir(parents=True)
+    doc = {
+        "device": {"name": "GPU X"},
+        "variants": [_variant(label, spec, mode) for label, spec, mode, _, _ in rows],
+        "summary": [
+            {"variant": label, "spec": spec, "rps": rps, "cpu": {"server_us_per_request": us}, "valid": True}
+            for label, spec, _, rps, us in rows
+        ],
+    }
+    (d / f"ab-{name}.json").write_text(json.dumps(doc))
+
+
+def test_block_from_the_sitting_with_null_and_sync_and_every_ratio(tmp_path: Path) -> None:
+    assert summary(tmp_path) is None
+    _file(
+        tmp_path,
+        "1",
+        [
+            ("A", "m_null@instances=8", None, 30000.0, 200.0),
+            ("B", "m_sync@instances=1", "sync", 6000.0, 240.0),
+            ("C", "m_sync@instances=8", "sync", 40000.0, 250.0),
+            ("D", "m_inflight@instances=1,mode=auto", "auto", 6900.0, 260.0),
+            ("E", "m_inflight@instances=8,mode=overlap", "overlap", 30000.0, 300.0),
+        ],
+    )
+    _file(
+        tmp_path,
+        "2",
+        [
+            ("A", "m_sync@instances=8", "sync", 20000.0, 300.0),
+            ("B", "m_inflight@instances=8,mode=auto", "auto", 22000.0, 315.0),
+        ],
+    )
+    (tmp_path / "results" / "summary.json").write_text(json.dumps({"kept": 1}))
+    block = write_summary(tmp_path)
+    assert block is not None
+    assert block["sync_us"] == 250.0 and block["pipelined_us"] == 300.0 and block["null_us"] == 200.0
+    assert block["best_sync_rps"] == 40000.0 and block["best_pipelined_rps"] == 30000.0
+    assert abs(block["one_instance_ratio"] - 1.15) < 1e-9
+    assert [t["met"] for t in block["targets"]] == [False, False, True]
+    assert [round(s["rps_ratio"], 2) for s in block["sittings"]] == [0.75, 1.1]
+    doc = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert doc["kept"] == 1 and doc["cpu_per_request"]["file"].endswith("ab-1.json")
