@@ -134,3 +134,22 @@ def write_summary(root: Path) -> dict[str, Any] | None:
     doc["cpu_per_request"] = block
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return block
+
+
+def table(root: Path) -> list[str]:
+    """Markdown rows of every cost file: sitting, variant, mode, instances, req/s, server CPU per request."""
+    lines = [
+        "| sitting | variant | mode | instances | req/s | server CPU µs/request |",
+        "|---|---|---|---|---|---|",
+    ]
+    for path in sorted((root / "results" / COST_DIR).rglob("ab-*.json")):
+        for r in _rows(json.loads(path.read_text())):
+            lines.append(
+                f"| `{path.parent.name}` | `{r['spec']}` | {r['mode']} | {r['instances']} | {r['rps']:,.0f} "
+                f"| {r['us_per_request']:,.0f} |"
+            )
+    return lines
+
+
+if __name__ == "__main__":  # print the table for docs/DESIGN.md
+    print("\n".join(table(Path("."))))
