@@ -10,6 +10,7 @@ every ratio in it is of one sitting.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -152,4 +153,4 @@ def table(root: Path) -> list[str]:
 
 
 if __name__ == "__main__":  # print the table for docs/DESIGN.md
-    print("\n".join(table(Path("."))))
+    sys.stdout.write("\n".join(table(Path("."))) + "\n")
