@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight.model_config import parse_variant_arg
+from inflight.open_loop_results import merge_summary
 
 COST_DIR = "cpu-cost"
 #: The issue's targets.
@@ -51,11 +52,12 @@ def summary(root: Path) -> dict[str, Any] | None:
     ``best_pipelined_rps``, ``one_instance_ratio`` (the best one-instance non-sync mode over one sync
     instance). Beside them: the file, every row, and the targets with their verdicts.
     """
-    files = sorted((root / "results" / COST_DIR).rglob("ab-*.json"))
-    chosen: tuple[Path, dict[str, Any], list[dict[str, Any]]] | None = None
-    for path in files:
+    loaded = []
+    for path in sorted((root / "results" / COST_DIR).rglob("ab-*.json")):
         doc = json.loads(path.read_text())
-        rows = [r for r in _rows(doc) if r["valid"]]
+        loaded.append((path, doc, [r for r in _rows(doc) if r["valid"]]))
+    chosen: tuple[Path, dict[str, Any], list[dict[str, Any]]] | None = None
+    for path, doc, rows in loaded:
         modes = {(r["mode"], r["instances"] > 1) for r in rows}
         if {("null", True), ("sync", False), ("sync", True)} <= modes:
             chosen = (path, doc, rows)
@@ -85,8 +87,7 @@ def summary(root: Path) -> dict[str, Any] | None:
     }
     # every sitting that compared a sync and a non-sync configuration (the window-to-window spread)
     sittings = []
-    for other in files:
-        rs = [r for r in _rows(json.loads(other.read_text())) if r["valid"]]
+    for other, _, rs in loaded:
         s_rows = [r for r in rs if r["mode"] == "sync" and r["instances"] > 1]
         p_rows = [r for r in rs if r["mode"] not in ("sync", "null") and r["instances"] > 1]
         if s_rows and p_rows:
@@ -128,12 +129,8 @@ def summary(root: Path) -> dict[str, Any] | None:
 def write_summary(root: Path) -> dict[str, Any] | None:
     """Merge the ``cpu_per_request`` block into ``results/summary.json``, keeping every other key."""
     block = summary(root)
-    if block is None:
-        return None
-    path = root / "results" / "summary.json"
-    doc = json.loads(path.read_text()) if path.is_file() else {}
-    doc["cpu_per_request"] = block
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    if block is not None:
+        merge_summary(root, "cpu_per_request", block)
     return block
 
 

@@ -63,12 +63,30 @@ def entries(results: Path) -> list[Entry]:
     out = []
     for path in sorted((results / OPEN_LOOP_DIR).rglob("ab-*.json")):
         doc = json.loads(path.read_text())
-        if (doc.get("load") or {}).get("closed_loop", True):
+        if not is_open_loop(doc):
             continue
         variants = {v["label"]: v for v in doc.get("variants", [])}
         for s in doc.get("summary", []):
             out.append(Entry(path, doc, s, variants.get(s["variant"], {})))
     return out
+
+
+def is_open_loop(doc: Mapping[str, Any]) -> bool:
+    """Whether an A/B file's load was open loop (arrivals at rates) rather than closed loop."""
+    return not (doc.get("load") or {}).get("closed_loop", True)
+
+
+def open_loop_files(results: Path) -> list[Path]:
+    """Every open-loop A/B file anywhere under ``results`` (also those outside ``results/open-loop``)."""
+    return [p for p in sorted(results.rglob("ab-*.json")) if is_open_loop(json.loads(p.read_text()))]
+
+
+def merge_summary(root: Path, key: str, block: Mapping[str, Any], *, allow_nan: bool = True) -> None:
+    """Set ``key`` of ``results/summary.json`` to ``block``, keeping every other key."""
+    path = root / "results" / "summary.json"
+    doc = json.loads(path.read_text()) if path.is_file() else {}
+    doc[key] = block
+    path.write_text(json.dumps(doc, indent=1, allow_nan=allow_nan) + "\n")
 
 
 def _best(candidates: Iterable[Entry]) -> Entry | None:
@@ -224,12 +242,8 @@ def targets(s: Mapping[str, Any]) -> list[dict[str, Any]]:
 def write_summary(root: Path) -> dict[str, Any] | None:
     """Merge the ``open_loop`` block into ``results/summary.json``, keeping every other key."""
     block = summary(root)
-    if block is None:
-        return None
-    path = root / "results" / "summary.json"
-    doc = json.loads(path.read_text()) if path.is_file() else {}
-    doc["open_loop"] = block
-    path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    if block is not None:
+        merge_summary(root, "open_loop", block, allow_nan=False)
     return block
 
 
@@ -319,7 +333,8 @@ def section(root: Path) -> list[str]:
             f"({100 * soak['stub_rss_change']:+.2f}%) (`{soak['file']}`)."
         )
     lines += ["", "Every open-loop run, with its latency-against-rate table and plot:", ""]
-    for p in sorted((root / "results" / OPEN_LOOP_DIR).rglob("ab-*.md")):
-        lines.append(f"- [`{p.relative_to(root)}`](../{p.relative_to(root)})")
+    for p in open_loop_files(root / "results"):
+        md = p.with_suffix(".md").relative_to(root)
+        lines.append(f"- [`{md}`](../{md})")
     lines.append("")
     return lines

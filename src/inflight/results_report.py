@@ -359,7 +359,8 @@ def render(root: Path) -> str:
     if many.is_dir():
         lines += pipelined_ceiling_section(sorted(many.rglob("ab-*.json")), root)
     # open-loop runs have their own section (above): capacity at an SLO, not a closed-loop A/B
-    abs_ = sorted(p for p in results.rglob("ab-*.json") if open_loop_results.OPEN_LOOP_DIR not in p.parts)
+    open_loop = set(open_loop_results.open_loop_files(results))
+    abs_ = sorted(p for p in results.rglob("ab-*.json") if p not in open_loop)
     if abs_:
         lines += ["## Through the server: A/B load tests", ""]
         for p in abs_:
