@@ -368,15 +368,41 @@ class PipelinedExecutor(_Base):
             self._fail_unlaunched(slot, batch, "could not be gathered", f"batch failed before launch: {e}")
             return
         try:
-            slot.generation += 1
-            t0 = time.perf_counter()
-            with self.ranges.range("enqueue"):
-                replays = self.runner.launch(slot)
-            self._count_launch(slot, replays, time.perf_counter() - t0)
+            self._launch(slot)
         except Exception as e:
             self._fail_unlaunched(slot, batch, "failed to launch", f"batch failed to launch on the device: {e}")
             return
         self._inflight.put(slot)
+
+    def _launch(self, slot: Slot) -> None:
+        """Enqueue the slot's gathered batch on the device (raises what the runner raises)."""
+        slot.generation += 1
+        t0 = time.perf_counter()
+        with self.ranges.range("enqueue"):
+            replays = self.runner.launch(slot)
+        self._count_launch(slot, replays, time.perf_counter() - t0)
+
+    def _collect(self, slot: Slot, range_name: str) -> tuple[dict[str, np.ndarray] | None, str | None, float]:
+        """Wait for the slot's batch and copy its real output rows out of the slot.
+
+        Returns:
+            The private copy of the outputs (None when the batch failed), the error message
+            (None when it did not), and the seconds from the start of the wait to the copy done.
+        """
+        batch = slot.batch
+        assert batch is not None
+        t0 = time.perf_counter()
+        try:
+            with self.ranges.range(range_name):
+                self.runner.wait(slot)
+        except Exception as e:
+            LOGGER.error("batch of %d requests failed on the device: %s", len(batch.items), e)
+            return None, f"batch failed on the device: {e}", time.perf_counter() - t0
+        # the responses get their own copy of the real rows, so the slot can be freed at once
+        outs = {
+            t.name: self.layout.view(slot.host_out[t.name], t, slot.rows, None).copy() for t in self.layout.spec.outputs
+        }
+        return outs, None, time.perf_counter() - t0
 
     def _fail_unlaunched(self, slot: Slot, batch: Batch, what: str, error: str) -> None:
         """Free the slot of a batch that never reached the device and answer its requests with ``error``."""
@@ -393,33 +419,17 @@ class PipelinedExecutor(_Base):
                 return
             batch = slot.batch
             assert batch is not None
-            t0 = time.perf_counter()
-            error: str | None = None
-            outs: dict[str, np.ndarray] | None = None
-            item_rows: list[int] = []
-            try:
-                with self.ranges.range("complete"):
-                    self.runner.wait(slot)
-            except Exception as e:
-                LOGGER.error("batch of %d requests failed on the device: %s", len(batch.items), e)
-                error = f"batch failed on the device: {e}"
-            else:
-                # the responses get their own copy of the real rows, so the slot is free at once
-                real = slot.rows
-                outs = {
-                    t.name: self.layout.view(slot.host_out[t.name], t, real, None).copy()
-                    for t in self.layout.spec.outputs
-                }
-                item_rows = list(slot.item_rows)
+            outs, error, waited = self._collect(slot, "complete")
+            item_rows = list(slot.item_rows) if error is None else []
             with self._cond:
                 if error is None:
-                    self.stats.device_wait_s += time.perf_counter() - t0
+                    self.stats.device_wait_s += waited
                 else:
                     self.stats.failed_batches += 1
                 if slot.index in self._abandoned:
                     continue  # close() already failed these requests
                 self._release(slot)
-            self._dispatch(_Outgoing(batch.items, outs, error, offsets=item_rows if error is None else []))
+            self._dispatch(_Outgoing(batch.items, outs, error, offsets=item_rows))
 
     def _dispatch(self, out: _Outgoing) -> None:
         """Queue a batch's responses as one chunk per sender thread (fewer wake-ups than one job each)."""
@@ -779,11 +789,7 @@ class OverlapExecutor(PipelinedExecutor):
                 out[position[id(it)]] = respond(None, f"batch failed before launch: {e}")
             return None
         try:
-            slot.generation += 1
-            t0 = time.perf_counter()
-            with self.ranges.range("enqueue"):
-                replays = self.runner.launch(slot)
-            self._count_launch(slot, replays, time.perf_counter() - t0)
+            self._launch(slot)
         except Exception as e:
             LOGGER.error("chunk of %d requests failed to launch: %s", len(chunk), e)
             with self._cond:
@@ -801,21 +807,7 @@ class OverlapExecutor(PipelinedExecutor):
         """Wait for one chunk, copy its outputs out, free its slot, build its responses into ``out``."""
         batch = slot.batch
         assert batch is not None
-        t0 = time.perf_counter()
-        outs: dict[str, np.ndarray] | None = None
-        error: str | None = None
-        try:
-            with self.ranges.range("wait"):
-                self.runner.wait(slot)
-        except Exception as e:
-            LOGGER.error("chunk of %d requests failed on the device: %s", len(batch.items), e)
-            error = f"batch failed on the device: {e}"
-        else:
-            outs = {
-                t.name: self.layout.view(slot.host_out[t.name], t, slot.rows, None).copy()
-                for t in self.layout.spec.outputs
-            }
-        waited = time.perf_counter() - t0
+        outs, error, waited = self._collect(slot, "wait")
         rows = list(slot.item_rows)
         with self._cond:
             if error is None:
