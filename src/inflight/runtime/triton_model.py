@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -409,22 +409,35 @@ class InflightModel:
                 self._execute_pipelined(requests)
             return None
 
+    def _parse_requests(
+        self,
+        requests: Sequence[Any],
+        handle_of: Callable[[int, Any], Any],
+        reject: Callable[[int, Any, ValidationError], None],
+    ) -> list[tuple[int, Item]]:
+        """Parse every request: ``reject(index, request, error)`` each invalid one; the others as (index, Item).
+
+        ``handle_of(index, request)`` is what the executor answers the item through.
+        """
+        parsed: list[tuple[int, Item]] = []
+        t0 = time.perf_counter()
+        for i, r in enumerate(requests):
+            try:
+                inputs, count, seq = self._parse(r)
+            except ValidationError as e:
+                reject(i, r, e)
+                continue
+            parsed.append((i, Item(inputs=inputs, count=count, seq=seq, handle=handle_of(i, r))))
+        self.timing["parse_s"] += time.perf_counter() - t0
+        return parsed
+
     def _execute_sync(self, requests: Sequence[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
 
         def reject(index: int, error: ValidationError) -> None:
             responses[index] = self._invalid(error)
 
-        items: list[Item] = []
-        t0 = time.perf_counter()
-        for i, r in enumerate(requests):
-            try:
-                inputs, count, seq = self._parse(r)
-            except ValidationError as e:
-                reject(i, e)
-                continue
-            items.append(Item(inputs=inputs, count=count, seq=seq, handle=i))
-        self.timing["parse_s"] += time.perf_counter() - t0
+        items = [item for _, item in self._parse_requests(requests, lambda i, r: i, lambda i, r, e: reject(i, e))]
         if items:
             try:
                 try:
@@ -447,20 +460,15 @@ class InflightModel:
     def _execute_overlap(self, requests: Sequence[Any], executor: OverlapExecutor) -> list[Any]:
         """Overlap and auto modes: every request's response in the returned list, or None where deferred."""
         responses: list[Any] = [None] * len(requests)
-        items: list[Item] = []
-        index: list[int] = []
-        t0 = time.perf_counter()
+
+        def reject(index: int, request: Any, error: ValidationError) -> None:
+            responses[index] = self._invalid(error)
+
         with self.ranges.range("parse"):
-            for i, r in enumerate(requests):
-                try:
-                    inputs, count, seq = self._parse(r)
-                except ValidationError as e:
-                    responses[i] = self._invalid(e)
-                    continue
-                # the response sender answers the request if auto defers its chunk (a plain getter)
-                items.append(Item(inputs=inputs, count=count, seq=seq, handle=r.get_response_sender()))
-                index.append(i)
-        self.timing["parse_s"] += time.perf_counter() - t0
+            # the response sender answers the request if auto defers its chunk (a plain getter)
+            parsed = self._parse_requests(requests, lambda i, r: r.get_response_sender(), reject)
+        index = [i for i, _ in parsed]
+        items = [item for _, item in parsed]
         if items:
             built = executor.run(Batch(items), self.sink.response, self._invalid)
             for i, response in zip(index, built, strict=True):
@@ -505,18 +513,13 @@ class InflightModel:
     def _execute_pipelined(self, requests: Sequence[Any]) -> None:
         executor = self.executor
         assert isinstance(executor, PipelinedExecutor)
-        items: list[Item] = []
-        t0 = time.perf_counter()
         with self.ranges.range("parse"):
-            for r in requests:
-                sender = r.get_response_sender()
-                try:
-                    inputs, count, seq = self._parse(r)
-                except ValidationError as e:
-                    self._pipelined_reject(sender, e)
-                    continue
-                items.append(Item(inputs=inputs, count=count, seq=seq, handle=sender))
-        self.timing["parse_s"] += time.perf_counter() - t0
+            parsed = self._parse_requests(
+                requests,
+                lambda i, r: r.get_response_sender(),
+                lambda i, r, e: self._pipelined_reject(r.get_response_sender(), e),
+            )
+        items = [item for _, item in parsed]
         if not items:
             return
         try:
