@@ -70,7 +70,6 @@ import gevent.pool
 import grpc  # type: ignore[import-untyped]
 import grpc.experimental.gevent as grpc_gevent  # type: ignore[import-untyped]
 import numpy as np
-import tritonclient.http as httpclient
 from geventhttpclient import HTTPClient
 from tritonclient.grpc import InferResult as GrpcInferResult
 from tritonclient.grpc import service_pb2_grpc
@@ -358,33 +357,10 @@ def _check_http(resp: Any, index: int) -> str | None:
 
 def _check_http_body(status: int, header: Any, content: bytes, index: int) -> str | None:
     """Check an HTTP answer: its status, then the decoded KServe v2 body (``header(name)`` reads a header)."""
-    if status != 200:
-        try:
-            detail = json.loads(content).get("error", content[:200])
-        except ValueError:
-            detail = content[:200]
-        hint = " (is the model loaded under this name? see --model)" if status == 404 else ""
-        return f"HTTP {status}: {detail}{hint}"
-    header_length = header("Inference-Header-Content-Length")
-    try:
-        result = httpclient.InferenceServerClient.parse_response_body(
-            content,
-            header_length=int(header_length) if header_length is not None else None,
-            content_encoding=header("Content-Encoding"),
-        )
-    except Exception as e:  # a malformed body is a failed request, whatever the decoder raised
-        return f"undecodable response ({type(e).__name__}: {e})"
-
-    def get(name: str) -> tuple[np.ndarray | None, str | None]:
-        out = result.get_output(name)
-        if out is None:
-            return None, None
-        return result.as_numpy(name), out.get("datatype")
-
-    def available() -> list[str]:
-        return [o.get("name") for o in result.get_response().get("outputs", [])]
-
-    return STATE.check(get, available, index)
+    w = STATE.workload
+    assert w is not None
+    ref = STATE.references[index] if STATE.references is not None else None
+    return wl.check_http_body(w.spec, w.items, status, header, content, ref, STATE.tol)
 
 
 class OpenLoopHttpUser(User):

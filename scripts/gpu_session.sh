@@ -23,6 +23,7 @@
 #                                            #   instances (results/cpu-cost; the log in $OUT/cost.log as it is written)
 #   bash scripts/gpu_session.sh costopen     # issues 15/17: capacity at p99 <= 50 ms of sync, the deferred
 #                                            #   pipelined mode and auto on GPU 0 (results/open-loop)
+#   CAMPAIGN=DIR PARTS="..." bash scripts/gpu_session.sh campaign  # issue 15 in one sitting (see the step)
 #   SOAK_RATE=R bash scripts/gpu_session.sh soak  # issue 15: five one-minute open-loop windows at R req/s
 #   bash scripts/gpu_session.sh openloop NAME ARGS...  # open-loop `inflight ab ARGS` (variants, --rate/--search)
 #                                            #   into results/open-loop/<date>-NAME; server and Locust on
@@ -51,10 +52,13 @@ ab() {  # ab OUTDIR WINDOW WARMUP REPEAT VARIANTS...
 
 # olab NAME ARGS...: an open-loop `inflight ab` into results/open-loop/<date>-NAME (server and Locust on disjoint
 # halves of the cores by default); the whole log goes to $OUT/openloop-NAME.log as it is written
+# (GENERATOR: locust or asyncio; OLAB_CPUS: e.g. "--server-cpus 0-19 --client-cpus 20-31"; OL_ROOT: the folder)
 olab() {
   local name=$1; shift
+  # shellcheck disable=SC2086  # OLAB_CPUS holds several options
   $PY -m inflight.cli ab "$@" --window "${WINDOW:-8}" --warmup "${WARMUP:-3}" --processes "${PROCS:-15}" \
-      --out "results/open-loop/$(date +%Y%m%d-%H%M)-$name" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" \
+      --generator "${GENERATOR:-locust}" ${OLAB_CPUS:-} \
+      --out "${OL_ROOT:-results/open-loop}/$(date +%Y%m%d-%H%M)-$name" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" \
       | tee "$OUT/openloop-$name.log" | grep --line-buffered -E " offered |capacity|soak|CPU sets|INVALID|CAVEAT|rror"
 }
 SEARCH_OPTS=${SEARCH_OPTS:---search-steps 4 --search-tolerance 0.08}
@@ -78,6 +82,37 @@ case "$STEP" in
       "$@" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" > "$OUT/cost.log"
     tail -40 "$OUT/cost.log"
     pack_results "$OUT/results-cost.tgz" results/cpu-cost; exit 0
+    ;;
+  campaign)  # issue 15, one sitting into one folder (CAMPAIGN=results/open-loop/<date>-<name>): the compiled engine,
+             # the asyncio generator, the server on SERVER_CPUS (0-19) and the generator on CLIENT_CPUS (20-31).
+             # PARTS picks and orders the parts, each packed into $OUT as it ends:
+             #   bound (engine-only bound), gen (the generator against the null model), sync1 auto1 pipe1 (one GPU),
+             #   sync2 auto2 (both GPUs), soak (SOAK_VARIANT at SOAK_RATE, five one-minute windows)
+    export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
+    export GENERATOR=${GENERATOR:-asyncio} PROCS=${PROCS:-11}
+    export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-19} --client-cpus ${CLIENT_CPUS:-20-31}"
+    mkdir -p "$OL_ROOT"
+    for part in ${PARTS:?set PARTS, e.g. "bound gen sync1 auto1"}; do
+      case $part in
+        bound) timeout "${BOUND_TIMEOUT:-120}" $PY -m inflight.cli bench-engine --repository model_repository --iters 100 \
+                 --batch 512 --batch 1024 --batch 2048 --out "$OL_ROOT/engine-bound-$(date +%Y%m%d-%H%M).json" \
+                 > "$OUT/bound.log" 2>&1; grep -vE "Warning|frombuffer|INFO" "$OUT/bound.log" | tail -16 ;;
+        gen) olab generator "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" --rate "${GEN_RATES:-40k,60k,80k}" ;;
+        sync1) olab sync-1gpu "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" --search "${SYNC_SEARCH:-20k,60k}" $SEARCH_OPTS ;;
+        auto1) olab auto-1gpu "bert_tiny_inflight@instances=8,mode=auto,chunk_items=1024,gpus=0,$FAST_LOAD" \
+                 --search "${AUTO_SEARCH:-20k,60k}" $SEARCH_OPTS ;;
+        pipe1) olab pipelined-1gpu "bert_tiny_inflight@instances=4,slots=4,gpus=0,$FAST_LOAD" \
+                 --search "${PIPE_SEARCH:-10k,40k}" $SEARCH_OPTS ;;
+        sync2) olab sync-2gpu "bert_tiny_sync@instances=8,gpus=0/1,$FAST_LOAD" --search "${SYNC2_SEARCH:-30k,90k}" $SEARCH_OPTS ;;
+        auto2) olab auto-2gpu "bert_tiny_inflight@instances=8,mode=auto,chunk_items=1024,gpus=0/1,$FAST_LOAD" \
+                 --search "${AUTO2_SEARCH:-30k,90k}" $SEARCH_OPTS ;;
+        soak) WINDOW=60 olab soak "${SOAK_VARIANT:?set SOAK_VARIANT}" --rate "${SOAK_RATE:?set SOAK_RATE}" \
+                --rate-repeat "${SOAK_WINDOWS:-5}" ;;
+        *) echo "unknown part $part" >&2 ;;
+      esac
+      pack_results "$OUT/results-campaign.tgz" "$OL_ROOT"
+    done
+    exit 0
     ;;
   costopen)  # issues 15/17: capacity at the SLO with the compiled engine, one GPU: sync, deferred pipelined, auto
     olab sync-1gpu-compiled "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" --search "${SYNC_SEARCH:-15k,45k}" $SEARCH_OPTS

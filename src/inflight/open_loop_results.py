@@ -100,7 +100,10 @@ def _engine_bound(root: Path, items_per_batch: float | None, items_per_request: 
     if not files or not items_per_batch:
         return None
     doc = json.loads(files[-1].read_text())
-    rows = sorted(doc.get("rows", []), key=lambda r: r["bucket"])
+    # the executor rows (a bucket and its engine-only bound); a bench of several engines has other rows too
+    rows = sorted(
+        (r for r in doc.get("rows", []) if "bucket" in r and "engine_bound_items_s" in r), key=lambda r: r["bucket"]
+    )
     row = next((r for r in rows if r["bucket"] >= items_per_batch), rows[-1] if rows else None)
     if row is None:
         return None

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.integration
@@ -113,3 +114,89 @@ def test_capacity_search_by_bisection(repository: Path, tmp_path: Path) -> None:
     # the high end missed the SLO and says why
     high = next(r for r in doc["runs"] if r["rate"] == 3000.0)
     assert high["slo_misses"]
+
+
+def test_asyncio_generator_sweep_gives_the_same_figures(repository: Path, tmp_path: Path) -> None:
+    """``--generator asyncio``: the same sweep, report and counts, with the generator's own CPU per request."""
+    doc = _ab(
+        repository,
+        tmp_path / "sweep",
+        "bert_tiny_null",
+        "bert_tiny_sync",
+        "--rate",
+        "20,40",
+        "--check-every",
+        "1",
+        "--generator",
+        "asyncio",
+    )
+    assert doc["valid"], doc["problems"]
+    load = doc["load"]
+    assert load["generator"] == "asyncio" and load["user_class"] == "inflight.loadtest.rategen"
+    assert [r["rate"] for r in doc["runs"]] == [20.0, 40.0, 20.0, 40.0]
+    for run in doc["runs"]:
+        gen, own, counts = run["generator"], run["generator_run"], run["locust"]
+        assert gen["sources"] == 1 and gen["scheduled"] > 0.5 * run["rate"] * 4
+        assert counts["failures"] == 0 and counts["requests"] == gen["completed"]
+        assert own["tool"] == "inflight.loadtest.rategen" and own["sources"] == 1
+        assert 0 < own["us_per_request"] < 50_000 and 0 < own["busy_max"] < 1
+        assert run["latency_ms"]["count"] >= gen["completed"]
+    for s in doc["summary"]:
+        for r in s["sweep"]:
+            assert 0 < r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
+            assert r["failures"] == 0 and 0.5 < r["answered_fraction"] <= 1.05
+    md = Path(doc["_path"]).with_suffix(".md").read_text()
+    assert "capacity at p99" in md.lower() or "capacity" in md
+
+
+def _rategen(server: object, pool: Path, raw: Path, *args: str) -> tuple[dict, np.ndarray]:  # type: ignore[type-arg]
+    cmd = [
+        sys.executable,
+        "-m",
+        "inflight.loadtest.rategen",
+        "--url",
+        server.http_url,  # type: ignore[attr-defined]
+        "--model",
+        "bert_tiny_null",
+        "--pool-file",
+        str(pool),
+        "--processes",
+        "1",
+        "--raw-dir",
+        str(raw),
+        *args,
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, f"rategen failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"
+    summary = json.loads((raw / "rategen-summary.json").read_text())
+    lat = np.concatenate([np.fromfile(f, dtype="<f8") for f in raw.glob("latencies-*.f64")])
+    return summary, lat
+
+
+def test_asyncio_generator_counts_the_wait_for_a_connection(server: object, repository: Path, tmp_path: Path) -> None:
+    """A request finding every connection busy waits, and the wait counts as lateness and latency.
+
+    The null model sleeps 20 ms per batch: over one connection at most ~50 req/s get through, so at
+    150 req/s offered most sends go out late and the latency (from the scheduled send time) grows;
+    with 64 connections the same rate is served on schedule (the control).
+    """
+    from inflight.loadtest import workload as wl
+    from inflight.server.control import load_variant, unload, variant_config
+
+    pool = wl.save_pool(wl.build_pool(wl.Workload(model="bert_tiny_null", items=2, seq_len=8, pool=4)), tmp_path / "p")
+    vc = variant_config(repository, "bert_tiny_null", {"kind": "cpu", "sleep_us": "20000"})
+    load_variant(server.http_url, vc)  # type: ignore[attr-defined]
+    try:
+        one, lat_one = _rategen(
+            server, pool, tmp_path / "one", "--rate", "150", "--duration", "3", "--max-connections", "1"
+        )
+        many, lat_many = _rategen(
+            server, pool, tmp_path / "many", "--rate", "150", "--duration", "3", "--max-connections", "64"
+        )
+    finally:
+        unload(server.http_url, vc.model_name)  # type: ignore[attr-defined]
+    assert one["failures"] == 0 and many["failures"] == 0
+    assert one["peak_connections"] == 1 and one["rps"] < 70
+    assert one["lateness"]["very_late_fraction"] > 0.3 and np.percentile(lat_one, 99) > 300
+    assert many["lateness"]["very_late_fraction"] < 0.05 and np.percentile(lat_many, 50) < 100
+    assert many["rps"] > 1.5 * one["rps"]

@@ -109,6 +109,13 @@ def ab_cmd(
         Optional[int],  # noqa: UP045
         typer.Option(help="Open loop: decode every Nth answer in full, check the rest's status and length (16)."),
     ] = None,
+    generator: Annotated[
+        str,
+        typer.Option(
+            help="Open loop: locust (its OpenLoopHttpUser) or asyncio (inflight.loadtest.rategen: the same "
+            "schedule and accounting at a fraction of Locust's CPU per request, for rates Locust cannot hold)."
+        ),
+    ] = "locust",
     server_cpus: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Cores of the server it starts and its stubs (taskset -c form, e.g. 0-15)."),
@@ -196,6 +203,7 @@ def ab_cmd(
                 server_cpus=server_cpus,
                 client_cpus=client_cpus,
                 isolate=isolate,
+                generator=generator,  # type: ignore[arg-type]  # checked by AbRunner
             )
         )
     except InflightError as e:

@@ -39,7 +39,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -47,6 +47,7 @@ import inflight
 from inflight.errors import ConfigError, InflightError
 from inflight.loadtest import cpu
 from inflight.loadtest import openloop as ol
+from inflight.loadtest import rategen
 from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
@@ -58,6 +59,8 @@ LOGGER = logging.getLogger(__name__)
 
 SCHEMA = "inflight-ab/1"
 USER_CLASSES = {"http": "TritonHttpUser", "grpc": "TritonGrpcUser"}
+Generator = Literal["locust", "asyncio"]
+GENERATORS: tuple[Generator, ...] = ("locust", "asyncio")
 OPEN_LOOP_USER_CLASS = "OpenLoopHttpUser"
 #: Seconds to wait after an open-loop window for the server to finish the requests it still holds.
 DRAIN_TIMEOUT_S = 120.0
@@ -108,6 +111,8 @@ class AbConfig:
         server_cpus: Cores of the server (``taskset -c`` form); None: chosen by ``split_cpus``.
         client_cpus: Cores of the load generator (and this runner); None: chosen likewise.
         isolate: Pin the server and the generator to disjoint cores when the host has enough.
+        generator: Open loop: ``locust`` (Locust's ``OpenLoopHttpUser``) or ``asyncio``
+            (:mod:`inflight.loadtest.rategen`, for rates Locust cannot hold on the generator's cores).
     """
 
     variants: Sequence[str]
@@ -135,6 +140,7 @@ class AbConfig:
     server_cpus: str | None = None
     client_cpus: str | None = None
     isolate: bool = True
+    generator: Generator = "locust"
 
 
 @dataclass(kw_only=True)
@@ -305,6 +311,43 @@ def locust_command(
     else:
         cmd.append(USER_CLASSES[shape.protocol])
     return cmd
+
+
+def rategen_command(
+    *, shape: LoadShape, model: str, endpoints: Endpoints, duration_s: float, pool_file: Path, raw_dir: Path
+) -> list[str]:
+    """The command line of one open-loop window (or warm-up) of the asyncio generator.
+
+    It runs ``shape.users`` processes (one arrival source each, as the Locust run has one user per
+    process) and writes its latencies, counts and summary into ``raw_dir``.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "inflight.loadtest.rategen",
+        "--url",
+        endpoints.http,
+        "--model",
+        model,
+        "--pool-file",
+        str(pool_file),
+        "--rate",
+        f"{shape.rate:g}",
+        "--duration",
+        f"{duration_s:g}",
+        "--processes",
+        str(max(1, shape.users)),
+        "--arrival",
+        shape.arrival,
+        "--seed",
+        str(shape.seed),
+        "--max-connections",
+        str(shape.max_connections),
+        "--check-every",
+        "1" if shape.check else str(shape.check_every),
+        "--raw-dir",
+        str(raw_dir),
+    ]
 
 
 @dataclass(kw_only=True)
@@ -509,6 +552,8 @@ class AbRunner:
                     f"--protocol {self.shape.protocol}: the open-loop load (--rate/--search) speaks HTTP only; drop "
                     "--protocol or the rates"
                 )
+            if config.generator not in GENERATORS:
+                raise ConfigError(f"--generator {config.generator!r}: choose one of {', '.join(GENERATORS)}")
             if config.rate_repeat < 1:
                 raise ConfigError(f"--rate-repeat {config.rate_repeat}: measure each rate at least once")
             if config.slo_ms <= 0:
@@ -517,6 +562,11 @@ class AbRunner:
                 lo, hi = config.search
                 if not 0 < lo < hi:
                     raise ConfigError(f"--search {lo:g},{hi:g}: give LOW,HIGH requests per second with 0 < LOW < HIGH")
+        elif config.generator != "locust":
+            raise ConfigError(
+                f"--generator {config.generator}: the asyncio generator sends open-loop load only; add --rate or "
+                "--search, or drop --generator"
+            )
         available = cpu.run_cores()
         if config.isolate or config.server_cpus or config.client_cpus:
             self.cpu_sets = ol.split_cpus(available, config.server_cpus, config.client_cpus)
@@ -686,11 +736,14 @@ class AbRunner:
                     s.warmup_s,
                     f" at {warm_shape.rate:,.0f} req/s" if self.open_loop else "",
                 )
+                warm_raw = self.data / f"{tag}-warmup-raw"
                 warm = run_locust(
-                    self._command(v, warm_shape, endpoints, pool, s.warmup_s + s.ramp_s),
+                    self._command(v, warm_shape, endpoints, pool, s.warmup_s + s.ramp_s, raw_dir=warm_raw),
                     log=self.data / f"{tag}-warmup.log",
                     planned_s=s.warmup_s + s.ramp_s,
                 )
+                if not self.config.keep_raw:
+                    shutil.rmtree(warm_raw, ignore_errors=True)
                 warmup = {"returncode": warm.returncode, "wall_s": round(warm.wall_s, 1), "log": str(warm.log)}
             else:
                 warmup = None
@@ -757,6 +810,11 @@ class AbRunner:
         csv_prefix: Path | None = None,
         raw_dir: Path | None = None,
     ) -> list[str]:
+        if self.open_loop and self.config.generator == "asyncio":
+            assert raw_dir is not None, "the asyncio generator writes its figures into a folder"
+            return rategen_command(
+                shape=shape, model=v.name, endpoints=endpoints, duration_s=duration_s, pool_file=pool, raw_dir=raw_dir
+            )
         return locust_command(
             locustfile=self.locustfile,
             shape=shape,
@@ -808,7 +866,13 @@ class AbRunner:
                 what,
                 _fmt_s(elapsed),
                 _fmt_s(window),
-                "warming up (no sample yet)" if rps is None else f"{rps:,.0f} req/s now",
+                (
+                    "no live rate (the asyncio generator reports at the end)"
+                    if self.config.generator == "asyncio" and self.open_loop
+                    else "warming up (no sample yet)"
+                )
+                if rps is None
+                else f"{rps:,.0f} req/s now",
                 _fmt_s(overall_left),
             )
 
@@ -990,26 +1054,29 @@ class AbRunner:
         caveats = []
         if res.cpu_warnings:
             caveats.append(
-                "client-limited: Locust's CPU was above 90% at some point, so Locust, not the server, may have "
-                f"limited the figures (read them as a lower bound for the server): {res.cpu_warnings[0]!r}; "
-                "give Locust cores of its own or more --processes"
+                "client-limited: the load generator's CPU was above 90% at some point, so the generator, not the "
+                f"server, may have limited the figures (read them as a lower bound for the server): "
+                f"{res.cpu_warnings[0]!r}; give the generator cores of its own or more --processes"
             )
         out["cpu_warnings"] = res.cpu_warnings
         out["client_limited"] = bool(res.cpu_warnings)
         out["caveats"] = caveats
-        try:
-            out["locust"] = st.read_locust_stats(Path(f"{prefix}_stats.csv"))
-        except st.StatsError as e:
-            problems.append(str(e))
-            out["locust"] = None
-        out["failure_messages"] = st.read_locust_failures(Path(f"{prefix}_failures.csv"))
-        out["history"] = st.read_locust_history(Path(f"{prefix}_stats_history.csv"))
         try:
             lat = st.read_raw_latencies(raw_dir)
         except st.StatsError as e:
             problems.append(str(e))
             lat = np.empty(0)
         out["latency_ms"] = st.latency_summary(lat)
+        if self.open_loop and self.config.generator == "asyncio":
+            out.update(_rategen_figures(raw_dir, out["latency_ms"], problems))
+        else:
+            try:
+                out["locust"] = st.read_locust_stats(Path(f"{prefix}_stats.csv"))
+            except st.StatsError as e:
+                problems.append(str(e))
+                out["locust"] = None
+            out["failure_messages"] = st.read_locust_failures(Path(f"{prefix}_failures.csv"))
+            out["history"] = st.read_locust_history(Path(f"{prefix}_stats_history.csv"))
         out["_latencies"] = lat  # pooled per variant by _document, not written
         if not self.config.keep_raw:
             shutil.rmtree(raw_dir, ignore_errors=True)
@@ -1130,7 +1197,12 @@ class AbRunner:
                     else None
                 ),
                 "cpu_sets": self.cpu_sets.to_dict(),
-                "user_class": OPEN_LOOP_USER_CLASS if self.open_loop else USER_CLASSES[s.protocol],
+                "user_class": (
+                    ("inflight.loadtest.rategen" if self.config.generator == "asyncio" else OPEN_LOOP_USER_CLASS)
+                    if self.open_loop
+                    else USER_CLASSES[s.protocol]
+                ),
+                "generator": self.config.generator if self.open_loop else "locust",
                 "locust_run_time_s": math.ceil(s.window_s + s.ramp_s),
                 "order": [f"{r['variant']}{r['round']}" for r in runs],
             },
@@ -1203,6 +1275,36 @@ def rate_point(record: Mapping[str, Any]) -> ol.RatePoint:
         answered_fraction=float(gen.get("answered_fraction", math.nan)),
         valid=bool(record.get("valid", False)),
     )
+
+
+def _rategen_figures(raw_dir: Path, latency: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
+    """The asyncio generator's summary as the record's counts (the ``locust`` block's keys) and its own figures."""
+    path = raw_dir / rategen.SUMMARY_NAME
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        problems.append(f"the asyncio generator wrote no summary ({e}); see its log")
+        return {"locust": None, "failure_messages": [], "history": [], "generator_run": None}
+    if summary.get("errors"):
+        problems.append("the asyncio generator: " + "; ".join(summary["errors"]))
+    counts = {
+        "requests": int(summary["requests"]),
+        "failures": int(summary["failures"]),
+        "rps": float(summary["rps"]),
+        "failures_per_s": float(summary["failures_per_s"]),
+        "avg_ms": float(latency.get("mean", math.nan)),
+        "p50_ms": float(latency.get("p50", math.nan)),
+        "p95_ms": float(latency.get("p95", math.nan)),
+        "p99_ms": float(latency.get("p99", math.nan)),
+        "max_ms": float(latency.get("max", math.nan)),
+    }
+    own = {k: summary.get(k) for k in ("sources", "cpu_s", "us_per_request", "busy_max", "peak_connections")}
+    return {
+        "locust": counts,
+        "failure_messages": summary.get("failure_messages", []),
+        "history": [],
+        "generator_run": {"tool": summary.get("generator"), **own},
+    }
 
 
 def _generator_counts(raw_dir: Path) -> dict[str, Any]:

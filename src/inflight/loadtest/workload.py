@@ -260,6 +260,57 @@ def check_output(
     return None
 
 
+def check_http_body(
+    spec: ModelSpec,
+    items: int,
+    status: int,
+    header: Callable[[str], str | None],
+    content: bytes,
+    reference: Mapping[str, np.ndarray] | None = None,
+    tol: Tolerance | None = None,
+) -> str | None:
+    """Check one HTTP answer: its status, then the decoded KServe v2 body; a failure message or None.
+
+    Args:
+        spec: The model.
+        items: Items sent in the request.
+        status: HTTP status code.
+        header: Reads a response header by name (None when absent).
+        content: The response body.
+        reference: Expected values per output, or None.
+        tol: Tolerance for ``reference``.
+    """
+    import tritonclient.http as httpclient
+
+    if status != 200:
+        try:
+            detail = json.loads(content).get("error", content[:200])
+        except ValueError:
+            detail = content[:200]
+        hint = " (is the model loaded under this name? see --model)" if status == 404 else ""
+        return f"HTTP {status}: {detail}{hint}"
+    header_length = header("Inference-Header-Content-Length")
+    try:
+        result = httpclient.InferenceServerClient.parse_response_body(
+            content,
+            header_length=int(header_length) if header_length is not None else None,
+            content_encoding=header("Content-Encoding"),
+        )
+    except Exception as e:  # a malformed body is a failed request, whatever the decoder raised
+        return f"undecodable response ({type(e).__name__}: {e})"
+
+    def get(name: str) -> tuple[np.ndarray | None, str | None]:
+        out = result.get_output(name)
+        if out is None:
+            return None, None
+        return result.as_numpy(name), out.get("datatype")
+
+    def available() -> list[str]:
+        return [o.get("name") for o in result.get_response().get("outputs", [])]
+
+    return check_output(spec, items, get, available, reference, tol)
+
+
 def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> str | None:
     """Compare with ``tol``; return None when close, else where and by how much it differs."""
     if not np.isfinite(actual).all():

@@ -1,0 +1,649 @@
+r"""A small asyncio open-loop generator beside Locust, for rates Locust cannot hold on its cores.
+
+Why it exists: Locust's open-loop user (:class:`OpenLoopHttpUser` in ``loadtest/locustfile.py``:
+gevent, geventhttpclient, Locust's statistics for every request) spends about 220 µs of client CPU
+per request. On the GPU host's 16 generator cores it kept its schedule to 40k req/s and fell
+behind at 52k (``results/open-loop/20261123-0245-generator``), while the capacities this project
+publishes (two GPUs, the compiled engine) need a generator proven at twice them.
+
+This generator keeps the Locust user's measurement and drops the rest:
+
+* one process per source (``processes``), each an asyncio loop over ``max_connections``
+  keep-alive HTTP/1.1 connections (``asyncio.Protocol``, no HTTP library on the hot path), sending
+  requests prepared once from the run's pool file (the KServe v2 binary-tensor body of
+  :func:`inflight.loadtest.workload.http_request`);
+* send times from :class:`~inflight.loadtest.openloop.Schedule` (Poisson by default; each process
+  is one source, so together they offer the rate), independent of the answers;
+* latency from each request's *scheduled* send time, lateness of every send counted in
+  :class:`~inflight.loadtest.openloop.Lateness` (a request finding every connection busy waits,
+  and its wait counts), requests unanswered at the end entered with the time they waited;
+* every ``check_every``-th answer decoded and checked in full (shape, datatype, and values with
+  a pool that holds references), the others checked by status and length.
+
+It writes the files the A/B runner reads from Locust into ``raw_dir`` (``latencies-*.f64``,
+``openloop-*.json``) and, in place of Locust's statistics CSV, a summary JSON
+(:data:`SUMMARY_NAME`) with the counts, the failure messages and the generator's own CPU per
+request. ``inflight ab --generator asyncio`` uses it for every open-loop window; it also runs on its
+own::
+
+    python -m inflight.loadtest.rategen --url 127.0.0.1:8000 --model bert_tiny_null \
+        --pool-file pool.npz --rate 20000 --duration 10 --processes 8 --raw-dir /tmp/gen
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import queue
+import socket
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inflight.errors import ConfigError, InflightError
+from inflight.loadtest import openloop as ol
+from inflight.loadtest import workload as wl
+
+LOGGER = logging.getLogger(__name__)
+
+#: File name, in ``raw_dir``, of the summary the runner reads instead of Locust's statistics.
+SUMMARY_NAME = "rategen-summary.json"
+#: Seconds between the parent's start signal and the first scheduled send (the workers import and connect).
+START_DELAY_S = 2.0
+#: Connections each process opens before its first send (more are opened as needed, up to the maximum).
+PREOPEN = 16
+#: A worker busier than this fraction of its wall time was CPU-bound: the figures may be the generator's.
+BUSY_LIMIT = 0.9
+
+
+class HttpProtocolError(InflightError):
+    """The server's answer is not HTTP/1.1 this generator can read (the message says what was seen)."""
+
+
+@dataclass(kw_only=True)
+class GenOptions:
+    """One open-loop run of the generator.
+
+    Attributes:
+        host: Server host.
+        port: Server HTTP port.
+        model: Model name (the request path ``/v2/models/<model>/infer``).
+        pool_file: The request pool (``inflight.loadtest.workload.save_pool``), with references for full checks.
+        rate: Requests per second of all processes together.
+        duration_s: Seconds of sending (the measured window).
+        processes: Worker processes, each one arrival source.
+        arrival: ``poisson`` or ``constant``.
+        seed: Seed of the schedule (the same seed, the same send times).
+        max_connections: Keep-alive connections per process at most.
+        check_every: Decode and check every Nth answer in full (1: every one).
+        raw_dir: Folder for the latency, lateness and summary files.
+        stop_grace_s: Seconds after the window for the answers still in flight.
+    """
+
+    host: str
+    port: int
+    model: str
+    pool_file: Path
+    rate: float
+    duration_s: float
+    processes: int = 1
+    arrival: ol.ArrivalDist = "poisson"
+    seed: int = 0
+    max_connections: int = 256
+    check_every: int = 16
+    raw_dir: Path = Path("rategen")
+    stop_grace_s: float = 1.0
+
+    def check_values(self) -> None:
+        """Raise ConfigError for a value the run cannot use, saying which and what to pass."""
+        if not self.rate > 0 or not math.isfinite(self.rate):
+            raise ConfigError(f"--rate {self.rate}: offer a positive number of requests per second")
+        if not self.duration_s > 0:
+            raise ConfigError(f"--duration {self.duration_s}: send for more than 0 seconds")
+        if self.processes < 1:
+            raise ConfigError(f"--processes {self.processes}: run at least one process")
+        if self.max_connections < 1:
+            raise ConfigError(f"--max-connections {self.max_connections}: allow at least one connection")
+        if self.check_every < 1:
+            raise ConfigError(f"--check-every {self.check_every}: check at least every Nth answer (N >= 1)")
+        if not Path(self.pool_file).is_file():
+            raise ConfigError(
+                f"--pool-file {self.pool_file} does not exist; write one with "
+                "`python -m inflight.loadtest.workload --out FILE` (or let `inflight ab` prepare it)"
+            )
+
+
+def build_requests(pool: wl.Pool, model: str, host: str, port: int) -> list[bytes]:
+    """Every pool entry as the complete bytes of one HTTP/1.1 keep-alive request."""
+    out = []
+    for inputs in pool.inputs:
+        req = wl.http_request(pool.workload.spec, inputs)
+        head = [f"POST /v2/models/{model}/infer HTTP/1.1", f"Host: {host}:{port}", f"Content-Length: {len(req.body)}"]
+        head += [f"{k}: {v}" for k, v in req.headers.items()]
+        out.append(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + req.body)
+    return out
+
+
+@dataclass
+class HttpAnswer:
+    """One parsed HTTP response: status, headers (lower-case names) and body."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class ResponseParser:
+    """Incremental HTTP/1.1 response parser for one connection (Content-Length or chunked bodies)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._head: tuple[int, dict[str, str]] | None = None
+        self._need = -1  # body bytes still expected after the head (-2: chunked)
+
+    def feed(self, data: bytes) -> list[HttpAnswer]:
+        """Add received bytes; return the responses they complete (in order).
+
+        Raises:
+            HttpProtocolError: for a status line or framing this parser does not understand.
+        """
+        self._buf += data
+        done: list[HttpAnswer] = []
+        while True:
+            if self._head is None:
+                end = self._buf.find(b"\r\n\r\n")
+                if end < 0:
+                    return done
+                self._head = self._parse_head(bytes(self._buf[:end]))
+                del self._buf[: end + 4]
+            answer = self._body()
+            if answer is None:
+                return done
+            done.append(answer)
+
+    def _parse_head(self, head: bytes) -> tuple[int, dict[str, str]]:
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+            raise HttpProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            self._need = -2
+        elif "content-length" in headers:
+            self._need = int(headers["content-length"])
+        else:
+            raise HttpProtocolError(
+                f"HTTP {parts[1]} answer with neither Content-Length nor chunked encoding (headers {sorted(headers)})"
+            )
+        return int(parts[1]), headers
+
+    def _body(self) -> HttpAnswer | None:
+        assert self._head is not None
+        if self._need >= 0:
+            if len(self._buf) < self._need:
+                return None
+            body = bytes(self._buf[: self._need])
+            del self._buf[: self._need]
+        else:
+            body_or_none = self._chunked()
+            if body_or_none is None:
+                return None
+            body = body_or_none
+        status, headers = self._head
+        self._head = None
+        return HttpAnswer(status, headers, body)
+
+    def _chunked(self) -> bytes | None:
+        """The whole chunked body when it has arrived (consumed from the buffer), else None."""
+        pos, parts = 0, list[bytes]()
+        while True:
+            eol = self._buf.find(b"\r\n", pos)
+            if eol < 0:
+                return None
+            size = int(bytes(self._buf[pos:eol]).split(b";")[0], 16)
+            start = eol + 2
+            if size == 0:
+                end = self._buf.find(b"\r\n", start)  # no trailers expected: the empty line ends the body
+                if end < 0:
+                    return None
+                del self._buf[: end + 2]
+                return b"".join(parts)
+            if len(self._buf) < start + size + 2:
+                return None
+            parts.append(bytes(self._buf[start : start + size]))
+            pos = start + size + 2
+
+
+@dataclass
+class _Pending:
+    due: float
+    index: int
+    seq: int
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection carrying one request at a time."""
+
+    def __init__(self, source: _Source) -> None:
+        self.source = source
+        self.transport: asyncio.Transport | None = None
+        self.parser = ResponseParser()
+        self.current: _Pending | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, pending: _Pending, data: bytes) -> None:
+        assert self.transport is not None
+        self.current = pending
+        self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            answers = self.parser.feed(data)
+        except (HttpProtocolError, ValueError) as e:
+            self._broken(f"unreadable HTTP answer: {e}")
+            return
+        for answer in answers:
+            pending, self.current = self.current, None
+            if pending is None:
+                self._broken(f"an HTTP {answer.status} answer arrived with no request in flight")
+                return
+            self.source.answered(self, pending, answer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._broken(f"the server closed the connection ({exc or 'EOF'})")
+
+    def _broken(self, msg: str) -> None:
+        pending, self.current = self.current, None
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+        self.source.lost(self, pending, msg)
+
+
+@dataclass
+class _Source:
+    """One process's arrival source: its schedule, connections, counts and latencies."""
+
+    options: GenOptions
+    index: int
+    requests: list[bytes]
+    check: Callable[[HttpAnswer, int], str | None]
+    counts: ol.Lateness = field(default_factory=ol.Lateness)
+    latencies: array[float] = field(default_factory=lambda: array("d"))
+    failures: collections.Counter[str] = field(default_factory=collections.Counter)
+    free: list[_Connection] = field(default_factory=list)
+    waiting: collections.deque[_Pending] = field(default_factory=collections.deque)
+    conns: set[_Connection] = field(default_factory=set)
+    opening: int = 0
+    answers: int = 0
+    length: int | None = None
+    idle: asyncio.Event | None = None
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    peak_connections: int = 0
+
+    async def open(self, n: int) -> None:
+        """Open ``n`` connections and put them in the free list."""
+        loop = asyncio.get_running_loop()
+        for _ in range(n):
+            _, conn = await loop.create_connection(lambda: _Connection(self), self.options.host, self.options.port)
+            self.conns.add(conn)
+            self.free.append(conn)
+
+    def due(self, pending: _Pending) -> None:
+        """A request's send time came: send it on a free connection, or queue it (its wait counts as late)."""
+        if self.free:
+            self._send(self.free.pop(), pending)
+            return
+        self.waiting.append(pending)
+        if len(self.conns) + self.opening < self.options.max_connections:
+            self.opening += 1
+            asyncio.get_running_loop().create_task(self._open_one())
+
+    async def _open_one(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await loop.create_connection(lambda: _Connection(self), self.options.host, self.options.port)
+        except OSError as e:
+            self.opening -= 1
+            if self.waiting:
+                self._finish(self.waiting.popleft(), False, f"cannot connect: {e}")
+            return
+        self.opening -= 1
+        self.conns.add(conn)
+        self.peak_connections = max(self.peak_connections, len(self.conns))
+        self._release(conn)
+
+    def _send(self, conn: _Connection, pending: _Pending) -> None:
+        self.counts.sent(time.perf_counter() - pending.due)
+        conn.send(pending, self.requests[pending.index])
+
+    def _release(self, conn: _Connection) -> None:
+        if self.waiting:
+            self._send(conn, self.waiting.popleft())
+        else:
+            self.free.append(conn)
+
+    def answered(self, conn: _Connection, pending: _Pending, answer: HttpAnswer) -> None:
+        """A complete answer for ``pending`` arrived on ``conn``."""
+        self.answers += 1
+        length = len(answer.body)
+        if answer.status != 200 or self.length is None or self.answers % self.options.check_every == 0:
+            msg = self.check(answer, pending.index)
+            if msg is None:
+                self.length = length
+        elif length != self.length:
+            msg = f"answer of {length} bytes where a checked answer had {self.length}"
+        else:
+            msg = None
+        if answer.headers.get("connection", "").lower() == "close":
+            self.conns.discard(conn)
+            if conn.transport is not None:
+                conn.transport.close()
+                conn.transport = None
+        else:
+            self._release(conn)
+        self._finish(pending, msg is None, msg)
+
+    def lost(self, conn: _Connection, pending: _Pending | None, msg: str) -> None:
+        """``conn`` broke (the request it carried, if any, failed with ``msg``)."""
+        if conn in self.free:
+            self.free.remove(conn)
+        self.conns.discard(conn)
+        if pending is not None:
+            self._finish(pending, False, msg)
+
+    def _finish(self, pending: _Pending, ok: bool, msg: str | None) -> None:
+        self.counts.done(ok)
+        if not self.counts.stopped:
+            self.latencies.append((time.perf_counter() - pending.due) * 1000.0)
+            if not ok:
+                self.failures[msg or "failed"] += 1
+        if self.idle is not None and self.counts.inflight == 0:
+            self.idle.set()
+
+    async def run(self, start: float) -> None:
+        """Send on schedule from ``start`` (perf_counter) for the window, then wait the grace and stop."""
+        schedule = ol.Schedule(
+            self.options.rate,
+            dist=self.options.arrival,
+            seed=self.options.seed,
+            index=self.index,
+            sources=self.options.processes,
+        )
+        n = len(self.requests)
+        end = start + self.options.duration_s
+        now = time.perf_counter()
+        if start > now:
+            await asyncio.sleep(start - now)
+        self.counts.reset(start)
+        cpu0 = time.process_time()
+        for seq, offset in enumerate(schedule, 1):
+            due = start + offset
+            if due >= end:
+                break
+            wait = due - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self.due(_Pending(due, (self.index + seq) % n, seq))
+        wait = end - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if self.counts.inflight:
+            self.idle = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.idle.wait(), self.options.stop_grace_s)
+        now = time.perf_counter()
+        self.counts.stop(now)
+        self.cpu_s = time.process_time() - cpu0
+        self.wall_s = now - start
+        # still unanswered: the time waited so far (a lower bound of the latency) enters the raw latencies
+        unanswered = list(self.waiting) + [c.current for c in self.conns if c.current is not None]
+        for p in unanswered:
+            self.latencies.append((now - p.due) * 1000.0)
+        self.counts.inflight = len(unanswered)
+
+    def close(self) -> None:
+        """Close every connection (answers still in flight are dropped: they were counted unanswered)."""
+        for conn in list(self.conns):
+            conn.current = None
+            if conn.transport is not None:
+                conn.transport.close()
+        self.conns.clear()
+        self.free.clear()
+        self.waiting.clear()
+
+    def report(self) -> dict[str, Any]:
+        """This source's figures for the summary (JSON)."""
+        return {
+            "index": self.index,
+            "pid": os.getpid(),
+            "counts": self.counts.to_dict(),
+            "failures": dict(self.failures),
+            "cpu_s": self.cpu_s,
+            "wall_s": self.wall_s,
+            "busy": self.cpu_s / self.wall_s if self.wall_s > 0 else math.nan,
+            "peak_connections": max(self.peak_connections, len(self.conns)),
+        }
+
+
+def answer_checker(pool: wl.Pool) -> Callable[[HttpAnswer, int], str | None]:
+    """Check one answer against the pool's workload (and its reference outputs when the pool has them)."""
+    w = pool.workload
+    spec, items, tol = w.spec, w.items, wl.tolerance_for(w.model)
+
+    def check(answer: HttpAnswer, index: int) -> str | None:
+        ref = pool.references[index] if pool.references is not None else None
+        return wl.check_http_body(
+            spec, items, answer.status, lambda name: answer.headers.get(name.lower()), answer.body, ref, tol
+        )
+
+    return check
+
+
+async def _serve_source(source: _Source, ready: Any, go: Any, start_at: Any) -> None:
+    await source.open(min(PREOPEN, source.options.max_connections))
+    source.peak_connections = len(source.conns)
+    ready.put(source.index)
+    await asyncio.get_running_loop().run_in_executor(None, go.wait)
+    start = time.perf_counter() + (start_at.value - time.time())
+    try:
+        await source.run(start)
+    finally:
+        source.close()
+
+
+def _worker(options: GenOptions, index: int, ready: Any, go: Any, start_at: Any) -> None:
+    """One process: prepare the requests, connect, wait for the start, send, write the files."""
+    try:
+        pool = wl.load_pool(Path(options.pool_file))
+        requests = build_requests(pool, options.model, options.host, options.port)
+        source = _Source(options, index, requests, answer_checker(pool))
+        asyncio.run(_serve_source(source, ready, go, start_at))
+    except Exception as e:  # the parent reports every worker's failure with its cause
+        ready.put(f"source {index} failed: {type(e).__name__}: {e}")
+        raise SystemExit(2) from None
+    raw = Path(options.raw_dir)
+    tag = f"{socket.gethostname()}-{os.getpid()}"
+    np.frombuffer(source.latencies, dtype=np.float64).astype("<f8").tofile(raw / f"latencies-{tag}.f64")
+    (raw / f"openloop-{tag}.json").write_text(json.dumps([source.counts.to_dict()]))
+    (raw / f"rategen-{tag}.json").write_text(json.dumps(source.report()))
+
+
+def summarize(reports: Sequence[dict[str, Any]], options: GenOptions, errors: Sequence[str] = ()) -> dict[str, Any]:
+    """The run's summary from every source's report (what the A/B runner reads in place of Locust's CSV).
+
+    Keys: ``requests`` (answered in the window), ``failures``, ``rps`` and ``failures_per_s`` (per
+    second of the window), ``failure_messages`` (the most frequent, with counts), the generator's
+    own CPU (``cpu_s``, ``us_per_request``, ``busy`` per source and ``busy_max``), the options, and
+    ``errors`` (sources that did not run).
+    """
+    counts = ol.Lateness.combine([r["counts"] for r in reports])
+    failures: collections.Counter[str] = collections.Counter()
+    for r in reports:
+        failures.update(r["failures"])
+    requests = int(counts["completed"])
+    span = counts["span_s"]
+    cpu_s = sum(float(r["cpu_s"]) for r in reports)
+    busy = [float(r["busy"]) for r in reports]
+    return {
+        "generator": "inflight.loadtest.rategen",
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        "sources": len(reports),
+        "requests": requests,
+        "failures": sum(failures.values()),
+        "rps": requests / span if span and math.isfinite(span) else math.nan,
+        "failures_per_s": sum(failures.values()) / span if span and math.isfinite(span) else math.nan,
+        "failure_messages": [{"error": m, "occurrences": n} for m, n in failures.most_common(5)],
+        "cpu_s": cpu_s,
+        "us_per_request": cpu_s * 1e6 / requests if requests else math.nan,
+        "busy": busy,
+        "busy_max": max(busy, default=math.nan),
+        "peak_connections": sum(int(r["peak_connections"]) for r in reports),
+        "lateness": counts,
+        "errors": list(errors),
+    }
+
+
+def run(options: GenOptions, *, ready_timeout_s: float = 120.0) -> dict[str, Any]:
+    """Run the generator's processes for one window; write and return the summary.
+
+    Raises:
+        ConfigError: for options the run cannot use.
+    """
+    options.check_values()
+    raw = Path(options.raw_dir)
+    raw.mkdir(parents=True, exist_ok=True)
+    ctx = mp.get_context("spawn")
+    ready, go, start_at = ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
+    procs = [
+        ctx.Process(target=_worker, args=(options, i, ready, go, start_at), name=f"rategen-{i}", daemon=True)
+        for i in range(options.processes)
+    ]
+    errors: list[str] = []
+    try:
+        for p in procs:
+            p.start()
+        waiting = options.processes
+        deadline = time.monotonic() + ready_timeout_s
+        while waiting and not errors:
+            try:
+                msg = ready.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                errors.append(f"{waiting} of {options.processes} sources not ready after {ready_timeout_s:.0f} s")
+                break
+            if isinstance(msg, str):
+                errors.append(msg)
+            waiting -= 1
+        start_at.value = time.time() + 0.2
+        go.set()
+        limit = time.monotonic() + 0.2 + options.duration_s + options.stop_grace_s + 60.0
+        for p in procs:
+            p.join(timeout=max(0.0, limit - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                errors.append(f"{p.name} did not finish in time; killed")
+                p.kill()
+                p.join(5)
+    errors += [f"{p.name} exited with {p.exitcode}" for p in procs if p.exitcode not in (0, None) and not errors]
+    reports = []
+    for path in sorted(raw.glob("rategen-*.json")):
+        reports.append(json.loads(path.read_text()))
+    summary = summarize(reports, options, errors)
+    (raw / SUMMARY_NAME).write_text(json.dumps(summary, indent=1, default=float))
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: one open-loop window; prints the summary line. Exit 0, 1 (failed requests) or 2."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m inflight.loadtest.rategen", description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default="127.0.0.1:8000", help="server HTTP host:port")
+    p.add_argument("--model", required=True, help="model name to infer")
+    p.add_argument("--pool-file", required=True, type=Path, help="request pool (inflight.loadtest.workload --out)")
+    p.add_argument("--rate", required=True, type=float, help="requests per second of all processes together")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds of sending")
+    p.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="sources (processes)")
+    p.add_argument("--arrival", choices=ol.ARRIVALS, default="poisson")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-connections", type=int, default=256, help="keep-alive connections per process")
+    p.add_argument("--check-every", type=int, default=16, help="decode and check every Nth answer in full")
+    p.add_argument("--raw-dir", type=Path, default=Path("rategen"), help="folder for latencies, counts, summary")
+    p.add_argument("--stop-grace", type=float, default=1.0, help="seconds for the answers in flight at the end")
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, _, port = a.url.rpartition(":")
+    try:
+        options = GenOptions(
+            host=host or "127.0.0.1",
+            port=int(port),
+            model=a.model,
+            pool_file=a.pool_file,
+            rate=a.rate,
+            duration_s=a.duration,
+            processes=a.processes,
+            arrival=a.arrival,
+            seed=a.seed,
+            max_connections=a.max_connections,
+            check_every=a.check_every,
+            raw_dir=a.raw_dir,
+            stop_grace_s=a.stop_grace,
+        )
+        summary = run(options)
+    except (ConfigError, ValueError) as e:
+        LOGGER.error("%s", e)
+        return 2
+    lat = summary["lateness"]
+    LOGGER.info(
+        "offered %.0f req/s: %d answered (%.0f req/s), %d failures, %.2f%% sent > %.0f ms late, "
+        "generator CPU %.1f us/request, busiest source %.0f%%%s",
+        options.rate,
+        summary["requests"],
+        summary["rps"],
+        summary["failures"],
+        100 * lat.get("very_late_fraction", math.nan),
+        ol.LIMIT_LATE_MS,
+        summary["us_per_request"],
+        100 * summary["busy_max"],
+        "" if not summary["errors"] else f"; errors: {'; '.join(summary['errors'])}",
+    )
+    if summary["busy_max"] > BUSY_LIMIT:
+        # the A/B runner reads this line as Locust's own CPU warning: the window's figures may be the generator's
+        LOGGER.warning(
+            "CPU usage above %.0f%%: the busiest source was busy %.0f%% of its window; give the generator more "
+            "cores or --processes",
+            100 * BUSY_LIMIT,
+            100 * summary["busy_max"],
+        )
+    for f in summary["failure_messages"]:
+        LOGGER.warning("%d x %s", f["occurrences"], f["error"])
+    if summary["errors"]:
+        return 2
+    return 1 if summary["failures"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
