@@ -26,7 +26,7 @@
 #   CAMPAIGN=DIR PARTS="..." bash scripts/gpu_session.sh campaign  # issue 15 in one sitting (see the step)
 #   SOAK_RATE=R bash scripts/gpu_session.sh soak  # issue 15: five one-minute open-loop windows at R req/s
 #   bash scripts/gpu_session.sh openloop NAME ARGS...  # open-loop `inflight ab ARGS` (variants, --rate/--search)
-#                                            #   into results/open-loop/<date>-NAME; server and Locust on
+#                                            #   into $OL_ROOT/<date>-NAME; server and Locust on
 #                                            #   disjoint halves of the cores; the log in $OUT/openloop-NAME.log
 #
 # Needs the offline kit (.kit, see ../shared/gpuhost; then python3 scripts/slim_kit.py .kit so the tree
@@ -50,7 +50,7 @@ ab() {  # ab OUTDIR WINDOW WARMUP REPEAT VARIANTS...
       --repeat "$repeat" --out "$out" 2>&1 | grep -vE "UserWarning|frombuffer|^\s*$" | tail -40
 }
 
-# olab NAME ARGS...: an open-loop `inflight ab` into results/open-loop/<date>-NAME (server and Locust on disjoint
+# olab NAME ARGS...: an open-loop `inflight ab` into $OL_ROOT/<date>-NAME (server and Locust on disjoint
 # halves of the cores by default); the whole log goes to $OUT/openloop-NAME.log as it is written
 # (GENERATOR: locust or asyncio; OLAB_CPUS: e.g. "--server-cpus 0-19 --client-cpus 20-31"; OL_ROOT: the folder)
 olab() {
@@ -62,6 +62,8 @@ olab() {
       | tee "$OUT/openloop-$name.log" | grep --line-buffered -E " offered |capacity|soak|CPU sets|INVALID|CAVEAT|rror"
 }
 SEARCH_OPTS=${SEARCH_OPTS:---search-steps 4 --search-tolerance 0.08}
+# one folder per sitting: the open-loop summary and its ratios come from the newest one
+OL_ROOT=${OL_ROOT:-results/open-loop/$(date +%Y%m%d)-sitting}
 
 # every variant of the cost steps captures only the published sequence bucket at load (the load is seq 64)
 FAST_LOAD=${FAST_LOAD:-capture_at_load=false}
@@ -142,7 +144,7 @@ case "$STEP" in
   capacity)  # issue 15: engine-only bound, the generator against the null model, capacity at p99 <= 50 ms of
              # the best sync and pipelined configurations on GPU 0, and of both GPUs (results/open-loop)
     timeout 120 $PY -m inflight.cli bench-engine --repository model_repository --iters 100 --batch 512 --batch 1024 \
-      --batch 2048 --out "results/open-loop/engine-bound-$(date +%Y%m%d-%H%M).json" 2>&1 | grep -v "INFO inflight.bench" | tail -8
+      --batch 2048 --out "$OL_ROOT/engine-bound-$(date +%Y%m%d-%H%M).json" 2>&1 | grep -v "INFO inflight.bench" | tail -8
     olab generator 'bert_tiny_null@instances=8,sleep_us=1900,gpus=0' --rate "${GEN_RATES:-40k,56k,72k}"
     olab sync-1gpu 'bert_tiny_sync@instances=8,gpus=0' --search "${SYNC_SEARCH:-12k,24k}" $SEARCH_OPTS
     olab pipelined-1gpu 'bert_tiny_inflight@instances=4,slots=4,gpus=0' --search "${PIPE_SEARCH:-10k,20k}" $SEARCH_OPTS

@@ -1,8 +1,11 @@
 """Open-loop results: the ``open_loop`` block of ``results/summary.json`` and its RESULTS.md section.
 
 Read from the open-loop A/B files under ``results/open-loop/`` (written by ``inflight ab --rate/--search``,
-see ``scripts/gpu_session.sh capacity`` and ``soak``) and the engine-bound file the ``capacity`` step
-writes beside them. Nothing is typed by hand: every figure, ratio and verdict is computed here.
+see ``scripts/gpu_session.sh campaign``) and the engine-bound file written beside them. The files are
+grouped by *sitting*: each first-level folder of ``results/open-loop/`` (``<date>-<time>-<name>``) holds
+the runs of one session on the GPU host, and ratios are only taken within one sitting. The summary
+block describes the newest sitting; the RESULTS section adds one line per earlier sitting. Nothing is
+typed by hand: every figure, ratio and verdict is computed here.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from inflight.loadtest.openloop import LIMIT_LATE_MS
 
 OPEN_LOOP_DIR = "open-loop"
 
@@ -58,10 +63,23 @@ class Entry:
         return bool(self.summary.get("comparable"))
 
 
-def entries(results: Path) -> list[Entry]:
-    """Every variant of every open-loop A/B file under ``results/open-loop``, oldest file first."""
+def sittings(results: Path) -> list[Path]:
+    """The sittings under ``results/open-loop`` (first-level folders holding open-loop runs), oldest first."""
+    root = results / OPEN_LOOP_DIR
+    if not root.is_dir():
+        return []
+    return sorted(d for d in root.iterdir() if d.is_dir() and any(d.rglob("ab-*.json")))
+
+
+def entries(results: Path, sitting: Path | None = None) -> list[Entry]:
+    """Every variant of every open-loop A/B file of one sitting (default: the newest), oldest file first."""
+    if sitting is None:
+        all_sittings = sittings(results)
+        if not all_sittings:
+            return []
+        sitting = all_sittings[-1]
     out = []
-    for path in sorted((results / OPEN_LOOP_DIR).rglob("ab-*.json")):
+    for path in sorted(sitting.rglob("ab-*.json")):
         doc = json.loads(path.read_text())
         if not is_open_loop(doc):
             continue
@@ -94,9 +112,11 @@ def _best(candidates: Iterable[Entry]) -> Entry | None:
     return max(pool, key=lambda e: (e.capacity or 0.0, e.comparable)) if pool else None
 
 
-def _engine_bound(root: Path, items_per_batch: float | None, items_per_request: int) -> dict[str, Any] | None:
-    """The engine-only bound (req/s) at the batch bucket that ``items_per_batch`` pads to (newest bench file)."""
-    files = sorted((root / "results" / OPEN_LOOP_DIR).glob("engine-bound-*.json"))
+def _engine_bound(
+    root: Path, sitting: Path, items_per_batch: float | None, items_per_request: int
+) -> dict[str, Any] | None:
+    """The engine-only bound (req/s) at the batch bucket that ``items_per_batch`` pads to (the sitting's bench)."""
+    files = sorted(sitting.glob("engine-bound-*.json"))
     if not files or not items_per_batch:
         return None
     doc = json.loads(files[-1].read_text())
@@ -112,11 +132,59 @@ def _engine_bound(root: Path, items_per_batch: float | None, items_per_request: 
         "bucket": row["bucket"],
         "items_per_s": row["engine_bound_items_s"],
         "rps": row["engine_bound_items_s"] / items_per_request,
+        "engine_ms_per_batch": row.get("engine_ms_per_batch"),
+        "sync_executor_ms_per_batch": row.get("sync_ms_per_batch"),
     }
 
 
-def summary(root: Path) -> dict[str, Any] | None:
-    """The ``open_loop`` block of ``results/summary.json`` (None when there are no open-loop results).
+#: The backend's per-batch means (ms) that say where an execute() call's time goes.
+EXECUTOR_KEYS = (
+    "requests_per_batch",
+    "execute_ms",
+    "parse_ms",
+    "gather_ms",
+    "launch_ms",
+    "device_wait_ms",
+    "respond_ms",
+)
+
+
+def _executor_means(e: Entry) -> dict[str, Any] | None:
+    """The variant's executor counters over all its windows (logged by each instance at unload), per batch."""
+    ex = e.summary.get("executor")
+    if not ex:
+        return None
+    out = {k: ex.get(k) for k in EXECUTOR_KEYS}
+    build, rpb = ex.get("build_us_per_response"), ex.get("requests_per_batch")
+    out["build_ms"] = build * rpb / 1000.0 if build is not None and rpb is not None else None
+    return out
+
+
+def _generator_headroom(e: Entry) -> list[dict[str, Any]]:
+    """Per window of the null model's sweep: offered, answered, and how busy the generator itself was."""
+    out = []
+    for run in e.doc.get("runs", []):
+        if run.get("variant") != e.summary.get("variant") or run.get("rate") is None:
+            continue
+        own = run.get("generator_run") or {}
+        gen = run.get("generator") or {}
+        out.append(
+            {
+                "offered_rps": run["rate"],
+                "achieved_rps": gen.get("achieved_rps"),
+                "p99_ms": (run.get("latency_ms") or {}).get("p99"),
+                "very_late_fraction": gen.get("very_late_fraction"),
+                "peak_inflight": gen.get("peak_inflight"),
+                "generator_busy_max": own.get("busy_max"),
+                "generator_us_per_request": own.get("us_per_request"),
+                "generator_connections": own.get("peak_connections"),
+            }
+        )
+    return sorted(out, key=lambda r: r["offered_rps"])
+
+
+def summary(root: Path, sitting: Path | None = None) -> dict[str, Any] | None:
+    """The ``open_loop`` block of ``results/summary.json`` for one sitting (default: the newest; None: no results).
 
     Keys the issue names: ``device``, ``slo_p99_ms``, ``best_sync`` and ``best_pipelined`` (``spec``,
     ``capacity_rps``; one GPU), ``engine_bound_rps`` (engine-only bound at the batch the best pipelined
@@ -126,13 +194,19 @@ def summary(root: Path) -> dict[str, Any] | None:
     window at or below it), the soak, and the targets with their verdicts.
     """
     results = root / "results"
-    es = entries(results)
+    if sitting is None:
+        all_sittings = sittings(results)
+        if not all_sittings:
+            return None
+        sitting = all_sittings[-1]
+    es = entries(results, sitting)
     if not es:
         return None
     one = [e for e in es if e.gpus == 1]
     best_sync = _best(e for e in one if e.kind == "sync")
     best_pipe = _best(e for e in one if e.kind == "pipelined")
     two = _best(e for e in es if e.gpus == 2 and e.kind in ("sync", "pipelined"))
+    null = _best(e for e in one if e.kind == "null")
     verified: tuple[float, Entry] | None = None
     for e in es:
         if e.kind != "null":
@@ -143,7 +217,8 @@ def summary(root: Path) -> dict[str, Any] | None:
                 verified = (float(row["offered_rps"]), e)
     items = int((es[0].doc.get("load") or {}).get("items") or 50)
     point = (best_pipe.summary.get("capacity_point") or {}) if best_pipe else {}
-    bound = _engine_bound(root, point.get("avg_batch_items"), items)
+    bound = _engine_bound(root, sitting, point.get("avg_batch_items"), items)
+    headroom = _generator_headroom(null) if null else []
     soaks = [e for e in es if e.summary.get("soak")]
     soak = soaks[-1] if soaks else None
 
@@ -157,6 +232,7 @@ def summary(root: Path) -> dict[str, Any] | None:
             "comparable": e.comparable,
             "avg_batch_items": (e.summary.get("capacity_point") or {}).get("avg_batch_items"),
             "file": str(e.path.relative_to(root)),
+            "executor": _executor_means(e),
         }
 
     def ratio(a: float | None, b: float | None) -> float | None:
@@ -170,6 +246,8 @@ def summary(root: Path) -> dict[str, Any] | None:
     gen = verified[0] if verified else None
     device = str(((best_pipe or best_sync or es[-1]).doc.get("device") or {}).get("name"))
     out: dict[str, Any] = {
+        "sitting": str(sitting.relative_to(root)),
+        "generator": str((es[-1].doc.get("load") or {}).get("generator") or "locust"),
         "device": device,
         "slo_p99_ms": float(((es[-1].doc.get("load") or {}).get("open_loop") or {}).get("slo_p99_ms") or 50.0),
         "best_sync": ref(best_sync),
@@ -179,11 +257,16 @@ def summary(root: Path) -> dict[str, Any] | None:
         "generator_verified_rps": gen,
         "engine_bound": bound,
         "two_gpu": ref(two),
+        # the request path alone (Triton and the Python backend, a fixed wait per batch, none of our code)
+        "null_model": ref(null),
+        "sync_fraction_of_null": ratio(sync_cap, null.capacity if null else None),
+        "pipelined_fraction_of_null": ratio(pipe_cap, null.capacity if null else None),
         "two_gpu_over_one_gpu": ratio(two_cap, one_of_two.capacity if one_of_two else None),
         "pipelined_over_sync": ratio(pipe_cap, sync_cap),
         "pipelined_fraction_of_engine_bound": ratio(pipe_cap, bound["rps"] if bound else None),
         "generator_file": str(verified[1].path.relative_to(root)) if verified else None,
         "generator_covers": (None if gen is None or highest is None else bool(gen >= GENERATOR_MARGIN * highest)),
+        "generator_headroom": headroom,
         "soak": dict(soak.summary["soak"], spec=soak.summary["spec"], file=str(soak.path.relative_to(root)))
         if soak
         else None,
@@ -264,16 +347,22 @@ def section(root: Path) -> list[str]:
     block = (json.loads(path.read_text()) if path.is_file() else {}).get("open_loop")
     if not block:
         return []
+    generator = (
+        "the asyncio generator `inflight.loadtest.rategen`"
+        if block.get("generator") == "asyncio"
+        else "Locust `OpenLoopHttpUser`"
+    )
     lines = [
         "## Open loop: capacity at a p99 SLO (Poisson arrivals)",
         "",
-        f"{block['device']}; requests of 50 items x seq 64 arrive at an offered rate whatever the answers "
-        "(`inflight ab --rate/--search`, Locust `OpenLoopHttpUser`); latency counts from each request's "
-        f"scheduled send time; capacity = the highest offered rate with p99 <= {block['slo_p99_ms']:g} ms, no "
-        "failure and >= 98% of the requests due answered in the window. Server (tritonserver and every stub) "
-        "and load generator on disjoint cores (each file records its CPU sets). Reproduce: "
-        "`bash scripts/gpu_session.sh capacity` and `SOAK_RATE=R bash scripts/gpu_session.sh soak` on the "
-        "2 x H200 host. Source: the `open_loop` block of `results/summary.json` (`inflight results-report`).",
+        f"{block['device']}, sitting `{block.get('sitting')}`; requests of 50 items x seq 64 arrive at an offered "
+        f"rate whatever the answers (`inflight ab --rate/--search`, {generator}); latency counts from each "
+        f"request's scheduled send time; capacity = the highest offered rate with p99 <= {block['slo_p99_ms']:g} ms, "
+        "no failure and >= 98% of the requests due answered in the window. Server (tritonserver and every stub) "
+        "and load generator on disjoint cores (each file records its CPU sets). Every figure below comes from "
+        'this one sitting. Reproduce: `CAMPAIGN=results/open-loop/<date>-<name> PARTS="bound gen sync1 auto1 '
+        'pipe1 sync2 auto2 soak" bash scripts/gpu_session.sh campaign` on the 2 x H200 host. Source: the '
+        "`open_loop` block of `results/summary.json` (`inflight results-report`).",
         "",
         "| figure | value | target | verdict |",
         "|---|---|---|---|",
@@ -294,6 +383,7 @@ def section(root: Path) -> list[str]:
         ("best sync, 1 GPU", "best_sync"),
         ("best pipelined, 1 GPU", "best_pipelined"),
         ("best on 2 GPUs", "two_gpu"),
+        ("null model (request path), 1 GPU", "null_model"),
     ):
         r = block.get(key)
         if r:
@@ -308,7 +398,43 @@ def section(root: Path) -> list[str]:
         *rows,
         "",
     ]
+    timed = [
+        (label, block.get(key))
+        for label, key in (
+            ("best sync, 1 GPU", "best_sync"),
+            ("best pipelined, 1 GPU", "best_pipelined"),
+            ("best on 2 GPUs", "two_gpu"),
+            ("null model, 1 GPU", "null_model"),
+        )
+        if block.get(key) and block[key].get("executor")
+    ]
+    if timed:
+        lines += [
+            "Where an `execute()` call's time goes (ms per batch; the backend's counters, mean over every window of "
+            "the variant, from the instances' unload lines; *device wait* is the time the execute thread waited "
+            "for the GPU; the null model's is its stand-in `sleep_us`):",
+            "",
+            "| configuration | requests per batch | execute | parse | gather | launch | device wait "
+            "| build responses |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for label, r in timed:
+            x = r["executor"]
+            lines.append(
+                f"| {label} | {_fmt(x.get('requests_per_batch'), '.1f')} | {_fmt(x.get('execute_ms'), '.2f')} | "
+                f"{_fmt(x.get('parse_ms'), '.2f')} | {_fmt(x.get('gather_ms'), '.2f')} | "
+                f"{_fmt(x.get('launch_ms'), '.2f')} | {_fmt(x.get('device_wait_ms'), '.2f')} | "
+                f"{_fmt(x.get('build_ms'), '.2f')} |"
+            )
+        lines.append("")
     bound = block.get("engine_bound")
+    if bound and bound.get("engine_ms_per_batch") is not None:
+        lines.append(
+            f"- The engine alone (no server, one process, CUDA graph replays back to back) takes "
+            f"{_fmt(bound['engine_ms_per_batch'], '.3f')} ms per {bound['bucket']}-item batch; the sync executor "
+            f"around it (gather, copies, a wait per batch) {_fmt(bound.get('sync_executor_ms_per_batch'), '.3f')} ms "
+            f"(`{bound['file']}`)."
+        )
     if bound:
         lines.append(
             f"- Engine-only bound at the {bound['bucket']}-item bucket the best pipelined configuration's batches "
@@ -325,6 +451,17 @@ def section(root: Path) -> list[str]:
                 "bounds of the server (read them with their 'comparable' column)."
             )
         )
+    for h in block.get("generator_headroom") or []:
+        if h.get("generator_busy_max") is None:
+            continue
+        lines.append(
+            f"  - null model at {_fmt(h['offered_rps'])} req/s offered: {_fmt(h['achieved_rps'])} answered per "
+            f"second, p99 {_fmt(h['p99_ms'], ',.1f')} ms, {100 * (h['very_late_fraction'] or 0):.1f}% of sends "
+            f"over {LIMIT_LATE_MS:g} ms late; the generator's busiest process "
+            f"{100 * h['generator_busy_max']:.0f}% busy, "
+            f"{_fmt(h['generator_us_per_request'], '.0f')} us of its CPU per request, "
+            f"{_fmt(h['generator_connections'])} connections open at most."
+        )
     soak = block.get("soak")
     if soak:
         lines.append(
@@ -334,6 +471,27 @@ def section(root: Path) -> list[str]:
             + f" ms ({100 * soak['p99_change']:+.1f}% last vs first); the stubs' resident memory "
             f"{soak['stub_rss_bytes'][0] / 2**20:,.1f} -> {soak['stub_rss_bytes'][-1] / 2**20:,.1f} MiB "
             f"({100 * soak['stub_rss_change']:+.2f}%) (`{soak['file']}`)."
+        )
+    lines += ["", "Every sitting (each row from its own files; ratios only within a row):", ""]
+    lines += [
+        "| sitting | generator | best sync, 1 GPU | best pipelined, 1 GPU | best on 2 GPUs | null model | "
+        "engine-only bound | pipelined / sync |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for sitting in sittings(root / "results"):
+        b = summary(root, sitting)
+        if b is None:
+            continue
+
+        def cap(key: str, b: Mapping[str, Any] = b) -> str:
+            r = b.get(key)
+            return f"{_fmt(r['capacity_rps'])} (`{r['spec']}`)" if r else "n/a"
+
+        over = b.get("pipelined_over_sync")
+        lines.append(
+            f"| `{sitting.name}` | {b.get('generator')} | {cap('best_sync')} | {cap('best_pipelined')} | "
+            f"{cap('two_gpu')} | {cap('null_model')} | {_fmt(b.get('engine_bound_rps'))} | "
+            f"{'n/a' if over is None else f'{over:.2f}x'} |"
         )
     lines += ["", "Every open-loop run, with its latency-against-rate table and plot:", ""]
     for p in open_loop_files(root / "results"):

@@ -3,8 +3,9 @@ r"""A small asyncio open-loop generator beside Locust, for rates Locust cannot h
 Why it exists: Locust's open-loop user (:class:`OpenLoopHttpUser` in ``loadtest/locustfile.py``:
 gevent, geventhttpclient, Locust's statistics for every request) spends about 220 µs of client CPU
 per request. On the GPU host's 16 generator cores it kept its schedule to 40k req/s and fell
-behind at 52k (``results/open-loop/20261123-0245-generator``), while the capacities this project
-publishes (two GPUs, the compiled engine) need a generator proven at twice them.
+behind at 52k (``results/open-loop/20261123-0222-torch-engine/20261123-0245-generator``), while the
+capacities this project publishes (two GPUs, the compiled engine) need a generator proven at twice
+them.
 
 This generator keeps the Locust user's measurement and drops the rest:
 

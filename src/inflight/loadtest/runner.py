@@ -45,9 +45,8 @@ import numpy as np
 
 import inflight
 from inflight.errors import ConfigError, InflightError
-from inflight.loadtest import cpu
+from inflight.loadtest import cpu, rategen
 from inflight.loadtest import openloop as ol
-from inflight.loadtest import rategen
 from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
