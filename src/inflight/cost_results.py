@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from inflight import open_loop_results as olr
 from inflight.model_config import parse_variant_arg
 from inflight.open_loop_results import merge_summary
 
@@ -102,6 +103,7 @@ def summary(root: Path) -> dict[str, Any] | None:
                 }
             )
     out["sittings"] = sittings
+    out["open_loop"] = open_loop_strategies(root)
     cpu_ratio = out["pipelined_us"] / out["sync_us"]
     out["targets"] = [
         {
@@ -123,7 +125,39 @@ def summary(root: Path) -> dict[str, Any] | None:
             "met": (out["one_instance_ratio"] or 0.0) >= TARGET_ONE_INSTANCE_RATIO,
         },
     ]
+    ol = out["open_loop"]
+    if ol is not None:
+        out["targets"].append(
+            {
+                "figure": "open-loop capacity at p99 <= 50 ms, new strategy (overlap/auto) over the deferred one",
+                "value": ol["ratio"],
+                "target": ">= 1.0",
+                "met": ol["ratio"] is not None and ol["ratio"] >= 1.0,
+            }
+        )
     return out
+
+
+def open_loop_strategies(root: Path) -> dict[str, Any] | None:
+    """Capacity at the SLO of the best ``overlap``/``auto`` configuration and of the best deferred one.
+
+    Both from the newest open-loop sitting on one GPU (None when it has not both).
+    """
+    es = [e for e in olr.entries(root / "results") if e.gpus == 1 and e.capacity is not None]
+    new = max((e for e in es if e.mode in ("overlap", "auto")), key=lambda e: e.capacity or 0.0, default=None)
+    old = max((e for e in es if e.mode == "pipelined"), key=lambda e: e.capacity or 0.0, default=None)
+    if new is None or old is None:
+        return None
+    return {
+        "new": {"spec": new.summary["spec"], "capacity_rps": new.capacity, "file": str(new.path.relative_to(root))},
+        "deferred": {
+            "spec": old.summary["spec"],
+            "capacity_rps": old.capacity,
+            "file": str(old.path.relative_to(root)),
+        },
+        "ratio": (new.capacity or 0.0) / old.capacity if old.capacity else None,
+        "comparable": new.comparable and old.comparable,
+    }
 
 
 def write_summary(root: Path) -> dict[str, Any] | None:
@@ -132,6 +166,49 @@ def write_summary(root: Path) -> dict[str, Any] | None:
     if block is not None:
         merge_summary(root, "cpu_per_request", block)
     return block
+
+
+def section(root: Path) -> list[str]:
+    """The RESULTS.md section from ``results/summary.json``'s ``cpu_per_request`` block."""
+    path = root / "results" / "summary.json"
+    block = (json.loads(path.read_text()) if path.is_file() else {}).get("cpu_per_request")
+    if not block:
+        return []
+    lines = [
+        "## Pipelining at the sync mode's cost: server CPU per request (`results/cpu-cost`)",
+        "",
+        f"{block['device']}; closed loop (published load), server on its own cores; one sitting: "
+        f"`{block['file']}` (server CPU = tritonserver and its stubs per successful request). The open-loop "
+        "figure comes from the newest open-loop sitting. Reproduce: `bash scripts/gpu_session.sh cost`. "
+        "Source: the `cpu_per_request` block of `results/summary.json`.",
+        "",
+        "| figure | value | target | verdict |",
+        "|---|---|---|---|",
+    ]
+    for t in block.get("targets", []):
+        v = t["value"]
+        value = "n/a" if v is None else f"{v:.3f}"
+        lines.append(f"| {t['figure']} | {value} | {t['target']} | {'met' if t['met'] else '**missed**'} |")
+    lines += [
+        "",
+        f"- Best sync `{block['best_sync']}`: {block['best_sync_rps']:,.0f} req/s at {block['sync_us']:,.0f} µs of "
+        f"server CPU per request; best pipelined `{block['best_pipelined']}`: {block['best_pipelined_rps']:,.0f} "
+        f"req/s at {block['pipelined_us']:,.0f} µs; the null model {block['null_us']:,.0f} µs.",
+    ]
+    for s in block.get("sittings", []):
+        lines.append(
+            f"- Sitting `{s['file']}`: best pipelined / best sync {s['rps_ratio']:.3f}x req/s, "
+            f"{s['cpu_ratio']:.3f}x CPU per request (`{s['best_pipelined']}` vs `{s['best_sync']}`)."
+        )
+    ol = block.get("open_loop")
+    if ol:
+        lines.append(
+            f"- Open loop: `{ol['new']['spec']}` {ol['new']['capacity_rps']:,.0f} req/s against the deferred "
+            f"`{ol['deferred']['spec']}` {ol['deferred']['capacity_rps']:,.0f} req/s at the SLO "
+            f"(`{ol['new']['file']}`, `{ol['deferred']['file']}`)."
+        )
+    lines.append("")
+    return lines
 
 
 def table(root: Path) -> list[str]:

@@ -52,6 +52,14 @@ class Entry:
         return len(named) if named else len((self.doc.get("device") or {}).get("gpus") or [None])
 
     @property
+    def mode(self) -> str:
+        """The inflight backend's ``mode`` parameter (``pipelined`` when unset); the kind for other models."""
+        if self.kind != "pipelined":
+            return self.kind
+        params = (self.variant.get("config") or {}).get("parameters") or {}
+        return str((params.get("mode") or {}).get("string_value") or "pipelined")
+
+    @property
     def capacity(self) -> float | None:
         """Capacity at the SLO (req/s), or None."""
         c = self.summary.get("capacity_rps")

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight import open_loop_results
+from inflight import cost_results, open_loop_results
 
 
 def _fmt(v: Any, spec: str = ",.0f", suffix: str = "") -> str:
@@ -346,6 +346,7 @@ def render(root: Path) -> str:
     if sj.is_file():
         lines += summary_section(sj, root)
     lines += open_loop_results.section(root)
+    lines += cost_results.section(root)
     exp = results / "experiments"
     if exp.is_dir():
         lines += experiments_section(exp, root, json.loads(sj.read_text()) if sj.is_file() else None)
@@ -907,8 +908,13 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
 
 
 def write(root: Path, out: Path | None = None) -> Path:
-    """Write docs/RESULTS.md (or ``out``), first bringing ``results/summary.json``'s ``open_loop`` block up to date."""
+    """Write docs/RESULTS.md (or ``out``) after bringing the summary's blocks up to date.
+
+    The ``open_loop`` and ``cpu_per_request`` blocks of ``results/summary.json`` are rewritten from
+    their files first.
+    """
     open_loop_results.write_summary(root)
+    cost_results.write_summary(root)
     out = out or root / "docs" / "RESULTS.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(root))

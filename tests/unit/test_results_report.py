@@ -208,3 +208,58 @@ def test_open_loop_section_comes_from_the_committed_json() -> None:
     ratio = block["pipelined_over_sync"]
     assert ratio == block["best_pipelined"]["capacity_rps"] / block["best_sync"]["capacity_rps"]
     assert f"| pipelined / best sync capacity | {ratio:.2f}x |" in page
+
+
+def _open_loop_doc(caps: dict[str, tuple[str, dict[str, int], float]]) -> dict[str, object]:
+    """An open-loop A/B document: label -> (kind, parameters, capacity)."""
+    variants, summary = [], []
+    for label, (kind, params, cap) in caps.items():
+        v = _variant(label, kind, 8, **params)
+        v["config"]["instance_group"][0]["gpus"] = [0]  # type: ignore[index]
+        variants.append(v)
+        summary.append({"variant": label, "spec": f"{label}-spec", "capacity_rps": cap, "comparable": True})
+    return {
+        "load": {"closed_loop": False, "items": 50, "open_loop": {"slo_p99_ms": 50.0}},
+        "variants": variants,
+        "summary": summary,
+        "runs": [],
+        "device": {"name": "GPU"},
+    }
+
+
+def test_open_loop_summary_takes_its_ratios_from_the_newest_sitting_only(tmp_path: Path) -> None:
+    from inflight import cost_results
+    from inflight import open_loop_results as olr
+
+    def put(sitting: str, run: str, doc: dict[str, object]) -> None:
+        d = tmp_path / "results" / "open-loop" / sitting / run
+        d.mkdir(parents=True)
+        (d / "ab-1.json").write_text(json.dumps(doc))
+
+    put("20260101-0100-old", "a", _open_loop_doc({"A": ("sync", {}, 10_000.0), "B": ("inflight", {}, 40_000.0)}))
+    put("20260102-0100-new", "a", _open_loop_doc({"A": ("sync", {}, 30_000.0)}))
+    put(
+        "20260102-0100-new",
+        "b",
+        _open_loop_doc({"B": ("inflight", {"mode": "auto"}, 24_000.0), "C": ("inflight", {}, 20_000.0)}),  # type: ignore[dict-item]
+    )
+    assert [p.name for p in olr.sittings(tmp_path / "results")] == ["20260101-0100-old", "20260102-0100-new"]
+    block = olr.summary(tmp_path)
+    assert block is not None and block["sitting"].endswith("20260102-0100-new")
+    # the old sitting's 40k pipelined figure is not compared with the new sitting's sync
+    assert block["best_pipelined"]["capacity_rps"] == 24_000.0 and block["pipelined_over_sync"] == 0.8
+    old = olr.summary(tmp_path, tmp_path / "results" / "open-loop" / "20260101-0100-old")
+    assert old is not None and old["pipelined_over_sync"] == 4.0
+    strategies = cost_results.open_loop_strategies(tmp_path)
+    assert strategies is not None and strategies["ratio"] == 1.2
+    assert strategies["new"]["spec"] == "B-spec" and strategies["deferred"]["spec"] == "C-spec"
+
+
+def test_cost_block_is_what_its_files_say() -> None:
+    from inflight import cost_results
+
+    committed = json.loads((ROOT / "results" / "summary.json").read_text())["cpu_per_request"]
+    assert committed == json.loads(json.dumps(cost_results.summary(ROOT)))
+    page = render(ROOT)
+    for t in committed["targets"]:
+        assert f"| {t['figure']} | {t['value']:.3f} |" in page
