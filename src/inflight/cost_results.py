@@ -38,6 +38,7 @@ def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "mode": mode,
                 "instances": int(overrides.get("instances", 1)),
                 "rps": float(s["rps"]),
+                "avg_batch_items": (s.get("server") or {}).get("avg_batch_items"),
                 "us_per_request": float((s.get("cpu") or {}).get("server_us_per_request") or float("nan")),
                 "valid": bool(s.get("valid", True)) and not s.get("client_limited"),
             }
@@ -168,6 +169,32 @@ def write_summary(root: Path) -> dict[str, Any] | None:
     return block
 
 
+def _binding_limit(root: Path, block: dict[str, Any]) -> str | None:
+    """Closed loop: which limit the best sync configuration is nearer to.
+
+    Its req/s against the engine-only bound (``results/engine_bench.json``, at the bucket its batches pad
+    to) and against the null model of the same sitting.
+    """
+    path = root / "results" / "engine_bench.json"
+    best = next((r for r in block.get("rows", []) if r["spec"] == block.get("best_sync")), None)
+    if not path.is_file() or best is None or not best.get("avg_batch_items"):
+        return None
+    doc = json.loads(path.read_text())
+    rows = sorted((r for r in doc.get("rows", []) if "sync_items_s" in r), key=lambda r: r["bucket"])
+    row = next((r for r in rows if r["bucket"] >= best["avg_batch_items"]), rows[-1] if rows else None)
+    items = int(((doc.get("config") or {}).get("items_per_request")) or 50)
+    if row is None:
+        return None
+    bound = row["engine_bound_items_s"] / items
+    null = next((r["rps"] for r in block["rows"] if r["mode"] == "null"), None)
+    of_null = f"{block['best_sync_rps'] / null:.2f}x the null model's req/s" if null else "n/a of the null model"
+    return (
+        f"- Which limit binds (closed loop): the best sync serves {100 * block['best_sync_rps'] / bound:.0f}% of the "
+        f"engine-only bound at the {row['bucket']}-item bucket its batches pad to ({bound:,.0f} req/s, "
+        f"`results/engine_bench.json`) and {of_null} (the request path with a fixed wait per batch, same sitting)."
+    )
+
+
 def section(root: Path) -> list[str]:
     """The RESULTS.md section from ``results/summary.json``'s ``cpu_per_request`` block."""
     path = root / "results" / "summary.json"
@@ -200,6 +227,9 @@ def section(root: Path) -> list[str]:
             f"- Sitting `{s['file']}`: best pipelined / best sync {s['rps_ratio']:.3f}x req/s, "
             f"{s['cpu_ratio']:.3f}x CPU per request (`{s['best_pipelined']}` vs `{s['best_sync']}`)."
         )
+    binds = _binding_limit(root, block)
+    if binds:
+        lines.append(binds)
     ol = block.get("open_loop")
     if ol:
         lines.append(

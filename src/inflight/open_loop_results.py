@@ -349,6 +349,22 @@ def _fmt(v: Any, spec: str = ",.0f") -> str:
     return format(v, spec)
 
 
+def _binding_limit(block: Mapping[str, Any]) -> str | None:
+    """Which limit binds the best sync configuration: the engine-only bound or the null model's request path."""
+    sync = (block.get("best_sync") or {}).get("capacity_rps")
+    engine = block.get("engine_bound_rps")
+    null = (block.get("null_model") or {}).get("capacity_rps")
+    if not sync or not engine or not null:
+        return None
+    of_engine, of_null = sync / engine, sync / null
+    which = "the request path (the null model's capacity)" if of_null > of_engine else "the engine-only bound"
+    return (
+        f"- Which limit binds: the best sync capacity is {100 * of_engine:.0f}% of the engine-only bound and "
+        f"{100 * of_null:.0f}% of the null model's capacity (Triton's request path with a fixed wait per batch), "
+        f"so the nearer limit is {which}."
+    )
+
+
 def section(root: Path) -> list[str]:
     """The RESULTS.md section from ``results/summary.json``'s ``open_loop`` block and the files it names."""
     path = root / "results" / "summary.json"
@@ -448,6 +464,9 @@ def section(root: Path) -> list[str]:
             f"- Engine-only bound at the {bound['bucket']}-item bucket the best pipelined configuration's batches "
             f"pad to: {_fmt(bound['items_per_s'])} items/s = {_fmt(bound['rps'])} req/s (`{bound['file']}`)."
         )
+    binds = _binding_limit(block)
+    if binds:
+        lines.append(binds)
     if block.get("generator_verified_rps") is not None:
         lines.append(
             f"- The load generator met the SLO against the null model, on schedule, up to "

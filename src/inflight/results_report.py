@@ -71,6 +71,8 @@ def engine_section(path: Path, root: Path) -> list[str]:
     ]
     rows = []
     for r in doc["rows"]:
+        if "sync_items_s" not in r:
+            continue  # an engine variant's row (below)
         rows.append(
             [
                 str(r["batch"]),
@@ -106,6 +108,109 @@ def engine_section(path: Path, root: Path) -> list[str]:
         "remove.",
         "",
     ]
+    lines += engine_variants_section(doc)
+    return lines
+
+
+#: The compiled-engine issue's targets (bert_tiny, seq 64, the served engine in fp16).
+ENGINE_TARGET_US = {2048: 600.0, 512: 180.0}
+ENGINE_TARGET_SPEEDUP = 3.0
+ENGINE_TARGET_MAX_ERROR = 2e-2
+ENGINE_TARGET_MIXED_RATIO = 0.8
+ENGINE_TARGET_LOAD_S = 30.0
+
+
+def engine_variants_section(doc: Mapping[str, Any]) -> list[str]:
+    """The engines compared by one bench (rows with ``engine`` and ``engine_us_per_batch``) and the targets."""
+    rows = [r for r in doc.get("rows", []) if "sync_items_s" not in r and r.get("engine_us_per_batch") is not None]
+    if not rows:
+        return []
+    peak = doc.get("peak")
+    lines = [
+        "Engines compared (one CUDA graph replayed back to back per batch size; *floor* = the larger of the "
+        f"batch's FLOPs at the tensor peak and its bytes at the memory bandwidth, peaks used: {peak}; error = "
+        "max abs difference from the fp32 CPU reference; load = compile and capture at load):",
+        "",
+    ]
+    lines += _table(
+        ["engine", "batch", "µs per batch", "floor µs", "max abs error", "load s"],
+        (
+            [
+                r["engine"],
+                str(r["batch"]),
+                _fmt(r["engine_us_per_batch"], ",.1f"),
+                _fmt(r.get("floor_us_per_batch"), ",.1f"),
+                _fmt(r.get("max_abs_error_vs_fp32_cpu"), ".2e"),
+                _fmt(r.get("load_s"), ",.1f"),
+            ]
+            for r in rows
+        ),
+    )
+    served = [r for r in rows if "(served)" in r["engine"] and r.get("precision") == "fp16"]
+    before = {r["batch"]: r for r in rows if "engine before" in r["engine"]}
+    by_batch = {r["batch"]: r for r in served}
+    targets: list[tuple[str, str, str, bool | None]] = []
+    for batch, limit in sorted(ENGINE_TARGET_US.items(), reverse=True):
+        r = by_batch.get(batch)
+        if r is not None:
+            us = r["engine_us_per_batch"]
+            targets.append(
+                (f"served engine, fp16, batch {batch} x 64", f"{us:,.1f} µs", f"<= {limit:,.0f} µs", us <= limit)
+            )
+    if 2048 in by_batch and 2048 in before:
+        x = before[2048]["engine_us_per_batch"] / by_batch[2048]["engine_us_per_batch"]
+        targets.append(
+            (
+                "speed-up over the engine before, batch 2048",
+                f"{x:.2f}x",
+                f">= {ENGINE_TARGET_SPEEDUP:g}x",
+                x >= ENGINE_TARGET_SPEEDUP,
+            )
+        )
+    for r in rows:
+        if "(served)" in r["engine"] and r["batch"] == max(by_batch, default=0):
+            err = r.get("max_abs_error_vs_fp32_cpu")
+            if err is not None:
+                targets.append(
+                    (
+                        f"max abs error, {r.get('precision')}",
+                        f"{err:.2e}",
+                        f"<= {ENGINE_TARGET_MAX_ERROR:g}",
+                        err <= ENGINE_TARGET_MAX_ERROR,
+                    )
+                )
+    mixed = doc.get("mixed_length_token_ratio")
+    if mixed is not None:
+        targets.append(
+            (
+                "mixed lengths (16-128) / uniform 64 tokens per second, batch 2048",
+                f"{mixed:.3f}",
+                f">= {ENGINE_TARGET_MIXED_RATIO:g}",
+                mixed >= ENGINE_TARGET_MIXED_RATIO,
+            )
+        )
+    loads = [r.get("load_s") for r in served if r.get("load_s") is not None]
+    if loads:
+        targets.append(
+            (
+                "served engine load (compile + capture), s",
+                f"{max(loads):.1f}",
+                f"<= {ENGINE_TARGET_LOAD_S:g}",
+                max(loads) <= ENGINE_TARGET_LOAD_S,
+            )
+        )
+    lines += ["", "| target | value | wanted | verdict |", "|---|---|---|---|"]
+    lines += [f"| {f} | {v} | {w} | {'met' if ok else '**missed**'} |" for f, v, w, ok in targets]
+    m = doc.get("mixed_length") or {}
+    if m:
+        lines.append("")
+        lines.append(
+            f"Mixed lengths: a batch of {m.get('batch')} items of lengths uniform in {m.get('lengths')}, grouped per "
+            f"sequence bucket, ran as {len((m.get('mixed') or {}).get('launches') or [])} launches with "
+            f"{100 * (m.get('padding_waste') or 0):.1f}% padding waste ({m.get('graphs')} graphs, "
+            f"{_fmt(m.get('graph_memory_mb'), ',.0f')} MB)."
+        )
+    lines.append("")
     return lines
 
 

@@ -33,9 +33,21 @@ def test_every_ab_figure_comes_from_its_json() -> None:
 def test_engine_bench_rows_come_from_its_json() -> None:
     doc = json.loads((ROOT / "results" / "engine_bench.json").read_text())
     page = render(ROOT)
-    for r in doc["rows"]:
+    executors = [r for r in doc["rows"] if "sync_items_s" in r]
+    assert executors
+    for r in executors:
         assert f"{r['engine_bound_items_s']:,.0f}" in page
         assert f"{100 * r['pipelined_fraction_of_bound']:.1f}%" in page
+    # the engines compared (the compiled-engine issue's keys), each row with its time, floor and error
+    engines = [r for r in doc["rows"] if "sync_items_s" not in r]
+    assert engines and doc["mixed_length_token_ratio"] > 0
+    for r in engines:
+        assert {"engine", "engine_us_per_batch", "floor_us_per_batch"} <= r.keys()
+        assert (
+            f"| {r['engine']} | {r['batch']} | {r['engine_us_per_batch']:,.1f} | {r['floor_us_per_batch']:,.1f} |"
+            in page
+        )
+    assert f"| {doc['mixed_length_token_ratio']:.3f} | >= 0.8 |" in page
 
 
 def test_experiment_plan_table_comes_from_the_committed_json() -> None:
