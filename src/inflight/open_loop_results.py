@@ -186,6 +186,7 @@ def _generator_headroom(e: Entry) -> list[dict[str, Any]]:
                 "generator_busy_max": own.get("busy_max"),
                 "generator_us_per_request": own.get("us_per_request"),
                 "generator_connections": own.get("peak_connections"),
+                "connection_waits": own.get("connection_waits"),
             }
         )
     return sorted(out, key=lambda r: r["offered_rps"])
@@ -487,7 +488,12 @@ def section(root: Path) -> list[str]:
             f"over {LIMIT_LATE_MS:g} ms late; the generator's busiest process "
             f"{100 * h['generator_busy_max']:.0f}% busy, "
             f"{_fmt(h['generator_us_per_request'], '.0f')} us of its CPU per request, "
-            f"{_fmt(h['generator_connections'])} connections open at most."
+            f"{_fmt(h['generator_connections'])} connections open at most"
+            + (
+                "."
+                if h.get("connection_waits") is None
+                else f", {_fmt(h['connection_waits'])} sends waited for a free connection."
+            )
         )
     soak = block.get("soak")
     if soak:

@@ -197,6 +197,9 @@ def test_asyncio_generator_counts_the_wait_for_a_connection(server: object, repo
         unload(server.http_url, vc.model_name)  # type: ignore[attr-defined]
     assert one["failures"] == 0 and many["failures"] == 0
     assert one["peak_connections"] == 1 and one["rps"] < 70
+    # the late sends are the ones that waited for the one connection; with 64 there was one free nearly always
+    assert one["connection_waits"] >= one["lateness"]["very_late"] > 0
+    assert many["connection_waits"] < 0.05 * many["lateness"]["scheduled"]
     assert one["lateness"]["very_late_fraction"] > 0.3 and np.percentile(lat_one, 99) > 300
     assert many["lateness"]["very_late_fraction"] < 0.05 and np.percentile(lat_many, 50) < 100
     assert many["rps"] > 1.5 * one["rps"]

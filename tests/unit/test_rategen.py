@@ -85,7 +85,14 @@ def test_summary_adds_up_the_sources_and_their_cpu() -> None:
     a = ol.Lateness(scheduled=100, late=4, very_late=1, completed=98, ok=97, inflight=2, span_s=2.0, stopped=True)
     b = ol.Lateness(scheduled=50, completed=50, ok=50, span_s=2.0, stopped=True)
     reports = [
-        {"counts": a.to_dict(), "failures": {"HTTP 500: x": 1}, "cpu_s": 0.5, "busy": 0.25, "peak_connections": 9},
+        {
+            "counts": a.to_dict(),
+            "failures": {"HTTP 500: x": 1},
+            "cpu_s": 0.5,
+            "busy": 0.25,
+            "peak_connections": 9,
+            "connection_waits": 4,
+        },
         {"counts": b.to_dict(), "failures": {}, "cpu_s": 0.1, "busy": 0.05, "peak_connections": 3},
     ]
     opts = rg.GenOptions(host="h", port=1, model="m", pool_file=Path("p"), rate=75.0, duration_s=2.0, processes=2)
@@ -94,6 +101,6 @@ def test_summary_adds_up_the_sources_and_their_cpu() -> None:
     assert s["failure_messages"] == [{"error": "HTTP 500: x", "occurrences": 1}]
     assert s["us_per_request"] == pytest.approx(0.6e6 / 148) and s["busy_max"] == 0.25
     assert s["lateness"]["unanswered"] == 2 and s["lateness"]["very_late"] == 1
-    assert s["peak_connections"] == 12 and s["options"]["pool_file"] == "p"
+    assert s["peak_connections"] == 12 and s["connection_waits"] == 4 and s["options"]["pool_file"] == "p"
     empty = rg.summarize([], opts, ["source 0 failed: OSError: refused"])
     assert empty["requests"] == 0 and math.isnan(empty["us_per_request"]) and empty["errors"]

@@ -303,6 +303,7 @@ class _Source:
     cpu_s: float = 0.0
     wall_s: float = 0.0
     peak_connections: int = 0
+    connection_waits: int = 0
 
     async def open(self, n: int) -> None:
         """Open ``n`` connections and put them in the free list."""
@@ -318,6 +319,8 @@ class _Source:
             self._send(self.free.pop(), pending)
             return
         self.waiting.append(pending)
+        if not self.counts.stopped:
+            self.connection_waits += 1
         if len(self.conns) + self.opening < self.options.max_connections:
             self.opening += 1
             asyncio.get_running_loop().create_task(self._open_one())
@@ -446,6 +449,7 @@ class _Source:
             "wall_s": self.wall_s,
             "busy": self.cpu_s / self.wall_s if self.wall_s > 0 else math.nan,
             "peak_connections": max(self.peak_connections, len(self.conns)),
+            "connection_waits": self.connection_waits,
         }
 
 
@@ -522,6 +526,9 @@ def summarize(reports: Sequence[dict[str, Any]], options: GenOptions, errors: Se
         "busy": busy,
         "busy_max": max(busy, default=math.nan),
         "peak_connections": sum(int(r["peak_connections"]) for r in reports),
+        # sends that found every connection busy and waited for one (at the maximum: the server's backlog
+        # holds them all; below it: while a new connection opened)
+        "connection_waits": sum(int(r.get("connection_waits", 0)) for r in reports),
         "lateness": counts,
         "errors": list(errors),
     }
@@ -620,13 +627,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     lat = summary["lateness"]
     LOGGER.info(
         "offered %.0f req/s: %d answered (%.0f req/s), %d failures, %.2f%% sent > %.0f ms late, "
-        "generator CPU %.1f us/request, busiest source %.0f%%%s",
+        "%d waited for a connection, generator CPU %.1f us/request, busiest source %.0f%%%s",
         options.rate,
         summary["requests"],
         summary["rps"],
         summary["failures"],
         100 * lat.get("very_late_fraction", math.nan),
         ol.LIMIT_LATE_MS,
+        summary["connection_waits"],
         summary["us_per_request"],
         100 * summary["busy_max"],
         "" if not summary["errors"] else f"; errors: {'; '.join(summary['errors'])}",

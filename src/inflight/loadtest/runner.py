@@ -1297,7 +1297,8 @@ def _rategen_figures(raw_dir: Path, latency: Mapping[str, Any], problems: list[s
         "p99_ms": float(latency.get("p99", math.nan)),
         "max_ms": float(latency.get("max", math.nan)),
     }
-    own = {k: summary.get(k) for k in ("sources", "cpu_s", "us_per_request", "busy_max", "peak_connections")}
+    keys = ("sources", "cpu_s", "us_per_request", "busy_max", "peak_connections", "connection_waits")
+    own = {k: summary.get(k) for k in keys}
     return {
         "locust": counts,
         "failure_messages": summary.get("failure_messages", []),
