@@ -168,6 +168,7 @@ def bench_engine_cmd(
     """Engine-only bound vs sync vs pipelined executor on the GPU, one process; writes a JSON result."""
     setup_logging(verbose)
     from inflight.bench.engine_bench import BenchConfig, run, write
+    from inflight.open_loop_results import executor_rows, is_executor_row
 
     cfg = BenchConfig(
         model=model,
@@ -188,9 +189,7 @@ def bench_engine_cmd(
     typer.echo(
         "batch  engine-bound items/s  sync items/s  pipelined items/s (wait)  pipe/bound  sync act  pipe act  depth"
     )
-    for r in doc["rows"]:
-        if "sync_items_s" not in r:
-            continue
+    for r in executor_rows(doc):
         sa, pa = r["sync_gpu_activity"], r["pipelined_gpu_activity"]
         typer.echo(
             f"{r['batch']:>5}  {r['engine_bound_items_s']:>20,.0f}  {r['sync_items_s']:>12,.0f}  "
@@ -202,7 +201,7 @@ def bench_engine_cmd(
     typer.echo(f"engines (peaks: {doc.get('peak') or 'unknown device: no floor'}):")
     typer.echo("batch  us/batch  floor us  max abs err  load s  engine")
     for r in doc["rows"]:
-        if "sync_items_s" in r:
+        if is_executor_row(r):
             continue
         floor = r["floor_us_per_batch"]
         typer.echo(

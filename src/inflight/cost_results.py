@@ -180,8 +180,7 @@ def _binding_limit(root: Path, block: dict[str, Any]) -> str | None:
     if not path.is_file() or best is None or not best.get("avg_batch_items"):
         return None
     doc = json.loads(path.read_text())
-    rows = sorted((r for r in doc.get("rows", []) if "sync_items_s" in r), key=lambda r: r["bucket"])
-    row = next((r for r in rows if r["bucket"] >= best["avg_batch_items"]), rows[-1] if rows else None)
+    row = olr.bound_row(doc, best["avg_batch_items"])
     items = int(((doc.get("config") or {}).get("items_per_request")) or 50)
     if row is None:
         return None
@@ -197,8 +196,7 @@ def _binding_limit(root: Path, block: dict[str, Any]) -> str | None:
 
 def section(root: Path) -> list[str]:
     """The RESULTS.md section from ``results/summary.json``'s ``cpu_per_request`` block."""
-    path = root / "results" / "summary.json"
-    block = (json.loads(path.read_text()) if path.is_file() else {}).get("cpu_per_request")
+    block = olr.summary_block(root, "cpu_per_request")
     if not block:
         return []
     lines = [

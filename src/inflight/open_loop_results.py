@@ -79,13 +79,17 @@ def sittings(results: Path) -> list[Path]:
     return sorted(d for d in root.iterdir() if d.is_dir() and any(d.rglob("ab-*.json")))
 
 
+def newest_sitting(results: Path) -> Path | None:
+    """The newest sitting under ``results/open-loop`` (None when there is none)."""
+    all_sittings = sittings(results)
+    return all_sittings[-1] if all_sittings else None
+
+
 def entries(results: Path, sitting: Path | None = None) -> list[Entry]:
     """Every variant of every open-loop A/B file of one sitting (default: the newest), oldest file first."""
+    sitting = sitting or newest_sitting(results)
     if sitting is None:
-        all_sittings = sittings(results)
-        if not all_sittings:
-            return []
-        sitting = all_sittings[-1]
+        return []
     out = []
     for path in sorted(sitting.rglob("ab-*.json")):
         doc = json.loads(path.read_text())
@@ -115,6 +119,32 @@ def merge_summary(root: Path, key: str, block: Mapping[str, Any], *, allow_nan: 
     path.write_text(json.dumps(doc, indent=1, allow_nan=allow_nan) + "\n")
 
 
+def summary_block(root: Path, key: str) -> dict[str, Any] | None:
+    """``key`` of ``results/summary.json`` (None when the file or the key is missing)."""
+    path = root / "results" / "summary.json"
+    block = (json.loads(path.read_text()) if path.is_file() else {}).get(key)
+    return block or None
+
+
+def is_executor_row(row: Mapping[str, Any]) -> bool:
+    """Whether an engine bench row is one the executors measured (bucket, engine-only bound, sync items/s).
+
+    A bench of several engines also has one row per engine variant, without executor figures.
+    """
+    return "sync_items_s" in row
+
+
+def executor_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """An engine bench's executor rows, by bucket."""
+    return sorted((r for r in doc.get("rows", []) if is_executor_row(r)), key=lambda r: r["bucket"])
+
+
+def bound_row(doc: Mapping[str, Any], items_per_batch: float) -> dict[str, Any] | None:
+    """The executor row of the bucket a batch of ``items_per_batch`` items pads to (the largest if none fits)."""
+    rows = executor_rows(doc)
+    return next((r for r in rows if r["bucket"] >= items_per_batch), rows[-1] if rows else None)
+
+
 def _best(candidates: Iterable[Entry]) -> Entry | None:
     pool = [e for e in candidates if e.capacity is not None]
     return max(pool, key=lambda e: (e.capacity or 0.0, e.comparable)) if pool else None
@@ -127,12 +157,7 @@ def _engine_bound(
     files = sorted(sitting.glob("engine-bound-*.json"))
     if not files or not items_per_batch:
         return None
-    doc = json.loads(files[-1].read_text())
-    # the executor rows (a bucket and its engine-only bound); a bench of several engines has other rows too
-    rows = sorted(
-        (r for r in doc.get("rows", []) if "bucket" in r and "engine_bound_items_s" in r), key=lambda r: r["bucket"]
-    )
-    row = next((r for r in rows if r["bucket"] >= items_per_batch), rows[-1] if rows else None)
+    row = bound_row(json.loads(files[-1].read_text()), items_per_batch)
     if row is None:
         return None
     return {
@@ -203,11 +228,9 @@ def summary(root: Path, sitting: Path | None = None) -> dict[str, Any] | None:
     window at or below it), the soak, and the targets with their verdicts.
     """
     results = root / "results"
+    sitting = sitting or newest_sitting(results)
     if sitting is None:
-        all_sittings = sittings(results)
-        if not all_sittings:
-            return None
-        sitting = all_sittings[-1]
+        return None
     es = entries(results, sitting)
     if not es:
         return None
@@ -368,8 +391,7 @@ def _binding_limit(block: Mapping[str, Any]) -> str | None:
 
 def section(root: Path) -> list[str]:
     """The RESULTS.md section from ``results/summary.json``'s ``open_loop`` block and the files it names."""
-    path = root / "results" / "summary.json"
-    block = (json.loads(path.read_text()) if path.is_file() else {}).get("open_loop")
+    block = summary_block(root, "open_loop")
     if not block:
         return []
     generator = (
@@ -423,8 +445,8 @@ def section(root: Path) -> list[str]:
         *rows,
         "",
     ]
-    timed = [
-        (label, block.get(key))
+    timed: list[tuple[str, dict[str, Any]]] = [
+        (label, block[key])
         for label, key in (
             ("best sync, 1 GPU", "best_sync"),
             ("best pipelined, 1 GPU", "best_pipelined"),

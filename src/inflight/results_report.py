@@ -70,9 +70,7 @@ def engine_section(path: Path, root: Path) -> list[str]:
         "",
     ]
     rows = []
-    for r in doc["rows"]:
-        if "sync_items_s" not in r:
-            continue  # an engine variant's row (below)
+    for r in open_loop_results.executor_rows(doc):  # the engine variants' rows come below
         rows.append(
             [
                 str(r["batch"]),
@@ -122,7 +120,11 @@ ENGINE_TARGET_LOAD_S = 30.0
 
 def engine_variants_section(doc: Mapping[str, Any]) -> list[str]:
     """The engines compared by one bench (rows with ``engine`` and ``engine_us_per_batch``) and the targets."""
-    rows = [r for r in doc.get("rows", []) if "sync_items_s" not in r and r.get("engine_us_per_batch") is not None]
+    rows = [
+        r
+        for r in doc.get("rows", [])
+        if not open_loop_results.is_executor_row(r) and r.get("engine_us_per_batch") is not None
+    ]
     if not rows:
         return []
     peak = doc.get("peak")

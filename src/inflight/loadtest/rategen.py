@@ -305,13 +305,18 @@ class _Source:
     peak_connections: int = 0
     connection_waits: int = 0
 
+    async def _connect(self) -> _Connection:
+        """One new connection to the server, counted among this source's connections."""
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(lambda: _Connection(self), self.options.host, self.options.port)
+        self.conns.add(conn)
+        self.peak_connections = max(self.peak_connections, len(self.conns))
+        return conn
+
     async def open(self, n: int) -> None:
         """Open ``n`` connections and put them in the free list."""
-        loop = asyncio.get_running_loop()
         for _ in range(n):
-            _, conn = await loop.create_connection(lambda: _Connection(self), self.options.host, self.options.port)
-            self.conns.add(conn)
-            self.free.append(conn)
+            self.free.append(await self._connect())
 
     def due(self, pending: _Pending) -> None:
         """A request's send time came: send it on a free connection, or queue it (its wait counts as late)."""
@@ -326,17 +331,14 @@ class _Source:
             asyncio.get_running_loop().create_task(self._open_one())
 
     async def _open_one(self) -> None:
-        loop = asyncio.get_running_loop()
         try:
-            _, conn = await loop.create_connection(lambda: _Connection(self), self.options.host, self.options.port)
+            conn = await self._connect()
         except OSError as e:
-            self.opening -= 1
             if self.waiting:
                 self._finish(self.waiting.popleft(), False, f"cannot connect: {e}")
             return
-        self.opening -= 1
-        self.conns.add(conn)
-        self.peak_connections = max(self.peak_connections, len(self.conns))
+        finally:
+            self.opening -= 1
         self._release(conn)
 
     def _send(self, conn: _Connection, pending: _Pending) -> None:
@@ -448,7 +450,7 @@ class _Source:
             "cpu_s": self.cpu_s,
             "wall_s": self.wall_s,
             "busy": self.cpu_s / self.wall_s if self.wall_s > 0 else math.nan,
-            "peak_connections": max(self.peak_connections, len(self.conns)),
+            "peak_connections": self.peak_connections,
             "connection_waits": self.connection_waits,
         }
 
@@ -469,7 +471,6 @@ def answer_checker(pool: wl.Pool) -> Callable[[HttpAnswer, int], str | None]:
 
 async def _serve_source(source: _Source, ready: Any, go: Any, start_at: Any) -> None:
     await source.open(min(PREOPEN, source.options.max_connections))
-    source.peak_connections = len(source.conns)
     ready.put(source.index)
     await asyncio.get_running_loop().run_in_executor(None, go.wait)
     start = time.perf_counter() + (start_at.value - time.time())
