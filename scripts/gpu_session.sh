@@ -89,7 +89,8 @@ case "$STEP" in
              # the asyncio generator, the server on SERVER_CPUS (0-19) and the generator on CLIENT_CPUS (20-31).
              # PARTS picks and orders the parts, each packed into $OUT as it ends:
              #   bound (engine-only bound), gen (the generator against the null model), sync1 auto1 pipe1 (one GPU),
-             #   sync2 auto2 (both GPUs), soak (SOAK_VARIANT at SOAK_RATE, five one-minute windows)
+             #   sync2 auto2 (both GPUs), soak (SOAK_VARIANT at SOAK_RATE, five one-minute windows),
+             #   diag (where the slow answers come from: see the part)
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
     export GENERATOR=${GENERATOR:-asyncio} PROCS=${PROCS:-11}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-19} --client-cpus ${CLIENT_CPUS:-20-31}"
@@ -108,6 +109,13 @@ case "$STEP" in
         sync2) olab sync-2gpu "bert_tiny_sync@instances=8,gpus=0/1,$FAST_LOAD" --search "${SYNC2_SEARCH:-30k,90k}" $SEARCH_OPTS ;;
         auto2) olab auto-2gpu "bert_tiny_inflight@instances=8,mode=auto,chunk_items=1024,gpus=0/1,$FAST_LOAD" \
                  --search "${AUTO2_SEARCH:-30k,90k}" $SEARCH_OPTS ;;
+        diag) # where the slow answers come from: the null model, sync@8 and sync@8 with gc_freeze at DIAG_RATES,
+              # each window's stall summary (generator timeline) and the stubs' GC/execute maxima; DIAG_ARGS adds
+              # server arguments (e.g. --server-arg=--http-thread-count=32), DIAG_NAME names the folder
+              # shellcheck disable=SC2086  # DIAG_ARGS holds several options
+              olab "diag-${DIAG_NAME:-default}" "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
+                "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD,gc_freeze=true" \
+                --rate "${DIAG_RATES:-30k,38k}" ${DIAG_ARGS:-} ;;
         soak) WINDOW=60 olab soak "${SOAK_VARIANT:?set SOAK_VARIANT}" --rate "${SOAK_RATE:?set SOAK_RATE}" \
                 --rate-repeat "${SOAK_WINDOWS:-5}" ;;
         *) echo "unknown part $part" >&2 ;;

@@ -26,6 +26,7 @@ them beside the inflight ones.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import queue
@@ -83,7 +84,16 @@ class TritonPythonModel:
             "build_s": 0.0,
             "send_call_s": 0.0,
             "send_errors": 0,
+            "execute_max_ms": 0.0,
+            "executes_over_10ms": 0,
         }
+        # the stub's garbage-collector pauses (the inflight backend counts the same keys)
+        self._gc_frozen = gc.get_freeze_count()
+        self._gc_n = [0, 0, 0]
+        self._gc_s = [0.0, 0.0, 0.0]
+        self._gc_max_s = 0.0
+        self._gc_t0 = 0.0
+        gc.callbacks.append(self._gc_callback)
         self._t_last_exit = 0.0
         self._lock = threading.Lock()  # the senders' counters
         self._threads: list[threading.Thread] = []
@@ -100,6 +110,16 @@ class TritonPythonModel:
             ]
             for t in self._threads:
                 t.start()
+
+    def _gc_callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+            return
+        dt = time.perf_counter() - self._gc_t0
+        gen = min(int(info.get("generation", 0)), 2)
+        self._gc_n[gen] += 1
+        self._gc_s[gen] += dt
+        self._gc_max_s = max(self._gc_max_s, dt)
 
     def _zeros(self, n: int, seq: int) -> list[Any]:
         tensors = []
@@ -184,7 +204,11 @@ class TritonPythonModel:
         s["items"] += sum(n for n, _ in shapes)
         s["parse_s"] += t1 - t0
         self._t_last_exit = time.perf_counter()
-        s["execute_s"] += self._t_last_exit - t0
+        took = self._t_last_exit - t0
+        s["execute_s"] += took
+        s["execute_max_ms"] = max(s["execute_max_ms"], took * 1e3)
+        if took > 0.010:
+            s["executes_over_10ms"] += 1
         return responses
 
     def finalize(self) -> None:
@@ -198,8 +222,16 @@ class TritonPythonModel:
             if any(t.is_alive() for t in self._threads):
                 state = "not drained: sender threads still running after 30 s"
         # the counts start as int 0 and only ever add ints, so they stay ints in the JSON
+        if self._gc_callback in gc.callbacks:
+            gc.callbacks.remove(self._gc_callback)
         record = {
             **self.stats,
+            "gc_collections": sum(self._gc_n),
+            "gc_gen2": self._gc_n[2],
+            "gc_s": round(sum(self._gc_s), 6),
+            "gc_gen2_s": round(self._gc_s[2], 6),
+            "gc_max_ms": round(self._gc_max_s * 1e3, 3),
+            "gc_frozen": self._gc_frozen,
             "pid": os.getpid(),
             "sleep_us": round(self.sleep_s * 1e6),
             "sender_threads": self.sender_threads,

@@ -117,6 +117,10 @@ class BackendParameters:
         cupti: Measure GPU temporal activity and sync share live with CUPTI.
         nvtx: Emit NVTX ranges (free when no profiler is attached).
         gil_probe: Diagnostics: sample how long a sleeping thread waits for the GIL (finalize log).
+        gc_freeze: After the load (warm-up and captures done), collect once and ``gc.freeze()`` what
+            is alive, so later collections of the oldest generation do not walk the model, torch
+            and the engine with the GIL held (their pauses are counted either way: ``gc_*`` in the
+            finalize log).
         drain_timeout_s: How long finalize() waits for in-flight batches before failing them.
     """
 
@@ -147,6 +151,7 @@ class BackendParameters:
     cupti: bool = False
     nvtx: bool = True
     gil_probe: bool = False
+    gc_freeze: bool = False
     drain_timeout_s: float = 10.0
 
     def to_parameters(self, *, full: bool = True) -> dict[str, str]:

@@ -297,3 +297,43 @@ def test_executor_counters_from_a_real_server_log_go_to_the_right_runs() -> None
     assert b["gather_ms"] == pytest.approx(pipe["gather_s"] / pipe["batches"] * 1e3)
     assert b["send_call_us_per_response"] == pytest.approx(pipe["send_call_s"] / pipe["responses"] * 1e6)
     assert b["max_depth"] == max(int(k) for k in pipe["depth_launches"])
+
+
+def test_executor_breakdown_takes_the_longest_stall_over_instances_and_sums_the_rest() -> None:
+    def record(execute_max: float, gc_max: float, gc_s: float) -> dict[str, Any]:
+        stats = {"batches": 10, "requests": 20, "executes": 10, "execute_s": 0.03, "execute_max_ms": execute_max}
+        stats |= {"executes_over_10ms": 1, "gc_max_ms": gc_max, "gc_s": gc_s, "gc_gen2": 1}
+        return {"model": "m", "instance": "i", "drained": True, "stats": stats}
+
+    got = st.executor_breakdown([record(12.0, 3.0, 0.002), record(40.0, 1.0, 0.004)])
+    assert got is not None
+    assert got["execute_max_ms"] == 40.0 and got["gc_max_ms"] == 3.0
+    assert got["executes_over_10ms"] == 2 and got["gc_gen2"] == 2
+    assert got["gc_ms_per_execute"] == pytest.approx(6.0 / 20)
+    old = record(1.0, 1.0, 0.0)
+    for k in ("execute_max_ms", "executes_over_10ms", "gc_max_ms", "gc_s", "gc_gen2"):
+        del old["stats"][k]
+    got = st.executor_breakdown([old])  # records of an older backend: the keys are None
+    assert got is not None and got["execute_max_ms"] is None and got["gc_ms_per_execute"] is None
+
+
+def test_stalls_table_lists_each_asyncio_window() -> None:
+    run = {
+        "variant": "A",
+        "rate": 40000.0,
+        "server": {"request_us": 4470.0, "queue_us": 350.0},
+        "generator_run": {
+            "connection_waits": 12,
+            "generator_gc": {"max_ms": 1.5},
+            "stalls": {
+                "sources": 11,
+                "slow_bins": 30,
+                "slow_bins_most_sources": 25,
+                "slow_bins_one_source": 2,
+                "silent_episodes": {"count": 3, "longest_ms": 90.0},
+            },
+        },
+    }
+    table = report.stalls_table({"runs": [run, {"variant": "B", "rate": 1.0, "generator_run": None}]})
+    assert "| A | 40,000 | 4.47 | 0.35 | 30 | 25 | 2 | 3 | 90 | 1.5 | 12 |" in table
+    assert report.stalls_table({"runs": [{"variant": "B", "generator_run": {}}]}) == ""

@@ -104,3 +104,71 @@ def test_summary_adds_up_the_sources_and_their_cpu() -> None:
     assert s["peak_connections"] == 12 and s["connection_waits"] == 4 and s["options"]["pool_file"] == "p"
     empty = rg.summarize([], opts, ["source 0 failed: OSError: refused"])
     assert empty["requests"] == 0 and math.isnan(empty["us_per_request"]) and empty["errors"]
+
+
+def _timeline(start: float, events: list[tuple[float, float]], sends: list[float], seconds: float = 2.0) -> dict:
+    """A source's timeline: answers as ``(time from start, latency ms)``, sends as times from start."""
+    t = rg.Timeline(start, seconds)
+    for at in sends:
+        t.on_send(start + at, 0.0)
+    for at, latency in events:
+        t.on_answer(start + at, latency)
+    return t.to_dict()
+
+
+def test_timeline_bins_sends_answers_and_their_worst_latency() -> None:
+    t = rg.Timeline(100.0, 1.0)
+    t.on_send(100.0005, 0.002)
+    t.on_send(100.004, 0.0)
+    t.on_wait(100.015)
+    t.on_answer(100.012, 7.0)
+    t.on_answer(100.019, 9.5)
+    t.on_answer(101.5, 1.0)  # past the timeline: not binned
+    t.on_send(99.0, 0.0)  # before the start: not binned
+    d = t.to_dict()
+    assert len(d["sent"]) == round(1.0 / rg.BIN_S)
+    assert d["sent"][0] == 2 and sum(d["sent"]) == 2
+    assert d["late_max_ms"][0] == pytest.approx(2.0)
+    assert d["waits"][1] == 1
+    assert d["answered"][1] == 2 and sum(d["answered"]) == 2
+    assert d["latency_max_ms"][1] == pytest.approx(9.5)
+
+
+def test_stall_summary_tells_a_stall_of_all_sources_from_one_of_one_source() -> None:
+    rate = 400.0  # 4 sources, one answer each per 10 ms bin
+    steady = [(b * rg.BIN_S + 0.005, 3.0) for b in range(200)]
+    sends = [b * rg.BIN_S + 0.001 for b in range(200)]
+
+    def with_gap(lo: float, hi: float, late_ms: float) -> list[tuple[float, float]]:
+        # no answer in [lo, hi), then the ones held back arrive late at hi
+        kept = [e for e in steady if not lo <= e[0] < hi]
+        return sorted([*kept, (hi + 0.001, late_ms)])
+
+    everyone = [_timeline(0.0, with_gap(0.50, 0.58, 80.0), sends) for _ in range(4)]
+    s = rg.stall_summary(everyone, rate, window_s=2.0)
+    assert s["sources"] == 4 and s["bins"] == 200
+    assert s["slow_bins"] == 1 and s["slow_bins_most_sources"] == 1 and s["slow_bins_one_source"] == 0
+    # no source answered in the gap: one silent episode of its length
+    assert s["silent_episodes"]["count"] == 1
+    assert s["silent_episodes"]["longest_ms"] == pytest.approx(80.0)
+    assert s["silent_episodes"]["first"] == [[0.5, 80.0]]
+
+    one = [_timeline(0.0, with_gap(1.20, 1.30, 120.0), sends)] + [_timeline(0.0, steady, sends) for _ in range(3)]
+    s = rg.stall_summary(one, rate, window_s=2.0)
+    assert s["slow_bins"] == 1 and s["slow_bins_most_sources"] == 0 and s["slow_bins_one_source"] == 1
+    assert s["silent_episodes"]["count"] == 0
+
+    calm = rg.stall_summary([_timeline(0.0, steady, sends) for _ in range(4)], rate, window_s=2.0)
+    assert calm["slow_bins"] == 0 and calm["silent_bins"] == 0
+    assert rg.stall_summary([], rate, window_s=2.0) == {"bin_s": rg.BIN_S, "sources": 0}
+
+
+def test_gc_pauses_are_counted_with_their_time() -> None:
+    import gc
+
+    p = rg.GcPauses(origin=0.0)
+    gc.collect()
+    got = p.stop()
+    assert got["count"] >= 1 and got["total_ms"] >= 0.0 and got["max_ms"] >= 0.0
+    gc.collect()  # after stop(): no longer counted
+    assert p.count == got["count"]

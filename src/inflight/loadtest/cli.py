@@ -65,6 +65,14 @@ def ab_cmd(
             help="Extra --backend-config for the server it starts, e.g. python,shm-default-byte-size=67108864.",
         ),
     ] = None,
+    server_arg: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--server-arg",
+            help="Extra tritonserver argument for the server it starts (repeat the flag), e.g. "
+            "--server-arg=--http-thread-count=16; recorded in the JSON.",
+        ),
+    ] = None,
     keep_raw: Annotated[bool, typer.Option(help="Keep the raw latency files and the request pools.")] = False,
     unload_timeout: Annotated[
         float,
@@ -190,6 +198,7 @@ def ab_cmd(
                 locustfile=locustfile,
                 tritonserver=tritonserver,
                 backend_config=tuple(backend_config or ()),
+                server_args=tuple(server_arg or ()),
                 keep_raw=keep_raw,
                 preset=preset,
                 unload_timeout_s=unload_timeout,

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import gc
 import json
 import logging
 import math
@@ -66,6 +67,14 @@ START_DELAY_S = 2.0
 PREOPEN = 16
 #: A worker busier than this fraction of its wall time was CPU-bound: the figures may be the generator's.
 BUSY_LIMIT = 0.9
+#: Width of a timeline bin (seconds): what each source sent, got answered, and its worst latency per bin.
+BIN_S = 0.010
+#: An answer slower than this (ms, from its scheduled send time) marks its bin as slow in the stall summary.
+STALL_MS = 50.0
+#: A bin of the merged timeline is *silent* when fewer answers than this share of the offered rate's came back.
+SILENT_SHARE = 0.1
+#: A generator garbage-collector pause at least this long (ms) is listed with its time.
+GC_LIST_MS = 5.0
 
 
 class HttpProtocolError(InflightError):
@@ -229,6 +238,166 @@ class ResponseParser:
             pos = start + size + 2
 
 
+class Timeline:
+    """One source's window in ``BIN_S`` bins: sends, answers, connection waits, worst latency and lateness.
+
+    Bins count from the window's start; events after ``seconds`` are not binned (the counts elsewhere
+    keep them). The stall summary (:func:`stall_summary`) merges the sources' timelines: a stall of
+    the server shows in every source's bins at once, a stall of one generator process in its own.
+    """
+
+    def __init__(self, start: float, seconds: float) -> None:
+        n = max(1, math.ceil(seconds / BIN_S))
+        self.start = start
+        self.sent = array("I", bytes(4 * n))
+        self.answered = array("I", bytes(4 * n))
+        self.waits = array("I", bytes(4 * n))
+        self.latency_max_ms = array("f", bytes(4 * n))
+        self.late_max_ms = array("f", bytes(4 * n))
+
+    def _bin(self, t: float) -> int:
+        b = int((t - self.start) / BIN_S)
+        return b if 0 <= b < len(self.sent) else -1
+
+    def on_send(self, t: float, late_s: float) -> None:
+        """A request left at ``t``, ``late_s`` after its scheduled time."""
+        b = self._bin(t)
+        if b >= 0:
+            self.sent[b] += 1
+            self.late_max_ms[b] = max(self.late_max_ms[b], late_s * 1e3)
+
+    def on_wait(self, t: float) -> None:
+        """A request found every connection busy at ``t``."""
+        b = self._bin(t)
+        if b >= 0:
+            self.waits[b] += 1
+
+    def on_answer(self, t: float, latency_ms: float) -> None:
+        """An answer (or failure) arrived at ``t``, ``latency_ms`` after its scheduled send time."""
+        b = self._bin(t)
+        if b >= 0:
+            self.answered[b] += 1
+            self.latency_max_ms[b] = max(self.latency_max_ms[b], latency_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (lists per bin)."""
+        return {
+            "bin_s": BIN_S,
+            "sent": self.sent.tolist(),
+            "answered": self.answered.tolist(),
+            "waits": self.waits.tolist(),
+            "latency_max_ms": [round(x, 2) for x in self.latency_max_ms],
+            "late_max_ms": [round(x, 2) for x in self.late_max_ms],
+        }
+
+
+def stall_summary(
+    timelines: Sequence[dict[str, Any]], rate: float, window_s: float, stall_ms: float = STALL_MS
+) -> dict[str, Any]:
+    """Where the slow answers of a window came from, from every source's timeline (:meth:`Timeline.to_dict`).
+
+    Args:
+        timelines: One per source, all of one window (bins aligned at its start).
+        rate: The offered rate (all sources), for what a bin should hold.
+        window_s: The sending window (bins past it hold the tail of answers only).
+        stall_ms: An answer slower than this marks its bin slow.
+
+    Returns:
+        ``slow_bins`` (bins inside the window where some source got an answer over ``stall_ms``),
+        ``slow_bins_most_sources`` (of those, bins where at least 80% of the sources that got answers
+        got a slow one: the server, or everything between, was slow for all at once),
+        ``slow_bins_one_source`` (bins where exactly one source was slow: that generator process),
+        ``silent_bins`` (bins inside the window, from the second 100 ms on, where all sources
+        together got fewer than ``SILENT_SHARE`` of the offered rate's answers while requests were
+        outstanding), ``silent_episodes`` (runs of consecutive silent bins: count, longest and total
+        ms, and the first 20 as ``[start_s, ms]``), and ``bin_s``.
+    """
+    if not timelines:
+        return {"bin_s": BIN_S, "sources": 0}
+    n = min(len(t["answered"]) for t in timelines)
+    inside = min(n, int(window_s / BIN_S))
+    answered = np.zeros(n)
+    sent = np.zeros(n)
+    slow = np.zeros(n, dtype=int)
+    active = np.zeros(n, dtype=int)
+    for t in timelines:
+        a = np.asarray(t["answered"][:n], dtype=float)
+        answered += a
+        sent += np.asarray(t["sent"][:n], dtype=float)
+        slow += np.asarray(t["latency_max_ms"][:n], dtype=float) > stall_ms
+        active += a > 0
+    outstanding = np.cumsum(sent) - np.cumsum(answered)
+    slow_in = slow[:inside]
+    active_in = active[:inside]
+    most = (slow_in > 0) & (slow_in >= 0.8 * np.maximum(active_in, 1))
+    expected = rate * BIN_S
+    first = int(0.1 / BIN_S)
+    silent = np.zeros(n, dtype=bool)
+    silent[first:inside] = (answered[first:inside] < SILENT_SHARE * expected) & (outstanding[first:inside] > 0)
+    episodes: list[list[float]] = []
+    b = first
+    while b < inside:
+        if silent[b]:
+            e = b
+            while e < inside and silent[e]:
+                e += 1
+            episodes.append([round(b * BIN_S, 3), round((e - b) * BIN_S * 1e3, 1)])
+            b = e
+        else:
+            b += 1
+    return {
+        "bin_s": BIN_S,
+        "sources": len(timelines),
+        "stall_ms": stall_ms,
+        "bins": inside,
+        "slow_bins": int((slow_in > 0).sum()),
+        "slow_bins_most_sources": int(most.sum()),
+        "slow_bins_one_source": int((slow_in == 1).sum()),
+        "silent_bins": int(silent.sum()),
+        "silent_episodes": {
+            "count": len(episodes),
+            "longest_ms": max((e[1] for e in episodes), default=0.0),
+            "total_ms": round(sum(e[1] for e in episodes), 1),
+            "first": episodes[:20],
+        },
+    }
+
+
+class GcPauses:
+    """This process's garbage-collector pauses (``gc.callbacks``), the long ones with their time."""
+
+    def __init__(self, origin: float) -> None:
+        self.count = 0
+        self.total_s = 0.0
+        self.max_s = 0.0
+        self.long: list[list[float]] = []
+        self.origin = origin
+        self._t0 = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        dt = time.perf_counter() - self._t0
+        self.count += 1
+        self.total_s += dt
+        self.max_s = max(self.max_s, dt)
+        if dt * 1e3 >= GC_LIST_MS and len(self.long) < 100:
+            self.long.append([round(self._t0 - self.origin, 3), round(dt * 1e3, 2), int(info.get("generation", 0))])
+
+    def stop(self) -> dict[str, Any]:
+        """Stop counting; the figures as JSON (``long``: ``[s from the window start, ms, generation]``)."""
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+        return {
+            "count": self.count,
+            "total_ms": round(self.total_s * 1e3, 2),
+            "max_ms": round(self.max_s * 1e3, 2),
+            "long": self.long,
+        }
+
+
 @dataclass
 class _Pending:
     due: float
@@ -304,6 +473,8 @@ class _Source:
     wall_s: float = 0.0
     peak_connections: int = 0
     connection_waits: int = 0
+    timeline: Timeline | None = None
+    gc_pauses: dict[str, Any] = field(default_factory=dict)
 
     async def _connect(self) -> _Connection:
         """One new connection to the server, counted among this source's connections."""
@@ -326,6 +497,8 @@ class _Source:
         self.waiting.append(pending)
         if not self.counts.stopped:
             self.connection_waits += 1
+            if self.timeline is not None:
+                self.timeline.on_wait(time.perf_counter())
         if len(self.conns) + self.opening < self.options.max_connections:
             self.opening += 1
             asyncio.get_running_loop().create_task(self._open_one())
@@ -342,7 +515,10 @@ class _Source:
         self._release(conn)
 
     def _send(self, conn: _Connection, pending: _Pending) -> None:
-        self.counts.sent(time.perf_counter() - pending.due)
+        now = time.perf_counter()
+        self.counts.sent(now - pending.due)
+        if self.timeline is not None:
+            self.timeline.on_send(now, now - pending.due)
         conn.send(pending, self.requests[pending.index])
 
     def _release(self, conn: _Connection) -> None:
@@ -383,7 +559,11 @@ class _Source:
     def _finish(self, pending: _Pending, ok: bool, msg: str | None) -> None:
         self.counts.done(ok)
         if not self.counts.stopped:
-            self.latencies.append((time.perf_counter() - pending.due) * 1000.0)
+            now = time.perf_counter()
+            latency_ms = (now - pending.due) * 1000.0
+            self.latencies.append(latency_ms)
+            if self.timeline is not None:
+                self.timeline.on_answer(now, latency_ms)
             if not ok:
                 self.failures[msg or "failed"] += 1
         if self.idle is not None and self.counts.inflight == 0:
@@ -404,6 +584,8 @@ class _Source:
         if start > now:
             await asyncio.sleep(start - now)
         self.counts.reset(start)
+        self.timeline = Timeline(start, self.options.duration_s + self.options.stop_grace_s)
+        pauses = GcPauses(start)
         cpu0 = time.process_time()
         for seq, offset in enumerate(schedule, 1):
             due = start + offset
@@ -423,6 +605,7 @@ class _Source:
         now = time.perf_counter()
         self.counts.stop(now)
         self.cpu_s = time.process_time() - cpu0
+        self.gc_pauses = pauses.stop()
         self.wall_s = now - start
         # still unanswered: the time waited so far (a lower bound of the latency) enters the raw latencies
         unanswered = list(self.waiting) + [c.current for c in self.conns if c.current is not None]
@@ -452,6 +635,8 @@ class _Source:
             "busy": self.cpu_s / self.wall_s if self.wall_s > 0 else math.nan,
             "peak_connections": self.peak_connections,
             "connection_waits": self.connection_waits,
+            "gc": self.gc_pauses,
+            "timeline": self.timeline.to_dict() if self.timeline is not None else None,
         }
 
 
@@ -502,7 +687,9 @@ def summarize(reports: Sequence[dict[str, Any]], options: GenOptions, errors: Se
 
     Keys: ``requests`` (answered in the window), ``failures``, ``rps`` and ``failures_per_s`` (per
     second of the window), ``failure_messages`` (the most frequent, with counts), the generator's
-    own CPU (``cpu_s``, ``us_per_request``, ``busy`` per source and ``busy_max``), the options, and
+    own CPU (``cpu_s``, ``us_per_request``, ``busy`` per source and ``busy_max``), ``stalls``
+    (:func:`stall_summary` of the sources' timelines), ``generator_gc`` (the sources' garbage-collector
+    pauses: longest, total, and the long ones as ``[s, ms, generation, source]``), the options, and
     ``errors`` (sources that did not run).
     """
     counts = ol.Lateness.combine([r["counts"] for r in reports])
@@ -530,6 +717,16 @@ def summarize(reports: Sequence[dict[str, Any]], options: GenOptions, errors: Se
         # sends that found every connection busy and waited for one (at the maximum: the server's backlog
         # holds them all; below it: while a new connection opened)
         "connection_waits": sum(int(r.get("connection_waits", 0)) for r in reports),
+        "stalls": stall_summary(
+            [r["timeline"] for r in reports if r.get("timeline")], options.rate, options.duration_s
+        ),
+        "generator_gc": {
+            "max_ms": max((float(r.get("gc", {}).get("max_ms", 0.0)) for r in reports), default=0.0),
+            "total_ms": round(sum(float(r.get("gc", {}).get("total_ms", 0.0)) for r in reports), 2),
+            "long": sorted(
+                ([*p, int(r["index"])] for r in reports for p in r.get("gc", {}).get("long", [])), key=lambda x: x[0]
+            )[:50],
+        },
         "lateness": counts,
         "errors": list(errors),
     }

@@ -205,6 +205,12 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
         f"pool {load_['pool']}, check {'on' if load_.get('check') else 'off'}",
         f"- order: {', '.join(load_.get('order', []))} (repeat {load_.get('repeat', 1)})",
         f"- CPU sets: {_cpu_sets_line(load_.get('cpu_sets'))}",
+    ]
+    srv_args = [*((doc.get("server") or {}).get("server_args") or ())]
+    srv_args += [f"--backend-config={b}" for b in (doc.get("server") or {}).get("backend_config") or ()]
+    if srv_args:
+        out.append("- server arguments: " + " ".join(f"`{a}`" for a in srv_args))
+    out += [
         "",
         "## Variants\n",
     ]
@@ -294,7 +300,54 @@ def open_loop_section(doc: dict[str, Any]) -> str:
                 + (" (generator-limited)" if p.get("generator_limited") else "")
                 + f" | {'met' if not p.get('slo_misses') else 'missed'} |"
             )
+    stalls = stalls_table(doc)
+    if stalls:
+        out += ["", stalls]
     return "\n".join(out) + "\n"
+
+
+def stalls_table(doc: dict[str, Any]) -> str:
+    """Where each window's slow answers came from (asyncio generator windows with a timeline), or ''."""
+    rows = []
+    for r in doc.get("runs", []):
+        g = r.get("generator_run") or {}
+        st = g.get("stalls")
+        if not st or not st.get("sources"):
+            continue
+        srv = r.get("server") or {}
+        sil = st.get("silent_episodes") or {}
+        gc_ = g.get("generator_gc") or {}
+        rows.append(
+            f"| {r['variant']} | {_fmt(r.get('rate'), 0)} | {_fmt(_ms(srv.get('request_us')), 2)} | "
+            f"{_fmt(_ms(srv.get('queue_us')), 2)} | {st['slow_bins']} | {st['slow_bins_most_sources']} | "
+            f"{st['slow_bins_one_source']} | {sil.get('count', 0)} | {_fmt(sil.get('longest_ms'), 0)} | "
+            f"{_fmt(gc_.get('max_ms'), 1)} | {g.get('connection_waits', '-')} |"
+        )
+    if not rows:
+        return ""
+    return (
+        "\n".join(
+            [
+                "### Where the slow answers came from\n",
+                "The generator bins each source's window in 10 ms: a bin is *slow* when an answer in it took over "
+                "50 ms from its scheduled send. A stall of the server (or of anything every connection goes "
+                "through) makes most sources slow in the same bins; a stall of one generator process makes one. "
+                "*Silent* episodes: consecutive bins where all sources together got under 10% of the offered "
+                "rate's answers while requests were outstanding. Triton's request and queue times are its own "
+                "means over the window (from the request's arrival in the server to its response).\n",
+                "| variant | offered req/s | Triton request ms | Triton queue ms | slow bins | most sources | "
+                "one source | silent episodes | longest silence ms | generator GC max ms | waits for a connection |",
+                "|---|---|---|---|---|---|---|---|---|---|---|",
+                *rows,
+            ]
+        )
+        + "\n"
+    )
+
+
+def _ms(us: Any) -> float | None:
+    x = _num(us)
+    return None if x is None else x / 1e3
 
 
 def plot_open_loop(doc: dict[str, Any], path: Path) -> Path | None:

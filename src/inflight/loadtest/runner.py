@@ -89,6 +89,7 @@ class AbConfig:
         locustfile: The Locust file (default: ``loadtest/locustfile.py`` of the checkout).
         tritonserver: Server binary when the runner starts one.
         backend_config: Extra ``--backend-config`` entries for the server it starts.
+        server_args: More tritonserver arguments for the server it starts (e.g. ``--http-thread-count=16``).
         keep_raw: Keep the raw latency files (they can be large) and the request pools next to the results.
         progress_interval_s: Seconds between progress lines and GPU gauge samples.
         preset: Name of the preset the shape came from (recorded only).
@@ -125,6 +126,7 @@ class AbConfig:
     locustfile: Path | None = None
     tritonserver: str | None = None
     backend_config: Sequence[str] = ()
+    server_args: Sequence[str] = ()
     keep_raw: bool = False
     progress_interval_s: float = 5.0
     preset: str | None = None
@@ -674,6 +676,7 @@ class AbRunner:
             workdir,
             tritonserver=self.config.tritonserver,
             backend_config=tuple(self.config.backend_config),
+            extra_args=tuple(self.config.server_args),
             cpus=self.cpu_sets.server,
         )
         server = TritonServer(cfg)
@@ -1171,6 +1174,7 @@ class AbRunner:
                 "metrics": endpoints.metrics,
                 "started_by_runner": started_server,
                 "backend_config": list(self.config.backend_config),
+                "server_args": list(self.config.server_args),
                 "repository": str(self.config.repository.resolve()),
             },
             "preset": self.config.preset,
@@ -1297,7 +1301,16 @@ def _rategen_figures(raw_dir: Path, latency: Mapping[str, Any], problems: list[s
         "p99_ms": float(latency.get("p99", math.nan)),
         "max_ms": float(latency.get("max", math.nan)),
     }
-    keys = ("sources", "cpu_s", "us_per_request", "busy_max", "peak_connections", "connection_waits")
+    keys = (
+        "sources",
+        "cpu_s",
+        "us_per_request",
+        "busy_max",
+        "peak_connections",
+        "connection_waits",
+        "stalls",
+        "generator_gc",
+    )
     own = {k: summary.get(k) for k in keys}
     return {
         "locust": counts,

@@ -387,6 +387,10 @@ def executor_stats_from_log(text: str) -> list[dict[str, Any]]:
     return out
 
 
+#: Counters of the ``finalized`` record that are maxima: a run takes the largest over its instances.
+_PEAK_KEYS = frozenset({"execute_max_ms", "gc_max_ms"})
+
+
 def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Where one run's execute-thread and response time went, summed over its instances.
 
@@ -397,11 +401,14 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         None when the records carry no batches.
     """
     tot: dict[str, float] = {}
+    peak: dict[str, float] = {}
     depth: dict[str, int] = {}
     for r in records:
         for k, v in r["stats"].items():
             if isinstance(v, (int, float)):
                 tot[k] = tot.get(k, 0.0) + float(v)
+                if k in _PEAK_KEYS:
+                    peak[k] = max(peak.get(k, 0.0), float(v))
         for k, v in (r["stats"].get("depth_launches") or {}).items():
             depth[k] = depth.get(k, 0) + int(v)
     batches = tot.get("batches", 0.0)
@@ -443,6 +450,13 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "auto_deferred": int(tot.get("auto_deferred", 0)),
         "auto_explored": int(tot.get("auto_explored", 0)),
         "deferred_requests": int(tot.get("deferred_requests", 0)),
+        # stalls: the longest execute() and the stubs' garbage-collector pauses (their longest, and the
+        # time per execute they took), over every instance's life
+        "execute_max_ms": peak.get("execute_max_ms"),
+        "executes_over_10ms": int(tot["executes_over_10ms"]) if "executes_over_10ms" in tot else None,
+        "gc_max_ms": peak.get("gc_max_ms"),
+        "gc_gen2": int(tot["gc_gen2"]) if "gc_gen2" in tot else None,
+        "gc_ms_per_execute": tot["gc_s"] / executes * 1e3 if "gc_s" in tot else None,
     }
 
 

@@ -40,6 +40,7 @@ from inflight.models.registry import ModelSpec, get_model
 from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Batch, Buckets, Item, Layout, pow2_buckets
 from inflight.runtime.engines.base import Engine
 from inflight.runtime.executor import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor
+from inflight.runtime.gcwatch import GcWatch
 from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
 from inflight.server.stalls import install_stack_dump
 
@@ -314,9 +315,18 @@ class InflightModel:
             graph_note = f" ({held:.0f} MB held, captured in {time.perf_counter() - t_capture:.1f} s)"
         self.metrics = self._make_metrics(slots)
         # where the execute thread's time goes (finalize logs it next to the executor's counters)
-        self.timing: dict[str, float] = {"executes": 0, "execute_s": 0.0, "between_executes_s": 0.0, "parse_s": 0.0}
+        self.timing: dict[str, float] = {
+            "executes": 0,
+            "execute_s": 0.0,
+            "between_executes_s": 0.0,
+            "parse_s": 0.0,
+            "execute_max_ms": 0.0,
+            "executes_over_10ms": 0,
+        }
         self._t_last_exit = 0.0
         self._gil_probe = GilProbe() if p.gil_probe else None
+        # last: the freeze keeps what the load built (engine, graphs, warm-up) out of later collections
+        self._gc = GcWatch(freeze=p.gc_freeze)
         LOGGER.info(
             "%s (%s): %s mode, %d slot(s)%s; %s; %d CUDA graph(s)%s; ready in %.1f s",
             self.model_name,
@@ -393,8 +403,13 @@ class InflightModel:
             return self._execute(requests)
         finally:
             self._t_last_exit = time.perf_counter()
-            self.timing["execute_s"] += self._t_last_exit - t0
-            self.timing["executes"] += 1
+            took = self._t_last_exit - t0
+            t = self.timing
+            t["execute_s"] += took
+            t["executes"] += 1
+            t["execute_max_ms"] = max(t["execute_max_ms"], took * 1e3)
+            if took > 0.010:
+                t["executes_over_10ms"] += 1
 
     def _execute(self, requests: Sequence[Any]) -> list[Any] | None:
         with self.ranges.range("execute"):
@@ -552,6 +567,7 @@ class InflightModel:
             stats.update(engine=dict(counters))
         if self._gil_probe is not None:
             stats.update(self._gil_probe.stop())
+        stats.update(self._gc.stop())
         if getattr(self, "_cupti", None) is not None:
             self._cupti.stop()
         if self.metrics is not None:

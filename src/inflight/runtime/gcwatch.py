@@ -1,0 +1,62 @@
+"""The stub process's garbage-collector pauses, counted for the ``finalized`` log line.
+
+A Python-backend stub runs every request of its instance through one interpreter: a collection of
+the oldest generation walks every object the process holds (torch alone brings some hundred
+thousand) with the GIL held, and every thread of the stub, the execute thread included, waits for
+it. ``GcWatch`` measures those pauses through ``gc.callbacks`` (two clock reads per collection)
+and, with ``freeze``, moves everything alive after the model's load into the permanent generation
+(``gc.freeze()``) so later collections no longer walk it.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+
+class GcWatch:
+    """Counts collections and their pauses from construction to ``stop()``.
+
+    Args:
+        freeze: Collect once, then ``gc.freeze()`` what is alive (the model, torch, the engine).
+    """
+
+    def __init__(self, *, freeze: bool = False) -> None:
+        self.frozen = 0
+        if freeze:
+            gc.collect()
+            gc.freeze()
+            self.frozen = gc.get_freeze_count()
+        self.collections = [0, 0, 0]
+        self.pause_s = [0.0, 0.0, 0.0]
+        self.max_pause_s = 0.0
+        self._t0 = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        dt = time.perf_counter() - self._t0
+        gen = min(int(info.get("generation", 0)), 2)
+        self.collections[gen] += 1
+        self.pause_s[gen] += dt
+        self.max_pause_s = max(self.max_pause_s, dt)
+
+    def stop(self) -> dict[str, float | int]:
+        """Stop counting.
+
+        Returns:
+            ``gc_collections``, ``gc_gen2``, ``gc_s``, ``gc_gen2_s``, ``gc_max_ms`` and ``gc_frozen``.
+        """
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+        return {
+            "gc_collections": sum(self.collections),
+            "gc_gen2": self.collections[2],
+            "gc_s": round(sum(self.pause_s), 6),
+            "gc_gen2_s": round(self.pause_s[2], 6),
+            "gc_max_ms": round(self.max_pause_s * 1e3, 3),
+            "gc_frozen": self.frozen,
+        }
