@@ -90,7 +90,7 @@ case "$STEP" in
              # PARTS picks and orders the parts, each packed into $OUT as it ends:
              #   bound (engine-only bound), gen (the generator against the null model), sync1 auto1 pipe1 (one GPU),
              #   sync2 auto2 (both GPUs), soak (SOAK_VARIANT at SOAK_RATE, five one-minute windows),
-             #   diag (where the slow answers come from: see the part)
+             #   diag, diag2 (where the slow answers come from: see the parts), scale1 (16 instances on one GPU)
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
     export GENERATOR=${GENERATOR:-asyncio} PROCS=${PROCS:-11}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-19} --client-cpus ${CLIENT_CPUS:-20-31}"
@@ -116,6 +116,14 @@ case "$STEP" in
               olab "diag-${DIAG_NAME:-default}" "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
                 "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD,gc_freeze=true" \
                 --rate "${DIAG_RATES:-30k,38k}" ${DIAG_ARGS:-} ;;
+        scale1) # more instances on one GPU: the request path (null), sync and auto at SCALE_INSTANCES (16)
+                n=${SCALE_INSTANCES:-16}
+                olab "scale-$n-1gpu" "bert_tiny_null@instances=$n,sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
+                  "bert_tiny_sync@instances=$n,gpus=0,$FAST_LOAD" \
+                  "bert_tiny_inflight@instances=$n,mode=auto,chunk_items=1024,gpus=0,$FAST_LOAD" \
+                  --rate "${SCALE_RATES:-35k,42k,50k}" ;;
+        diag2) # where the slow answers come from on both GPUs (sync@8 per GPU) at DIAG2_RATES
+               olab diag-2gpu "bert_tiny_sync@instances=8,gpus=0/1,$FAST_LOAD" --rate "${DIAG2_RATES:-40k,50k,60k}" ;;
         soak) WINDOW=60 olab soak "${SOAK_VARIANT:?set SOAK_VARIANT}" --rate "${SOAK_RATE:?set SOAK_RATE}" \
                 --rate-repeat "${SOAK_WINDOWS:-5}" ;;
         *) echo "unknown part $part" >&2 ;;
