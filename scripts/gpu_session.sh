@@ -90,7 +90,7 @@ case "$STEP" in
              # PARTS picks and orders the parts, each packed into $OUT as it ends:
              #   bound (engine-only bound), gen (the generator against the null model), sync1 auto1 pipe1 (one GPU),
              #   sync2 auto2 (both GPUs), soak (SOAK_VARIANT at SOAK_RATE, five one-minute windows),
-             #   diag, diag2 (where the slow answers come from: see the parts), scale1 (16 instances on one GPU)
+             #   diag, diag2 (where the slow answers come from: see the parts), scale1 (16 instances on one GPU), fe (the front end: see the part)
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
     export GENERATOR=${GENERATOR:-asyncio} PROCS=${PROCS:-11}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-19} --client-cpus ${CLIENT_CPUS:-20-31}"
@@ -122,6 +122,11 @@ case "$STEP" in
                   "bert_tiny_sync@instances=$n,gpus=0,$FAST_LOAD" \
                   "bert_tiny_inflight@instances=$n,mode=auto,chunk_items=1024,gpus=0,$FAST_LOAD" \
                   --rate "${SCALE_RATES:-35k,42k,50k}" ;;
+        fe) # the request path's front end: the null model on GPU 0 and sync@8 per GPU on both at FE_RATES, with the
+            # server's busiest threads per window; DIAG_ARGS adds server arguments, FE_NAME names the folder
+            # shellcheck disable=SC2086  # DIAG_ARGS holds several options
+            olab "frontend-${FE_NAME:-default}" "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
+              "bert_tiny_sync@instances=8,gpus=0/1,$FAST_LOAD" --rate "${FE_RATES:-40k,50k,60k}" ${DIAG_ARGS:-} ;;
         diag2) # where the slow answers come from on both GPUs (sync@8 per GPU) at DIAG2_RATES
                olab diag-2gpu "bert_tiny_sync@instances=8,gpus=0/1,$FAST_LOAD" --rate "${DIAG2_RATES:-40k,50k,60k}" ;;
         soak) WINDOW=60 olab soak "${SOAK_VARIANT:?set SOAK_VARIANT}" --rate "${SOAK_RATE:?set SOAK_RATE}" \

@@ -126,3 +126,38 @@ def test_the_runs_cores_follow_taskset() -> None:
     code = "from inflight.loadtest import cpu; s = cpu.snapshot(None); print(cpu.run_cores(), s.cores)"
     r = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.split() == ["[0]", "1"], r.stdout
+
+
+def test_busiest_threads_ranks_the_threads_of_a_window() -> None:
+    before = {1: ("tritonserver/http", 10.0), 2: ("stub/python", 5.0), 3: ("tritonserver/http", 1.0)}
+    after = {1: ("tritonserver/http", 11.9), 2: ("stub/python", 5.5), 3: ("tritonserver/http", 1.2), 4: ("stub/x", 0.3)}
+    got = cpu.busiest_threads(before, after, wall=2.0, top=2)
+    assert got["busiest"] == [["tritonserver/http", 0.95], ["stub/python", 0.25]]
+    assert got["over_80"] == 1
+    assert got["by_name"]["tritonserver/http"] == pytest.approx(1.05)
+    assert got["by_name"]["stub/x"] == pytest.approx(0.15)  # born in the window: all its time counts
+    assert cpu.busiest_threads({}, {}, wall=1.0) == {"busiest": [], "over_80": 0, "by_name": {}}
+
+
+def test_a_spinning_thread_of_the_watched_process_shows_as_busy() -> None:
+    import threading
+    import time
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        before = cpu.snapshot(os.getpid())
+        time.sleep(0.5)
+        after = cpu.snapshot(os.getpid())
+    finally:
+        stop.set()
+        t.join()
+    threads = cpu.window(before, after, 10)["threads"]
+    assert threads["busiest"][0][1] > 0.3  # the spinner (it shares the GIL with the sleeping main thread)
+    assert threads["busiest"][0][0].startswith("tritonserver/")

@@ -11,7 +11,10 @@ stubs) at the same two instants as Triton's statistics, so each window gets:
 * ``server_cores`` / ``stub_cores``: CPU seconds of the server tree / of the stubs alone, per wall
   second (1.0 = one core kept busy);
 * ``other_cores``: the rest of the busy time (the load generator, the runner, anything else);
-* ``server_us_per_request``: the server tree's CPU time per successful request (Triton's count).
+* ``server_us_per_request``: the server tree's CPU time per successful request (Triton's count);
+* ``threads``: the busiest threads of the server tree (``[process, thread name, busy fraction]``) and
+  how many were busy over 80% of the window: a serial part of the request path (an HTTP thread, a
+  scheduler thread, a stub's execute thread) shows as a thread near 100% while the cores are not.
 
 Processes that exit inside the window take their CPU time with them; the stubs of a loaded model
 live through it.
@@ -50,6 +53,7 @@ class CpuSnapshot:
     server_s: float | None
     stub_s: float | None
     cores: int
+    threads: Mapping[int, tuple[str, float]] = dataclasses.field(default_factory=dict)
 
 
 def _is_stub(name: str) -> bool:
@@ -77,6 +81,64 @@ def _tree_times(pid: int) -> tuple[float, float] | None:
         if _is_stub(name):
             stubs += busy
     return total, stubs
+
+
+_TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+#: Threads busier than this share of a window are counted as saturated.
+BUSY_THREAD = 0.8
+
+
+def _thread_times(pid: int) -> dict[int, tuple[str, float]]:
+    """``{tid: ("process/thread", user + system seconds)}`` of every thread of ``pid`` and its live descendants."""
+    try:
+        root = psutil.Process(pid)
+        pids = [root.pid, *(c.pid for c in root.children(recursive=True))]
+    except psutil.Error:
+        return {}
+    out: dict[int, tuple[str, float]] = {}
+    for p in pids:
+        proc = "stub" if p != pid else "tritonserver"
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            name = stat[stat.find("(") + 1 : stat.rfind(")")]
+            fields = stat[stat.rfind(")") + 2 :].split()
+            # fields[11], fields[12]: utime, stime (the 14th and 15th of proc(5), counted from the state)
+            out[int(tid)] = (f"{proc}/{name}", (int(fields[11]) + int(fields[12])) * _TICK_S)
+    return out
+
+
+def busiest_threads(
+    before: Mapping[int, tuple[str, float]], after: Mapping[int, tuple[str, float]], wall: float, top: int = 8
+) -> dict[str, Any]:
+    """The threads that were busiest between two readings of :func:`_thread_times`.
+
+    Returns:
+        ``busiest`` (``[name, busy fraction]``, highest first, ``top`` of them), ``over_80`` (threads
+        busier than ``BUSY_THREAD``) and ``by_name`` (cores per thread name, summed).
+    """
+    if wall <= 0 or not after:
+        return {"busiest": [], "over_80": 0, "by_name": {}}
+    busy: list[tuple[str, float]] = []
+    by_name: dict[str, float] = {}
+    for tid, (name, cpu_s) in after.items():
+        prev = before.get(tid)
+        share = max(cpu_s - (prev[1] if prev is not None else 0.0), 0.0) / wall
+        busy.append((name, share))
+        by_name[name] = by_name.get(name, 0.0) + share
+    busy.sort(key=lambda x: -x[1])
+    return {
+        "busiest": [[n, round(b, 3)] for n, b in busy[:top]],
+        "over_80": sum(1 for _, b in busy if b > BUSY_THREAD),
+        "by_name": {n: round(c, 3) for n, c in sorted(by_name.items(), key=lambda x: -x[1])[:12]},
+    }
 
 
 def stub_memory(server_pid: int | None) -> dict[str, Any]:
@@ -131,6 +193,7 @@ def snapshot(server_pid: int | None, cores: Sequence[int] | None = None) -> CpuS
         server_s=tree[0] if tree else None,
         stub_s=tree[1] if tree else None,
         cores=len(cores),
+        threads=_thread_times(server_pid) if server_pid is not None else {},
     )
 
 
@@ -163,6 +226,8 @@ def window(before: CpuSnapshot, after: CpuSnapshot, requests: int | None) -> dic
         out["other_cores"] = max(busy - server, 0.0) / wall
         if requests:
             out["server_us_per_request"] = server / requests * 1e6
+    if after.threads:
+        out["threads"] = busiest_threads(before.threads, after.threads, wall)
     return out
 
 

@@ -321,7 +321,7 @@ def stalls_table(doc: dict[str, Any]) -> str:
             f"| {r['variant']} | {_fmt(r.get('rate'), 0)} | {_fmt(_ms(srv.get('request_us')), 2)} | "
             f"{_fmt(_ms(srv.get('queue_us')), 2)} | {st['slow_bins']} | {st['slow_bins_most_sources']} | "
             f"{st['slow_bins_one_source']} | {sil.get('count', 0)} | {_fmt(sil.get('longest_ms'), 0)} | "
-            f"{_fmt(gc_.get('max_ms'), 1)} | {g.get('connection_waits', '-')} |"
+            f"{_fmt(gc_.get('max_ms'), 1)} | {g.get('connection_waits', '-')} | {_threads_cell(r)} |"
         )
     if not rows:
         return ""
@@ -343,6 +343,14 @@ def stalls_table(doc: dict[str, Any]) -> str:
         )
         + "\n"
     )
+
+
+def _threads_cell(run: dict[str, Any]) -> str:
+    th = (run.get("cpu") or {}).get("threads") or {}
+    top = th.get("busiest") or []
+    if not top:
+        return "-"
+    return ", ".join(f"{n} {100 * float(b):.0f}%" for n, b in top[:3]) + f"; {th.get('over_80', 0)} over 80%"
 
 
 def _ms(us: Any) -> float | None:
