@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight import cost_results, open_loop_results
+from inflight.loadtest import report
 
 
 def _fmt(v: Any, spec: str = ",.0f", suffix: str = "") -> str:
@@ -454,6 +455,7 @@ def render(root: Path) -> str:
         lines += summary_section(sj, root)
     lines += open_loop_results.section(root)
     lines += cost_results.section(root)
+    lines += stalls_section(results / STALLS_DIR, root)
     exp = results / "experiments"
     if exp.is_dir():
         lines += experiments_section(exp, root, json.loads(sj.read_text()) if sj.is_file() else None)
@@ -468,7 +470,8 @@ def render(root: Path) -> str:
         lines += pipelined_ceiling_section(sorted(many.rglob("ab-*.json")), root)
     # open-loop runs have their own section (above): capacity at an SLO, not a closed-loop A/B
     open_loop = set(open_loop_results.open_loop_files(results))
-    abs_ = sorted(p for p in results.rglob("ab-*.json") if p not in open_loop)
+    stalls = set((results / STALLS_DIR).rglob("ab-*.json"))
+    abs_ = sorted(p for p in results.rglob("ab-*.json") if p not in open_loop and p not in stalls)
     if abs_:
         lines += ["## Through the server: A/B load tests", ""]
         for p in abs_:
@@ -478,6 +481,41 @@ def render(root: Path) -> str:
     if live.is_file():
         lines += live_window_section(live, root)
     return "\n".join(lines) + "\n"
+
+
+#: Folder of the stall diagnoses (open-loop windows above capacity, with the generator's timeline).
+STALLS_DIR = "stalls"
+
+
+def stalls_section(folder: Path, root: Path) -> list[str]:
+    """Above capacity: where each diagnosed window's slow answers came from, one table per run."""
+    paths = sorted(folder.rglob("ab-*.json")) if folder.is_dir() else []
+    if not paths:
+        return []
+    lines = [
+        f"## Above capacity: where the p99 goes (`results/{STALLS_DIR}`)",
+        "",
+        "Open-loop windows around and above the capacity, with the asyncio generator's timeline (which "
+        "sources saw the slow answers, and when), Triton's own request and queue times, and the server's "
+        'busiest threads. `docs/DESIGN.md` ("Above capacity") reads them.',
+        "",
+    ]
+    for p in paths:
+        doc = json.loads(p.read_text())
+        md = p.with_suffix(".md")
+        args = " ".join(f"`{a}`" for a in (doc.get("server") or {}).get("server_args") or ()) or "none"
+        lines += [
+            f"### [`{p.relative_to(root)}`](../{md.relative_to(root)})",
+            "",
+            "Variants: "
+            + "; ".join(f"{v['label']} `{v['spec']}`" for v in doc.get("variants", []))
+            + f". Server arguments: {args}.",
+            "",
+        ]
+        table = report.stalls_table(doc)
+        # the table's explanation is on the run's own page; here only its rows
+        lines += [ln for ln in table.splitlines() if ln.startswith("|")] + [""]
+    return lines
 
 
 BASELINE = [

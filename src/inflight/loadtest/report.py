@@ -317,8 +317,10 @@ def stalls_table(doc: dict[str, Any]) -> str:
         srv = r.get("server") or {}
         sil = st.get("silent_episodes") or {}
         gc_ = g.get("generator_gc") or {}
+        lat = r.get("latency_ms") or {}
         rows.append(
-            f"| {r['variant']} | {_fmt(r.get('rate'), 0)} | {_fmt(_ms(srv.get('request_us')), 2)} | "
+            f"| {r['variant']} | {_fmt(r.get('rate'), 0)} | {_fmt(lat.get('p50'), 1)} | {_fmt(lat.get('p99'), 1)} | "
+            f"{_fmt(_ms(srv.get('request_us')), 2)} | "
             f"{_fmt(_ms(srv.get('queue_us')), 2)} | {st['slow_bins']} | {st['slow_bins_most_sources']} | "
             f"{st['slow_bins_one_source']} | {sil.get('count', 0)} | {_fmt(sil.get('longest_ms'), 0)} | "
             f"{_fmt(gc_.get('max_ms'), 1)} | {g.get('connection_waits', '-')} | {_threads_cell(r)} |"
@@ -334,10 +336,13 @@ def stalls_table(doc: dict[str, Any]) -> str:
                 "through) makes most sources slow in the same bins; a stall of one generator process makes one. "
                 "*Silent* episodes: consecutive bins where all sources together got under 10% of the offered "
                 "rate's answers while requests were outstanding. Triton's request and queue times are its own "
-                "means over the window (from the request's arrival in the server to its response).\n",
-                "| variant | offered req/s | Triton request ms | Triton queue ms | slow bins | most sources | "
-                "one source | silent episodes | longest silence ms | generator GC max ms | waits for a connection |",
-                "|---|---|---|---|---|---|---|---|---|---|---|",
+                "means over the window (from the request's arrival in the server to its response). A thread's "
+                "busy share is over the CPU window, which also holds the generator's start and its grace (about "
+                "80% of it has load).\n",
+                "| variant | offered req/s | p50 ms | p99 ms | Triton request ms | Triton queue ms | slow bins | "
+                "most sources | one source | silent episodes | longest silence ms | generator GC max ms | "
+                "waits for a connection | busiest server threads (busy share of the CPU window; threads over 80%) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
                 *rows,
             ]
         )
