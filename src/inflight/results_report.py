@@ -512,9 +512,8 @@ def stalls_section(folder: Path, root: Path) -> list[str]:
             + f". Server arguments: {args}.",
             "",
         ]
-        table = report.stalls_table(doc)
-        # the table's explanation is on the run's own page; here only its rows
-        lines += [ln for ln in table.splitlines() if ln.startswith("|")] + [""]
+        # the table's explanation is on the run's own page
+        lines += [report.stalls_table(doc, explain=False)]
     return lines
 
 

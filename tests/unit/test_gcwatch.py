@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import gc
+import time
 
+import pytest
+
+from inflight.runtime import gcwatch
 from inflight.runtime.gcwatch import GcWatch
 
 
@@ -27,3 +31,17 @@ def test_freeze_moves_what_is_alive_out_of_later_collections() -> None:
         assert got["gc_frozen"] >= len(keep)
     finally:
         gc.unfreeze()
+
+
+def test_long_pauses_are_listed_with_their_time_from_the_origin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gcwatch, "LONG_MS", 0.0)  # every pause is "long"
+    origin = time.perf_counter() - 100.0
+    w = GcWatch(origin=origin)
+    gc.collect()
+    got = w.stop()
+    assert got["gc_collections"] >= 1 and got["gc_s"] >= 0.0 and got["gc_max_ms"] >= 0.0
+    assert w.long and len(w.long) == got["gc_collections"]
+    at, ms, gen = w.long[-1]
+    assert 100.0 <= at < 200.0 and ms >= 0.0 and gen == 2
+    gc.collect()  # after stop(): no longer counted
+    assert len(w.long) == got["gc_collections"]

@@ -56,6 +56,7 @@ import numpy as np
 from inflight.errors import ConfigError, InflightError
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import workload as wl
+from inflight.runtime.gcwatch import GcWatch
 
 LOGGER = logging.getLogger(__name__)
 
@@ -73,8 +74,6 @@ BIN_S = 0.010
 STALL_MS = 50.0
 #: A bin of the merged timeline is *silent* when fewer answers than this share of the offered rate's came back.
 SILENT_SHARE = 0.1
-#: A generator garbage-collector pause at least this long (ms) is listed with its time.
-GC_LIST_MS = 5.0
 
 
 class HttpProtocolError(InflightError):
@@ -363,41 +362,6 @@ def stall_summary(
     }
 
 
-class GcPauses:
-    """This process's garbage-collector pauses (``gc.callbacks``), the long ones with their time."""
-
-    def __init__(self, origin: float) -> None:
-        self.count = 0
-        self.total_s = 0.0
-        self.max_s = 0.0
-        self.long: list[list[float]] = []
-        self.origin = origin
-        self._t0 = 0.0
-        gc.callbacks.append(self._callback)
-
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._t0 = time.perf_counter()
-            return
-        dt = time.perf_counter() - self._t0
-        self.count += 1
-        self.total_s += dt
-        self.max_s = max(self.max_s, dt)
-        if dt * 1e3 >= GC_LIST_MS and len(self.long) < 100:
-            self.long.append([round(self._t0 - self.origin, 3), round(dt * 1e3, 2), int(info.get("generation", 0))])
-
-    def stop(self) -> dict[str, Any]:
-        """Stop counting; the figures as JSON (``long``: ``[s from the window start, ms, generation]``)."""
-        if self._callback in gc.callbacks:
-            gc.callbacks.remove(self._callback)
-        return {
-            "count": self.count,
-            "total_ms": round(self.total_s * 1e3, 2),
-            "max_ms": round(self.max_s * 1e3, 2),
-            "long": self.long,
-        }
-
-
 @dataclass
 class _Pending:
     due: float
@@ -585,7 +549,7 @@ class _Source:
             await asyncio.sleep(start - now)
         self.counts.reset(start)
         self.timeline = Timeline(start, self.options.duration_s + self.options.stop_grace_s)
-        pauses = GcPauses(start)
+        pauses = GcWatch(origin=start)
         cpu0 = time.process_time()
         for seq, offset in enumerate(schedule, 1):
             due = start + offset
@@ -605,7 +569,13 @@ class _Source:
         now = time.perf_counter()
         self.counts.stop(now)
         self.cpu_s = time.process_time() - cpu0
-        self.gc_pauses = pauses.stop()
+        gc_figures = pauses.stop()
+        self.gc_pauses = {
+            "count": gc_figures["gc_collections"],
+            "total_ms": round(sum(pauses.pause_s) * 1e3, 2),
+            "max_ms": round(pauses.max_pause_s * 1e3, 2),
+            "long": pauses.long,
+        }
         self.wall_s = now - start
         # still unanswered: the time waited so far (a lower bound of the latency) enters the raw latencies
         unanswered = list(self.waiting) + [c.current for c in self.conns if c.current is not None]

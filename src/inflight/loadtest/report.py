@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight.errors import ConfigError
+from inflight.loadtest import rategen
 from inflight.loadtest.stats import COUNT_SPAN_S
 
 LOGGER = logging.getLogger(__name__)
@@ -306,8 +307,13 @@ def open_loop_section(doc: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def stalls_table(doc: dict[str, Any]) -> str:
-    """Where each window's slow answers came from (asyncio generator windows with a timeline), or ''."""
+def stalls_table(doc: dict[str, Any], *, explain: bool = True) -> str:
+    """Where each window's slow answers came from (asyncio generator windows with a timeline), or ''.
+
+    Args:
+        doc: The A/B document.
+        explain: Start with a heading and what the columns mean; otherwise the table alone.
+    """
     rows = []
     for r in doc.get("runs", []):
         g = r.get("generator_run") or {}
@@ -327,18 +333,21 @@ def stalls_table(doc: dict[str, Any]) -> str:
         )
     if not rows:
         return ""
+    head = [
+        "### Where the slow answers came from\n",
+        f"The generator bins each source's window in {rategen.BIN_S * 1e3:g} ms: a bin is *slow* when an answer "
+        f"in it took over {rategen.STALL_MS:g} ms from its scheduled send. A stall of the server (or of anything "
+        "every connection goes through) makes most sources slow in the same bins; a stall of one generator "
+        f"process makes one. *Silent* episodes: consecutive bins where all sources together got under "
+        f"{100 * rategen.SILENT_SHARE:g}% of the offered rate's answers while requests were outstanding. "
+        "Triton's request and queue times are its own means over the window (from the request's arrival in "
+        "the server to its response). A thread's busy share is over the CPU window, which also holds the "
+        "generator's start and its grace (about 80% of it has load).\n",
+    ]
     return (
         "\n".join(
             [
-                "### Where the slow answers came from\n",
-                "The generator bins each source's window in 10 ms: a bin is *slow* when an answer in it took over "
-                "50 ms from its scheduled send. A stall of the server (or of anything every connection goes "
-                "through) makes most sources slow in the same bins; a stall of one generator process makes one. "
-                "*Silent* episodes: consecutive bins where all sources together got under 10% of the offered "
-                "rate's answers while requests were outstanding. Triton's request and queue times are its own "
-                "means over the window (from the request's arrival in the server to its response). A thread's "
-                "busy share is over the CPU window, which also holds the generator's start and its grace (about "
-                "80% of it has load).\n",
+                *(head if explain else []),
                 "| variant | offered req/s | p50 ms | p99 ms | Triton request ms | Triton queue ms | slow bins | "
                 "most sources | one source | silent episodes | longest silence ms | generator GC max ms | "
                 "waits for a connection | busiest server threads (busy share of the CPU window; threads over 80%) |",

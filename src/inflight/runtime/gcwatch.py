@@ -14,15 +14,26 @@ import gc
 import time
 from typing import Any
 
+#: A pause at least this long (ms) is listed in ``GcWatch.long`` with its time.
+LONG_MS = 5.0
+#: Most long pauses listed.
+LONG_MAX = 100
+
 
 class GcWatch:
     """Counts collections and their pauses from construction to ``stop()``.
 
     Args:
         freeze: Collect once, then ``gc.freeze()`` what is alive (the model, torch, the engine).
+        origin: ``time.perf_counter()`` the long pauses' times count from (default: construction).
+
+    Attributes:
+        long: Pauses of at least ``LONG_MS``: ``[s from origin, ms, generation]`` (the first ``LONG_MAX``).
     """
 
-    def __init__(self, *, freeze: bool = False) -> None:
+    def __init__(self, *, freeze: bool = False, origin: float | None = None) -> None:
+        self.origin = time.perf_counter() if origin is None else origin
+        self.long: list[list[float]] = []
         self.frozen = 0
         if freeze:
             gc.collect()
@@ -43,6 +54,8 @@ class GcWatch:
         self.collections[gen] += 1
         self.pause_s[gen] += dt
         self.max_pause_s = max(self.max_pause_s, dt)
+        if dt * 1e3 >= LONG_MS and len(self.long) < LONG_MAX:
+            self.long.append([round(self._t0 - self.origin, 3), round(dt * 1e3, 2), gen])
 
     def stop(self) -> dict[str, float | int]:
         """Stop counting.
