@@ -95,8 +95,9 @@ class BackendParameters:
             response; a shorter interval bounds how long one waits for a thread that computes.
         completion_wait: ``blocking`` (blocking-sync events) or ``poll`` (cudaEventQuery).
         precision: ``fp16``, ``bf16`` or ``fp32`` on the GPU (the CPU always runs fp32).
-        compile: ``auto`` (inductor on a GPU, none on the CPU), ``inductor`` (``torch.compile``)
-            or ``none`` (Torch engine).
+        compile: ``auto`` (inductor on a GPU, none on the CPU), ``inductor`` (``torch.compile``),
+            ``max-autotune`` (inductor choosing each GEMM among cuBLAS and its own templates by
+            timing them: a longer first compile) or ``none`` (Torch engine).
         cuda_graphs: Capture and replay CUDA graphs per (batch, sequence) bucket.
         batch_buckets: Batch sizes graphs are captured for; a launch is padded up to one (a
             group that would waste more than 1/8 of its bucket is cut into smaller launches).
@@ -137,7 +138,7 @@ class BackendParameters:
     gil_switch_interval_us: int = 0
     completion_wait: Literal["blocking", "poll"] = "blocking"
     precision: Literal["fp16", "bf16", "fp32"] = "fp16"
-    compile: Literal["auto", "inductor", "none"] = "auto"
+    compile: Literal["auto", "inductor", "max-autotune", "none"] = "auto"
     cuda_graphs: bool = True
     batch_buckets: tuple[int, ...] = ()
     seq_buckets: tuple[int, ...] = (16, 32, 48, 64, 80, 96, 112, 128, 192, 256, 384, 512)
@@ -192,7 +193,7 @@ class BackendParameters:
             "engine": ("torch", "tensorrt", "auto"),
             "completion_wait": ("blocking", "poll"),
             "precision": ("fp16", "bf16", "fp32"),
-            "compile": ("auto", "inductor", "none"),
+            "compile": ("auto", "inductor", "max-autotune", "none"),
         }
         for key, raw in params.items():
             raw = raw.strip()

@@ -1,4 +1,4 @@
-"""The served bert_tiny (last layer for CLS only) against the unmodified encoder, and compiled vs eager, on the CPU."""
+"""The served bert_tiny (last layer for CLS only, fused FFN operator) against the unmodified encoder, on the CPU."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from inflight.runtime.engines.torch_engine import TorchEngine  # noqa: E402
 @pytest.mark.parametrize("attention", ["sdpa", "explicit"])
 @pytest.mark.parametrize("seq", [1, 16, 64, 128])
 def test_cls_only_matches_the_unmodified_model(seq: int, attention: str) -> None:
-    full = make_module(0, cls_only=False)
+    full = make_module(0, cls_only=False, fused_ffn=False)
     served = make_module(0, attention=attention)
     x = SPEC.example_inputs(33, seq_len=seq, rng=np.random.default_rng(seq))
     args = [torch.from_numpy(x[t.name]) for t in SPEC.inputs]
@@ -29,6 +29,19 @@ def test_cls_only_matches_the_unmodified_model(seq: int, attention: str) -> None
         args[1] = torch.ones_like(args[1])
         with torch.inference_mode():
             assert float((served(*args) - want).abs().max()) > 1e-3
+
+
+def test_the_served_module_uses_the_fused_operator_and_the_unmodified_one_does_not(tmp_path: Path) -> None:
+    """The artifact records ``inflight::linear_gelu`` and loads back (the op registers on import)."""
+    from inflight.runtime.engines.torch_engine import load_module
+
+    art = tmp_path / "model.pt2"
+    export_torch(SPEC, make_module(0), art)
+    targets = {str(n.target) for n in load_module(art).graph.nodes if n.op == "call_function"}
+    assert "inflight.linear_gelu.default" in targets
+    plain = tmp_path / "plain.pt2"
+    export_torch(SPEC, make_module(0, fused_ffn=False), plain)
+    assert not any("linear_gelu" in str(n.target) for n in load_module(plain).graph.nodes)
 
 
 def test_unknown_attention_is_refused() -> None:

@@ -119,25 +119,27 @@ class Variant:
 
     Attributes:
         label: Its name in the JSON (``engine`` key of each row).
-        compile: ``none`` or ``inductor``.
+        compile: ``none``, ``inductor`` or ``max-autotune``.
         precision: ``fp16``, ``bf16`` or ``fp32``.
         module: ``make_module`` options to export a module from (None: the repository's artifact).
+        mixed: Also measure a mixed-length batch against a uniform one with this engine.
     """
 
     label: str
     compile: str
     precision: str
     module: tuple[tuple[str, Any], ...] | None = None
+    mixed: bool = False
 
 
 def variants_for(model: str, precision: str) -> list[Variant]:
     """The engines compared for ``model``: the served one first, then the others."""
-    served = Variant(f"inductor, served artifact, {precision}", "inductor", precision)
+    served = Variant(f"inductor, served artifact, {precision}", "inductor", precision, mixed=True)
     out = [served, Variant(f"eager, served artifact, {precision}", "none", precision)]
     if model == "bert_tiny":
-        full = (("cls_only", False),)
+        full = (("cls_only", False), ("fused_ffn", False))
         out = [
-            Variant(f"inductor, CLS-only last layer (served), {precision}", "inductor", precision),
+            Variant(f"inductor, CLS-only last layer (served), {precision}", "inductor", precision, mixed=True),
             Variant(f"eager, unmodified model (the engine before), {precision}", "none", precision, full),
             Variant(f"inductor, unmodified model, {precision}", "inductor", precision, full),
             Variant("inductor, CLS-only last layer (served), bf16", "inductor", "bf16"),
@@ -257,11 +259,12 @@ def _mixed_batch(spec: Any, rows: int, lengths: tuple[int, int] | None, per_requ
     return Batch(items)
 
 
-def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Engine-only time per batch of every variant, its load time and error, and the mixed-length row.
+def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    """Engine-only time per batch of every variant, its load time and error, and the mixed-length rows.
 
     Returns:
-        Rows (one per variant and batch size) and the mixed-length result of the served engine.
+        Rows (one per variant and batch size), the mixed-length result of the served engine, and
+        the mixed-length results of every variant that measures one (the served engine first).
     """
     import torch
 
@@ -272,13 +275,14 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     spec = get_model(cfg.model)
     seq = cfg.seq_len if spec.variable_seq else None
     peak = peak_for(cuda.device_name(cfg.device_id))
-    reference = spec.make_module(0, **({"cls_only": False} if cfg.model == "bert_tiny" else {}))
+    reference = spec.make_module(0, **({"cls_only": False, "fused_ffn": False} if cfg.model == "bert_tiny" else {}))
     mixed_seqs: tuple[int, ...] | None = None
     if spec.variable_seq:
         mixed_seqs = tuple(s for s in BackendParameters().seq_buckets if s <= max(cfg.mixed[1], seq or 0))
     max_rows = max(cfg.batches)
     rows_out: list[dict[str, Any]] = []
     mixed: dict[str, Any] = {}
+    mixed_all: list[dict[str, Any]] = []
     work = {b: batch_work(spec, reference, b, seq, cfg.precision) for b in cfg.batches}
     for i, v in enumerate(variants_for(cfg.model, cfg.precision)):
         t0 = time.perf_counter()
@@ -292,7 +296,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
         )
         layout = Layout(spec, max_rows, mixed_seqs[-1] if mixed_seqs else None)
         buckets = Buckets(
-            tuple(sorted(set(cfg.batches))) if i else pow2_buckets(max_rows), mixed_seqs, GPU_LAUNCH_COST_TOKENS
+            pow2_buckets(max_rows) if v.mixed else tuple(sorted(set(cfg.batches))), mixed_seqs, GPU_LAUNCH_COST_TOKENS
         )
         runner = CudaRunner(engine, layout, buckets, device_id=cfg.device_id)
         runner.make_slots(1)
@@ -322,7 +326,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                 }
                 LOGGER.info("%s", json.dumps(row))
                 rows_out.append(row)
-            if i == 0 and mixed_seqs is not None:
+            if v.mixed and mixed_seqs is not None:
                 t1 = time.perf_counter()
                 runner.warmup(mixed_seqs)  # every bucket the mixed batch can use
                 capture_all_s = time.perf_counter() - t1
@@ -357,7 +361,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                         "graph_replays": engine.counters["replays"] - before["replays"],
                         "eager_launches": engine.counters["eager"] - before["eager"],
                     }
-                mixed = {
+                this = {
                     "engine": v.label,
                     "batch": b,
                     "lengths": list(cfg.mixed),
@@ -371,14 +375,18 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                     "graphs": engine.graphs(),
                     "capture_all_s": capture_all_s,
                     "graph_memory_mb": engine.graph_memory_mb(),
+                    "load_s": load_s,
                 }
-                LOGGER.info("mixed lengths: %s", json.dumps(mixed))
+                LOGGER.info("mixed lengths: %s", json.dumps(this))
+                mixed_all.append(this)
+                if i == 0:
+                    mixed = this
         finally:
             runner.close()
         if not cfg.variants:
             break
         torch.cuda.empty_cache()
-    return rows_out, mixed
+    return rows_out, mixed, mixed_all
 
 
 def run(cfg: BenchConfig) -> dict[str, Any]:
@@ -394,8 +402,9 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     buckets = Buckets(tuple(sorted(set(cfg.batches))), (seq,) if seq else None)
     variant_rows: list[dict[str, Any]] = []
     mixed: dict[str, Any] = {}
+    mixed_all: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="inflight-bench-") as tmp:
-        variant_rows, mixed = bench_variants(cfg, Path(tmp))
+        variant_rows, mixed, mixed_all = bench_variants(cfg, Path(tmp))
     served = variants_for(cfg.model, cfg.precision)[0].label
     engine = TorchEngine(cfg.artifact, spec, device_id=cfg.device_id, precision=cfg.precision, max_graphs=512)
     sink = CountingSink()
@@ -532,6 +541,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
         "rows": rows_out + variant_rows,
         "mixed_length": mixed,
         "mixed_length_token_ratio": mixed.get("mixed_length_token_ratio"),
+        "mixed_length_by_engine": mixed_all,
         "peak": None if peak is None else peak.name,
         "pipelined_stats": pipe_stats,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

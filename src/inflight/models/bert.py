@@ -24,7 +24,14 @@ POSITIONS = 512
 MASKED_SCORE = -30000.0
 
 
-def make_module(seed: int = 0, *, cls_only: bool = True, attention: str = "sdpa") -> torch.nn.Module:
+def make_module(
+    seed: int = 0,
+    *,
+    cls_only: bool = True,
+    attention: str = "sdpa",
+    cls_attention: str | None = None,
+    fused_ffn: bool = True,
+) -> torch.nn.Module:
     """Build bert-tiny in fp32 on the CPU, eval mode, weights from ``seed``.
 
     Args:
@@ -34,17 +41,28 @@ def make_module(seed: int = 0, *, cls_only: bool = True, attention: str = "sdpa"
             about half the last layer's work; ``cls_only=False`` is the unmodified encoder.
         attention: ``sdpa`` (``scaled_dot_product_attention`` with a boolean mask) or ``explicit``
             (matmul, additive mask, softmax, matmul: one fusable graph for the compiler).
+        cls_attention: The attention of the CLS-only last layer (one query per sequence), ``sdpa``
+            or ``explicit``; None: ``attention``.
+        fused_ffn: The FFN's first linear layer and its GELU as one operator,
+            ``inflight::linear_gelu`` (:mod:`inflight.models.ops`: one Triton kernel on the GPU, the
+            same two ops on the CPU); False: ``F.gelu(F.linear(...))`` as in the original model.
     """
     import torch
     from torch import nn
     from torch.nn import functional as F
 
-    if attention not in ("sdpa", "explicit"):
-        raise ValueError(f"attention={attention!r}: use 'sdpa' or 'explicit'")
+    from inflight.models.ops import linear_gelu
+
+    cls_how: str = cls_attention or attention
+    for name, value in (("attention", attention), ("cls_attention", cls_how)):
+        if value not in ("sdpa", "explicit"):
+            raise ValueError(f"{name}={value!r}: use 'sdpa' or 'explicit'")
     head_dim = HIDDEN // HEADS
 
-    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        if attention == "sdpa":
+    def attend(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, how: str = attention
+    ) -> torch.Tensor:
+        if how == "sdpa":
             return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
         scores = torch.matmul(q, k.transpose(-2, -1)) * head_dim**-0.5
         # a literal, not finfo(dtype).min: the module is exported in fp32 and served in fp16/bf16
@@ -66,7 +84,13 @@ def make_module(seed: int = 0, *, cls_only: bool = True, attention: str = "sdpa"
             q, k, v = self.qkv(x).view(b, s, 3, HEADS, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
             a = attend(q, k, v, keep)
             x = self.ln1(x + self.attn_out(a.transpose(1, 2).reshape(b, s, h)))
-            return self.ln2(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+            return self.ln2(x + self.ffn_out(self.ffn_act(x)))
+
+        def ffn_act(self, x: torch.Tensor) -> torch.Tensor:
+            """``gelu(ffn_in(x))``, fused or not (``fused_ffn``)."""
+            if fused_ffn:
+                return linear_gelu(x, self.ffn_in.weight, self.ffn_in.bias)
+            return F.gelu(self.ffn_in(x))
 
         def forward_cls(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
             """The layer's output at position 0 only, ``[b, h]``: queries, FFN and norms for CLS."""
@@ -75,9 +99,9 @@ def make_module(seed: int = 0, *, cls_only: bool = True, attention: str = "sdpa"
             kv = F.linear(x, w[h:], bias[h:]).view(b, s, 2, HEADS, head_dim).permute(2, 0, 3, 1, 4)
             x0 = x[:, 0]
             q = F.linear(x0, w[:h], bias[:h]).view(b, HEADS, 1, head_dim)
-            a = attend(q, kv[0], kv[1], keep)  # [b, heads, 1, head_dim]
+            a = attend(q, kv[0], kv[1], keep, cls_how)  # [b, heads, 1, head_dim]
             x0 = self.ln1(x0 + self.attn_out(a.reshape(b, h)))
-            return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
+            return self.ln2(x0 + self.ffn_out(self.ffn_act(x0)))
 
     class BertTiny(nn.Module):
         def __init__(self) -> None:

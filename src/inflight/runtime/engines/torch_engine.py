@@ -41,6 +41,8 @@ def load_module(artifact: Path, device: str = "cpu") -> Any:
     """
     import torch
 
+    import inflight.models.ops  # noqa: F401  (registers the custom operators an artifact may use)
+
     if not artifact.is_file():
         raise EngineError(
             f"Torch artifact {artifact} not found; build it with `inflight build-models` (it writes "
@@ -64,8 +66,10 @@ def load_module(artifact: Path, device: str = "cpu") -> Any:
     return gm
 
 
-#: Compile modes of ``TorchEngine`` (``auto``: inductor on a GPU, none on the CPU).
-COMPILE_MODES = ("auto", "inductor", "none")
+#: Compile modes of ``TorchEngine`` (``auto``: inductor on a GPU, none on the CPU; ``max-autotune``:
+#: inductor timing its GEMM templates against cuBLAS, without its own CUDA graphs, which the engine
+#: captures itself).
+COMPILE_MODES = ("auto", "inductor", "max-autotune", "none")
 
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
@@ -86,7 +90,8 @@ class TorchEngine(Engine):
         precision: ``fp16``, ``bf16`` or ``fp32`` (GPU only; the CPU runs fp32).
         cuda_graphs: Capture graphs (GPU only).
         max_graphs: Graphs kept at once; beyond it the least recently used is dropped.
-        compile: ``inductor`` (``torch.compile``, dynamic batch and sequence axes), ``none``, or
+        compile: ``inductor`` (``torch.compile``, dynamic batch and sequence axes), ``max-autotune``
+            (the same, each GEMM chosen by timing inductor's templates against cuBLAS), ``none``, or
             ``auto`` (inductor on a GPU, none on the CPU).
         graph_memory_mb: Budget for graph memory captured at load (``capture`` returns False
             once the engine's GPU memory grew past it; those buckets are captured on first use).
@@ -129,10 +134,12 @@ class TorchEngine(Engine):
             module = load_module(artifact, str(self.device)).to(self.device)
             if self.dtype != torch.float32:
                 module = module.to(self.dtype)
-        self.compiled = compile == "inductor" or (compile == "auto" and device_id is not None)
+        self.compiled = compile in ("inductor", "max-autotune") or (compile == "auto" and device_id is not None)
+        self.compile_mode = "none" if not self.compiled else "max-autotune" if compile == "max-autotune" else "inductor"
         if self.compiled:
             # dynamic: one compiled program for every bucket (a static one would recompile per shape)
-            module = torch.compile(module, dynamic=True)
+            mode = "max-autotune-no-cudagraphs" if self.compile_mode == "max-autotune" else None
+            module = torch.compile(module, dynamic=True, mode=mode)
         self.module = module
         self.precision = {v: k for k, v in _DTYPES.items()}[str(self.dtype).removeprefix("torch.")]
         self._views: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
@@ -155,7 +162,9 @@ class TorchEngine(Engine):
 
     def describe(self) -> str:
         """Engine, device, precision, compile and graph mode."""
-        how = "inductor-compiled" if self.compiled else "eager"
+        how = {"inductor": "inductor-compiled", "max-autotune": "inductor-compiled (max-autotune)"}.get(
+            self.compile_mode, "eager"
+        )
         if self.device_id is None:
             return f"torch.export engine on CPU (fp32, {how}, {self._torch.get_num_threads()} threads)"
         name = self._torch.cuda.get_device_name(self.device_id)

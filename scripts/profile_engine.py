@@ -1,0 +1,159 @@
+"""Where a bucket's GPU time goes: the served Torch engine's kernels at (batch, seq), by time.
+
+Builds the engine the backend serves (``TorchEngine`` on the repository's ``model.pt2``, compiled,
+fp16), captures the bucket's CUDA graph, times graph replays with CUDA events, then runs the same
+compiled step under ``torch.profiler`` (kineto/CUPTI, bundled with torch) and lists the kernels by
+total GPU time per batch. Writes a JSON (device, versions, per bucket: replay time, kernel count,
+kernel rows) and prints a table.
+
+Options for trying rewrites: ``--module key=value`` exports ``make_module(0, key=value...)`` in
+place of the repository's artifact (e.g. ``cls_attention=explicit``), and ``--no-cudnn-sdp`` turns
+PyTorch's cuDNN attention backend off before compiling, so ``scaled_dot_product_attention`` with a
+mask lowers to the memory-efficient kernel instead (set ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``
+when comparing such switches: inductor's on-disk cache does not key on them).
+
+Usage (GPU host): python3 scripts/profile_engine.py --batch 512 --batch 2048 --out prof.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+ITERS = 20
+
+
+def profile_bucket(engine: Any, rows: int, seq: int, stream: Any) -> dict[str, Any]:
+    """Replay time and the kernels of one ``(rows, seq)`` bucket."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from inflight.runtime.batch import Group
+
+    spec = engine.spec
+    group = Group((rows, seq), rows, 0, {t.name: 0 for t in spec.inputs}, {t.name: 0 for t in spec.outputs})
+    assert engine.capture(0, rows, seq, stream.cuda_stream)
+    for _ in range(10):
+        engine.enqueue(0, group, stream.cuda_stream)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(stream)
+    for _ in range(100):
+        engine.enqueue(0, group, stream.cuda_stream)
+    end.record(stream)
+    end.synchronize()
+    replay_us = start.elapsed_time(end) * 1e3 / 100
+    with torch.inference_mode(), torch.cuda.stream(stream):
+        engine._step(rows, seq)  # compiled for this shape already
+        stream.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(ITERS):
+                engine._step(rows, seq)
+            stream.synchronize()
+    kernels: dict[str, dict[str, float]] = {}
+    for ev in prof.events():
+        if ev.device_type.name != "CUDA":
+            continue
+        k = kernels.setdefault(ev.name, {"us": 0.0, "calls": 0})
+        k["us"] += ev.device_time / ITERS
+        k["calls"] += 1 / ITERS
+    rows_out: list[dict[str, Any]] = sorted(
+        ({"kernel": n, **v} for n, v in kernels.items()), key=lambda r: -float(r["us"])
+    )
+    return {
+        "batch": rows,
+        "seq": seq,
+        "replay_us": replay_us,
+        "kernel_us_sum": sum(r["us"] for r in rows_out),
+        "kernels_per_batch": sum(r["calls"] for r in rows_out),
+        "kernels": rows_out,
+    }
+
+
+def max_abs_error(engine: Any, spec: Any, seq: int) -> float:
+    """Largest ``|engine - unmodified fp32 CPU model|`` over 256 items with padded masks."""
+    import numpy as np
+    import torch
+
+    x = spec.example_inputs(256, seq_len=seq, rng=np.random.default_rng(1))
+    ref_module = spec.make_module(0, cls_only=False)
+    with torch.inference_mode():
+        ref = ref_module(*[torch.from_numpy(x[t.name]) for t in spec.inputs]).double()
+        got = engine._forward({t.name: torch.from_numpy(x[t.name]).to(engine.device) for t in spec.inputs})
+    return float((got.double().cpu() - ref).abs().max())
+
+
+def main() -> None:
+    """Profile the buckets named on the command line."""
+    import torch
+
+    from inflight.models.registry import get_model
+    from inflight.runtime.batch import Layout
+    from inflight.runtime.engines.base import SlotBuffers
+    from inflight.runtime.engines.torch_engine import TorchEngine
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="bert_tiny")
+    p.add_argument("--repository", type=Path, default=Path("model_repository"))
+    p.add_argument("--batch", type=int, action="append")
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--precision", default="fp16")
+    p.add_argument("--module", action="append", default=[], help="make_module option key=value (exports anew)")
+    p.add_argument("--no-cudnn-sdp", action="store_true", help="torch.backends.cuda.enable_cudnn_sdp(False)")
+    p.add_argument("--compile", default="inductor", help="TorchEngine compile mode (inductor, max-autotune)")
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args()
+    spec = get_model(a.model)
+    batches = a.batch or [512, 2048]
+    artifact = a.repository / f"{a.model}_inflight" / "1" / "model.pt2"
+    options = dict(kv.split("=", 1) for kv in a.module)
+    if options:
+        from inflight.build import export_torch
+
+        artifact = a.out.with_suffix(".pt2")
+        export_torch(spec, spec.make_module(0, **options), artifact)
+    if a.no_cudnn_sdp:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    engine = TorchEngine(artifact, spec, device_id=0, precision=a.precision, compile=a.compile)
+    layout = Layout(spec, max(batches), a.seq)
+    bufs = {
+        t.name: torch.ones(layout.max_items * Layout.per_item(t, a.seq), dtype=getattr(torch, t.dtype), device="cuda")
+        for t in spec.inputs
+    }
+    outs = {
+        t.name: torch.zeros(layout.max_items * Layout.per_item(t, a.seq), dtype=getattr(torch, t.dtype), device="cuda")
+        for t in spec.outputs
+    }
+    engine.bind(
+        0,
+        SlotBuffers(
+            inputs={k: (v.data_ptr(), v.numel() * v.element_size()) for k, v in bufs.items()},
+            outputs={k: (v.data_ptr(), v.numel() * v.element_size()) for k, v in outs.items()},
+        ),
+    )
+    stream = torch.cuda.Stream()
+    buckets = [profile_bucket(engine, b, a.seq, stream) for b in batches]
+    doc: dict[str, Any] = {
+        "kind": "engine_profile",
+        "device": torch.cuda.get_device_name(0),
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
+        "engine": engine.describe(),
+        "module_options": options,
+        "cudnn_sdp": not a.no_cudnn_sdp,
+        "max_abs_error_vs_fp32_cpu": max_abs_error(engine, spec, a.seq),
+        "buckets": buckets,
+    }
+    a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    for b in buckets:
+        print(
+            f"batch {b['batch']} seq {b['seq']}: replay {b['replay_us']:.1f} us, kernels {b['kernel_us_sum']:.1f} us "
+            f"in {b['kernels_per_batch']:.0f} launches"
+        )
+        for k in b["kernels"][:25]:
+            print(f"  {k['us']:8.1f} us  x{k['calls']:.0f}  {k['kernel'][:110]}")
+
+
+if __name__ == "__main__":
+    main()
