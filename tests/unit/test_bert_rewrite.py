@@ -1,4 +1,4 @@
-"""The served bert_tiny (last layer for CLS only, fused FFN operator) against the unmodified encoder, on the CPU."""
+"""The served bert_tiny (last layer for CLS only) against the unmodified encoder, on the CPU."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from inflight.runtime.engines.torch_engine import TorchEngine  # noqa: E402
 @pytest.mark.parametrize("attention", ["sdpa", "explicit"])
 @pytest.mark.parametrize("seq", [1, 16, 64, 128])
 def test_cls_only_matches_the_unmodified_model(seq: int, attention: str) -> None:
-    full = make_module(0, cls_only=False, fused_ffn=False)
+    full = make_module(0, cls_only=False)
     served = make_module(0, attention=attention)
     x = SPEC.example_inputs(33, seq_len=seq, rng=np.random.default_rng(seq))
     args = [torch.from_numpy(x[t.name]) for t in SPEC.inputs]
@@ -31,22 +31,21 @@ def test_cls_only_matches_the_unmodified_model(seq: int, attention: str) -> None
             assert float((served(*args) - want).abs().max()) > 1e-3
 
 
-def test_the_served_module_uses_the_fused_operator_and_the_unmodified_one_does_not(tmp_path: Path) -> None:
-    """The artifact records ``inflight::linear_gelu`` and loads back (the op registers on import)."""
-    from inflight.runtime.engines.torch_engine import load_module
-
-    art = tmp_path / "model.pt2"
-    export_torch(SPEC, make_module(0), art)
-    targets = {str(n.target) for n in load_module(art).graph.nodes if n.op == "call_function"}
-    assert "inflight.linear_gelu.default" in targets
-    plain = tmp_path / "plain.pt2"
-    export_torch(SPEC, make_module(0, fused_ffn=False), plain)
-    assert not any("linear_gelu" in str(n.target) for n in load_module(plain).graph.nodes)
+def test_explicit_cls_attention_matches_the_unmodified_model() -> None:
+    """``cls_attention=explicit``: SDPA in the first layer, matmul-softmax-matmul for the CLS query."""
+    full = make_module(0, cls_only=False)
+    served = make_module(0, cls_attention="explicit")
+    x = SPEC.example_inputs(9, seq_len=40, rng=np.random.default_rng(3))
+    args = [torch.from_numpy(x[t.name]) for t in SPEC.inputs]
+    with torch.inference_mode():
+        assert float((served(*args) - full(*args)).abs().max()) <= 1e-5
 
 
 def test_unknown_attention_is_refused() -> None:
     with pytest.raises(ValueError, match="attention="):
         make_module(0, attention="flash")
+    with pytest.raises(ValueError, match="cls_attention="):
+        make_module(0, cls_attention="flash")
 
 
 def test_inductor_compiled_engine_matches_eager_on_cpu(tmp_path: Path) -> None:

@@ -137,7 +137,7 @@ def variants_for(model: str, precision: str) -> list[Variant]:
     served = Variant(f"inductor, served artifact, {precision}", "inductor", precision, mixed=True)
     out = [served, Variant(f"eager, served artifact, {precision}", "none", precision)]
     if model == "bert_tiny":
-        full = (("cls_only", False), ("fused_ffn", False))
+        full = (("cls_only", False),)
         out = [
             Variant(f"inductor, CLS-only last layer (served), {precision}", "inductor", precision, mixed=True),
             Variant(f"eager, unmodified model (the engine before), {precision}", "none", precision, full),
@@ -275,7 +275,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     spec = get_model(cfg.model)
     seq = cfg.seq_len if spec.variable_seq else None
     peak = peak_for(cuda.device_name(cfg.device_id))
-    reference = spec.make_module(0, **({"cls_only": False, "fused_ffn": False} if cfg.model == "bert_tiny" else {}))
+    reference = spec.make_module(0, **({"cls_only": False} if cfg.model == "bert_tiny" else {}))
     mixed_seqs: tuple[int, ...] | None = None
     if spec.variable_seq:
         mixed_seqs = tuple(s for s in BackendParameters().seq_buckets if s <= max(cfg.mixed[1], seq or 0))

@@ -30,7 +30,6 @@ def make_module(
     cls_only: bool = True,
     attention: str = "sdpa",
     cls_attention: str | None = None,
-    fused_ffn: bool = True,
 ) -> torch.nn.Module:
     """Build bert-tiny in fp32 on the CPU, eval mode, weights from ``seed``.
 
@@ -43,15 +42,10 @@ def make_module(
             (matmul, additive mask, softmax, matmul: one fusable graph for the compiler).
         cls_attention: The attention of the CLS-only last layer (one query per sequence), ``sdpa``
             or ``explicit``; None: ``attention``.
-        fused_ffn: The FFN's first linear layer and its GELU as one operator,
-            ``inflight::linear_gelu`` (:mod:`inflight.models.ops`: one Triton kernel on the GPU, the
-            same two ops on the CPU); False: ``F.gelu(F.linear(...))`` as in the original model.
     """
     import torch
     from torch import nn
     from torch.nn import functional as F
-
-    from inflight.models.ops import linear_gelu
 
     cls_how: str = cls_attention or attention
     for name, value in (("attention", attention), ("cls_attention", cls_how)):
@@ -84,13 +78,7 @@ def make_module(
             q, k, v = self.qkv(x).view(b, s, 3, HEADS, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
             a = attend(q, k, v, keep)
             x = self.ln1(x + self.attn_out(a.transpose(1, 2).reshape(b, s, h)))
-            return self.ln2(x + self.ffn_out(self.ffn_act(x)))
-
-        def ffn_act(self, x: torch.Tensor) -> torch.Tensor:
-            """``gelu(ffn_in(x))``, fused or not (``fused_ffn``)."""
-            if fused_ffn:
-                return linear_gelu(x, self.ffn_in.weight, self.ffn_in.bias)
-            return F.gelu(self.ffn_in(x))
+            return self.ln2(x + self.ffn_out(F.gelu(self.ffn_in(x))))
 
         def forward_cls(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
             """The layer's output at position 0 only, ``[b, h]``: queries, FFN and norms for CLS."""
@@ -101,7 +89,7 @@ def make_module(
             q = F.linear(x0, w[:h], bias[:h]).view(b, HEADS, 1, head_dim)
             a = attend(q, kv[0], kv[1], keep, cls_how)  # [b, heads, 1, head_dim]
             x0 = self.ln1(x0 + self.attn_out(a.reshape(b, h)))
-            return self.ln2(x0 + self.ffn_out(self.ffn_act(x0)))
+            return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
 
     class BertTiny(nn.Module):
         def __init__(self) -> None:

@@ -41,8 +41,6 @@ def load_module(artifact: Path, device: str = "cpu") -> Any:
     """
     import torch
 
-    import inflight.models.ops  # noqa: F401  (registers the custom operators an artifact may use)
-
     if not artifact.is_file():
         raise EngineError(
             f"Torch artifact {artifact} not found; build it with `inflight build-models` (it writes "
