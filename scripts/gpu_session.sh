@@ -90,7 +90,9 @@ case "$STEP" in
              # PARTS picks and orders the parts, each packed into $OUT as it ends:
              #   bound (engine-only bound), gen (the generator against the null model), sync1 auto1 pipe1 (one GPU),
              #   sync2 auto2 (both GPUs), soak (SOAK_VARIANT at SOAK_RATE, five one-minute windows),
-             #   diag, diag2 (where the slow answers come from: see the parts), scale1 (16 instances on one GPU), fe (the front end: see the part)
+             #   diag, diag2 (where the slow answers come from: see the parts), scale1 (16 instances on one GPU), fe (the front end: see the part),
+             #   perserver (one tritonserver per GPU, each on half of the server cores: the null model at PS_NULL_RATES,
+             #   sync@8 per GPU by search), perserver1 (one server on GPU 0 with half of the server cores, PS1_CPUS)
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
     export GENERATOR=${GENERATOR:-asyncio} PROCS=${PROCS:-11}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-19} --client-cpus ${CLIENT_CPUS:-20-31}"
@@ -129,6 +131,23 @@ case "$STEP" in
               "bert_tiny_sync@instances=8,gpus=0/1,$FAST_LOAD" --rate "${FE_RATES:-40k,50k,60k}" ${DIAG_ARGS:-} ;;
         diag2) # where the slow answers come from on both GPUs (sync@8 per GPU) at DIAG2_RATES
                olab diag-2gpu "bert_tiny_sync@instances=8,gpus=0/1,$FAST_LOAD" --rate "${DIAG2_RATES:-40k,50k,60k}" ;;
+        perserver) # the common production deployment: one tritonserver per GPU (PS_GPUS, 0,1), each seeing its GPU
+                   # alone on its contiguous half of SERVER_CPUS, the generator's sources spread over both: the null
+                   # model at PS_NULL_RATES (the two request paths' ceiling), then sync@8 per server by search (against
+                   # sync2: one server for both GPUs); DIAG_ARGS adds server arguments to every server; PS_PROCS (10)
+                   # generator sources, a multiple of the servers so that each gets the same rate
+                   # shellcheck disable=SC2086  # DIAG_ARGS holds several options
+                   PROCS=${PS_PROCS:-10} olab perserver-null "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600}" \
+                     --rate "${PS_NULL_RATES:-60k,80k,100k}" --server-per-gpu "${PS_GPUS:-0,1}" ${DIAG_ARGS:-}
+                   # shellcheck disable=SC2086  # SEARCH_OPTS and DIAG_ARGS hold several options
+                   PROCS=${PS_PROCS:-10} olab perserver-sync "bert_tiny_sync@instances=8,$FAST_LOAD" --search "${PS_SEARCH:-35k,80k}" \
+                     $SEARCH_OPTS --server-per-gpu "${PS_GPUS:-0,1}" ${DIAG_ARGS:-} ;;
+        perserver1) # one of perserver's servers alone: GPU 0 with half of the server cores (PS1_CPUS, 0-9; the
+                    # generator keeps CLIENT_CPUS), sync@8 by search, beside sync1 (one server, GPU 0, all 20 cores)
+                    # shellcheck disable=SC2086  # SEARCH_OPTS and DIAG_ARGS hold several options
+                    OLAB_CPUS="--server-cpus ${PS1_CPUS:-0-9} --client-cpus ${CLIENT_CPUS:-20-31}" \
+                      olab perserver-1gpu "bert_tiny_sync@instances=8,$FAST_LOAD" --search "${PS1_SEARCH:-20k,60k}" \
+                      $SEARCH_OPTS --server-per-gpu 0 ${DIAG_ARGS:-} ;;
         soak) WINDOW=60 olab soak "${SOAK_VARIANT:?set SOAK_VARIANT}" --rate "${SOAK_RATE:?set SOAK_RATE}" \
                 --rate-repeat "${SOAK_WINDOWS:-5}" ;;
         *) echo "unknown part $part" >&2 ;;

@@ -456,6 +456,7 @@ def render(root: Path) -> str:
     lines += open_loop_results.section(root)
     lines += cost_results.section(root)
     lines += stalls_section(results / STALLS_DIR, root)
+    lines += per_gpu_servers_section(results / PER_GPU_SERVERS_DIR, root)
     exp = results / "experiments"
     if exp.is_dir():
         lines += experiments_section(exp, root, json.loads(sj.read_text()) if sj.is_file() else None)
@@ -470,7 +471,7 @@ def render(root: Path) -> str:
         lines += pipelined_ceiling_section(sorted(many.rglob("ab-*.json")), root)
     # open-loop runs have their own section (above): capacity at an SLO, not a closed-loop A/B
     open_loop = set(open_loop_results.open_loop_files(results))
-    stalls = set((results / STALLS_DIR).rglob("ab-*.json"))
+    stalls = set((results / STALLS_DIR).rglob("ab-*.json")) | set((results / PER_GPU_SERVERS_DIR).rglob("ab-*.json"))
     abs_ = sorted(p for p in results.rglob("ab-*.json") if p not in open_loop and p not in stalls)
     if abs_:
         lines += ["## Through the server: A/B load tests", ""]
@@ -485,6 +486,76 @@ def render(root: Path) -> str:
 
 #: Folder of the stall diagnoses (open-loop windows above capacity, with the generator's timeline).
 STALLS_DIR = "stalls"
+#: Folder of the open-loop sittings that compare one server per GPU with one server (``--server-per-gpu``).
+PER_GPU_SERVERS_DIR = "per-gpu-servers"
+
+
+def deployment_cell(doc: Mapping[str, Any]) -> str:
+    """How an A/B run's servers were laid out: one per GPU with their cores, or one with its cores."""
+    servers = (doc.get("server") or {}).get("per_gpu_servers") or []
+    if servers:
+        return f"{len(servers)} server{'s' if len(servers) > 1 else ''}, one per GPU: " + ", ".join(
+            f"GPU {x['gpu']} on cores {x['cpus'] or 'any'}" for x in servers
+        )
+    sets = (doc.get("load") or {}).get("cpu_sets") or {}
+    return f"1 server on cores {sets.get('server') or 'any'}"
+
+
+def per_gpu_servers_section(folder: Path, root: Path) -> list[str]:
+    """One server per GPU against one server: capacity at the SLO of every run under ``folder``."""
+    paths = sorted(folder.rglob("ab-*.json")) if folder.is_dir() else []
+    if not paths:
+        return []
+    rows = []
+    for p in paths:
+        doc = json.loads(p.read_text())
+        md = p.with_suffix(".md")
+        for v in doc.get("summary", []):
+            at = v.get("capacity_point") or {}
+            first_miss: dict[str, Any] = next(
+                (w for w in sorted(v.get("sweep") or [], key=lambda w: w["offered_rps"]) if w.get("slo_misses")),
+                {},
+            )
+            rows.append(
+                [
+                    f"[`{p.parent.name}`](../{md.relative_to(root)})",
+                    deployment_cell(doc),
+                    f"`{v['spec']}`",
+                    _fmt(v.get("capacity_rps")),
+                    _fmt(at.get("p99_ms"), ",.1f"),
+                    _fmt(at.get("avg_batch_requests"), ",.1f"),
+                    _fmt(at.get("server_us_per_request")),
+                    _fmt(first_miss.get("offered_rps")),
+                    _fmt(first_miss.get("p99_ms"), ",.1f"),
+                    "yes" if v.get("comparable") else "no",
+                ]
+            )
+    return [
+        f"## One server per GPU (`results/{PER_GPU_SERVERS_DIR}`)",
+        "",
+        "Open-loop capacity at p99 <= 50 ms of one tritonserver per GPU (`inflight ab --server-per-gpu 0,1`: "
+        "each server sees its GPU alone and runs on its half of the server cores, the generator's sources "
+        "split evenly between them) beside one server on one GPU with all the server cores and with half of "
+        "them, in one sitting. 'At capacity' columns are the window at the capacity; 'first miss' is the "
+        'lowest rate tried that missed the SLO. `docs/DESIGN.md` ("One server per GPU") reads them.',
+        "",
+        *_table(
+            [
+                "run",
+                "deployment",
+                "variant",
+                "capacity req/s",
+                "p99 ms at capacity",
+                "batch (requests) at capacity",
+                "server CPU us/request at capacity",
+                "first miss req/s",
+                "its p99 ms",
+                "comparable",
+            ],
+            rows,
+        ),
+        "",
+    ]
 
 
 def stalls_section(folder: Path, root: Path) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -136,9 +136,20 @@ def ab_cmd(
         bool,
         typer.Option(
             help="Pin the server and the load generator to disjoint halves of the cores when the host has 8 or "
-            "more (recorded in the JSON); --no-isolate shares them."
+            "more (recorded in the JSON); --no-isolate shares them (with --server-cpus alone: the server pinned "
+            "there, the generator on every core)."
         ),
     ] = True,
+    server_per_gpu: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--server-per-gpu",
+            help="Open loop with --generator asyncio: start one tritonserver per listed GPU (0,1 or 0/1), each "
+            "seeing only its GPU (CUDA_VISIBLE_DEVICES) on its own contiguous share of the server cores, and "
+            "spread the generator's sources over them (--processes >= the number of servers). Variants must not "
+            "name gpus= other than gpus=0.",
+        ),
+    ] = None,
     verbose: bool = False,
 ) -> None:
     """Run the A/B load test: the same Locust load against each variant in turn, on one server.
@@ -152,6 +163,7 @@ def ab_cmd(
     from inflight.loadtest.runner import AbConfig, run_ab
 
     try:
+        server_gpus = openloop.parse_gpus(server_per_gpu) if server_per_gpu is not None else []
         rates = openloop.parse_rates(rate) if rate else []
         bounds: tuple[float, float] | None = None
         if search:
@@ -213,6 +225,7 @@ def ab_cmd(
                 client_cpus=client_cpus,
                 isolate=isolate,
                 generator=generator,  # type: ignore[arg-type]  # checked by AbRunner
+                server_gpus=server_gpus,
             )
         )
     except InflightError as e:
@@ -256,6 +269,21 @@ def _ms(x: object) -> str:
 def _echo_open_loop(doc: dict[str, object]) -> None:
     ol = doc["load"]["open_loop"]  # type: ignore[index]
     typer.echo(f"open loop, p99 SLO {ol['slo_p99_ms']:g} ms; CPU sets {doc['load']['cpu_sets']}")  # type: ignore[index]
+    server: dict[str, Any] = doc.get("server") or {}  # type: ignore[assignment]
+    servers = server.get("per_gpu_servers")
+    if servers:
+        from inflight.loadtest.report import deployment_line
+
+        answered = server.get("per_server_requests") or []
+        typer.echo(
+            f"servers: {deployment_line(servers)}"
+            + (
+                "; requests answered: "
+                + ", ".join(f"GPU {s['gpu']} {n}" for s, n in zip(servers, answered, strict=False))
+                if answered
+                else ""
+            )
+        )
     for s in doc["summary"]:  # type: ignore[attr-defined]
         for p in s.get("sweep", []):
             typer.echo(

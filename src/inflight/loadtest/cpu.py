@@ -4,7 +4,8 @@ Under the published load the request path (Triton's frontend, the Python backend
 generator) competes for the host's cores; when the host is saturated, the variant that spends less
 CPU per request serves more, whatever it does on the GPU. The A/B runner snapshots the CPU time of
 the whole host and of the server's process tree (tritonserver and its children: the Python-backend
-stubs) at the same two instants as Triton's statistics, so each window gets:
+stubs; with one server per GPU, every server's tree) at the same two instants as Triton's statistics,
+so each window gets:
 
 * ``host_busy``: the busy fraction of the run's cores (``1 - idle / total``, iowait counted idle); the
   run's cores are the runner's CPU affinity, all of the host's unless it was started under ``taskset``;
@@ -27,7 +28,7 @@ import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import psutil
 
@@ -141,16 +142,27 @@ def busiest_threads(
     }
 
 
-def stub_memory(server_pid: int | None) -> dict[str, Any]:
-    """Resident memory of the server's Python-backend stubs now: ``{"stubs": n, "rss_bytes": total, "rss": [...]}``.
+ServerPids: TypeAlias = int | Sequence[int] | None
+"""The server process(es) to watch: one pid, several (one server per GPU), or None."""
 
-    Empty counts when there is no server process to watch. A stub that keeps growing under a steady
-    load leaks (a soak test compares the first and last reading).
+
+def _pids(server_pids: ServerPids) -> tuple[int, ...]:
+    if server_pids is None:
+        return ()
+    return (server_pids,) if isinstance(server_pids, int) else tuple(server_pids)
+
+
+def stub_memory(server_pids: ServerPids) -> dict[str, Any]:
+    """Resident memory of the servers' Python-backend stubs now: ``{"stubs": n, "rss_bytes": total, "rss": [...]}``.
+
+    Summed over every server given (one pid or several). Empty counts when there is no server process
+    to watch. A stub that keeps growing under a steady load leaks (a soak test compares the first and
+    last reading).
     """
     rss: list[int] = []
-    if server_pid is not None:
+    for pid in _pids(server_pids):
         try:
-            procs = psutil.Process(server_pid).children(recursive=True)
+            procs = psutil.Process(pid).children(recursive=True)
         except psutil.Error:
             procs = []
         for p in procs:
@@ -170,12 +182,14 @@ def run_cores() -> list[int]:
         return list(range(psutil.cpu_count() or 1))
 
 
-def snapshot(server_pid: int | None, cores: Sequence[int] | None = None) -> CpuSnapshot:
-    """Cumulative CPU times of this run's cores and, when ``server_pid`` is given, of its process tree.
+def snapshot(server_pids: ServerPids, cores: Sequence[int] | None = None) -> CpuSnapshot:
+    """Cumulative CPU times of this run's cores and, when server pids are given, of their process trees.
 
-    "The host" is ``cores`` when given (the server's own cores when the runner pins it apart from
-    the load generator), else the set of cores this process may run on, so runs pinned side by side
-    (one lane per GPU, ``taskset``) each see their own cores only.
+    ``server_pids`` is one tritonserver's pid or several (one server per GPU: their trees are summed,
+    and their threads listed together). "The host" is ``cores`` when given (the servers' own cores
+    when the runner pins them apart from the load generator: with several servers, the union of
+    their shares), else the set of cores this process may run on, so runs pinned side by side (one
+    lane per GPU, ``taskset``) each see their own cores only.
     """
     per_cpu = psutil.cpu_times(percpu=True)
     busy = total = 0.0
@@ -185,15 +199,19 @@ def snapshot(server_pid: int | None, cores: Sequence[int] | None = None) -> CpuS
         t = float(sum(ct))
         total += t
         busy += t - ct.idle - getattr(ct, "iowait", 0.0)
-    tree = _tree_times(server_pid) if server_pid is not None else None
+    pids = _pids(server_pids)
+    trees = [t for t in (_tree_times(pid) for pid in pids) if t is not None]
+    threads: dict[int, tuple[str, float]] = {}
+    for pid in pids:
+        threads.update(_thread_times(pid))  # thread ids are unique on the host
     return CpuSnapshot(
         t=time.monotonic(),
         host_busy_s=busy,
         host_total_s=total,
-        server_s=tree[0] if tree else None,
-        stub_s=tree[1] if tree else None,
+        server_s=sum(t[0] for t in trees) if trees else None,
+        stub_s=sum(t[1] for t in trees) if trees else None,
         cores=len(cores),
-        threads=_thread_times(server_pid) if server_pid is not None else {},
+        threads=threads,
     )
 
 

@@ -15,7 +15,8 @@ holds the parts of the open-loop test that do not need a server:
   highest offered rate whose p99 is within the SLO with no failure and the achieved rate within 2%
   of the offered one (perf_analyzer's ``--request-rate-range`` with ``--latency-threshold``, with a
   bisection instead of a fixed step);
-* :func:`split_cpus`: disjoint CPU sets for the server and the load generator.
+* :func:`split_cpus`: disjoint CPU sets for the server and the load generator; :func:`share_cpus`: the
+  server's cores cut into one contiguous share per server (one server per GPU).
 """
 
 from __future__ import annotations
@@ -464,19 +465,35 @@ class CpuSets:
         }
 
 
-def split_cpus(available: Sequence[int], server: str | None = None, client: str | None = None) -> CpuSets:
+def split_cpus(
+    available: Sequence[int], server: str | None = None, client: str | None = None, *, isolate: bool = True
+) -> CpuSets:
     """Choose disjoint core sets for the server and the load generator.
 
     With neither given and at least ``MIN_SPLIT_CPUS`` available cores, the server gets the first
     half (as the NUMA layout usually numbers a socket's cores together) and the generator the
     rest. Given ones are checked against the available cores and each other; one given alone gets
     the rest for the other side. With fewer cores nothing is pinned (and the report says that the
-    generator shared the server's cores).
+    generator shared the server's cores). With ``isolate`` False and the server's set alone given,
+    the server is pinned to it and the generator is not pinned at all (it shares every core).
 
     Raises:
         ConfigError: for sets outside the available cores or overlapping each other.
     """
     avail = sorted(set(available))
+    if not isolate and server is not None and client is None:
+        pinned = parse_cpus(server)
+        if not set(pinned) <= set(avail):
+            raise ConfigError(
+                f"--server-cpus {format_cpus(pinned)}: not all of these cores are available to this process "
+                f"(available: {format_cpus(avail)})"
+            )
+        return CpuSets(
+            tuple(pinned),
+            (),
+            f"server on cores {format_cpus(pinned)} (--server-cpus); the load generator not pinned (--no-isolate): "
+            "it shares every core",
+        )
     if server is None and client is None:
         if len(avail) < MIN_SPLIT_CPUS:
             return CpuSets(
@@ -508,6 +525,52 @@ def split_cpus(available: Sequence[int], server: str | None = None, client: str 
             f"{format_cpus(sorted(set(s) & set(c)))}: give disjoint sets"
         )
     return CpuSets(tuple(s), tuple(c), "given on the command line")
+
+
+def share_cpus(cpus: Sequence[int], parts: int) -> list[tuple[int, ...]]:
+    """Cut the server's cores into ``parts`` disjoint contiguous shares of nearly equal size (one per server).
+
+    The cores are taken in increasing order; the first ``len(cpus) % parts`` shares get one core more
+    (``0-19`` in two: ``0-9`` and ``10-19``; ``0-4`` in two: ``0-2`` and ``3-4``). No cores (the server
+    not pinned) gives ``parts`` empty shares: every server then runs unpinned.
+
+    Raises:
+        ConfigError: for fewer than one part, or more parts than cores.
+    """
+    if parts < 1:
+        raise ConfigError(f"cannot share cores among {parts} servers; start at least one")
+    xs = sorted(set(cpus))
+    if not xs:
+        return [() for _ in range(parts)]
+    if parts > len(xs):
+        raise ConfigError(
+            f"{parts} servers but only {len(xs)} server core{'s' if len(xs) > 1 else ''} ({format_cpus(xs)}): give "
+            "each server at least one core; widen --server-cpus or start fewer servers"
+        )
+    size, extra = divmod(len(xs), parts)
+    out: list[tuple[int, ...]] = []
+    start = 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(tuple(xs[start:end]))
+        start = end
+    return out
+
+
+def parse_gpus(text: str) -> list[int]:
+    """Parse a GPU list, ``0,1`` or ``0/1``, in the order given (duplicates kept for the caller to refuse).
+
+    Raises:
+        ConfigError: for an entry that is not a GPU index (an integer >= 0) or an empty list.
+    """
+    gpus = []
+    for part in filter(None, (p.strip() for p in text.replace("/", ",").split(","))):
+        if not part.isdigit():
+            raise ConfigError(f"GPU list {text!r}: {part!r} is not a GPU index; write e.g. 0,1 or 0/1")
+        gpus.append(int(part))
+    if not gpus:
+        raise ConfigError(f"GPU list {text!r} names no GPU; write e.g. 0,1 or 0/1")
+    return gpus
 
 
 def parse_rates(text: str) -> list[float]:

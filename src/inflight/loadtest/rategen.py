@@ -21,6 +21,10 @@ This generator keeps the Locust user's measurement and drops the rest:
 * every ``check_every``-th answer decoded and checked in full (shape, datatype, and values with
   a pool that holds references), the others checked by status and length.
 
+With several servers (``--url h:p1,h:p2``: one tritonserver per GPU), source ``i`` sends to the
+``i % len(urls)``-th; the rate of all sources together is unchanged, so the servers share it as
+the sources are spread over them (:func:`source_url`).
+
 It writes the files the A/B runner reads from Locust into ``raw_dir`` (``latencies-*.f64``,
 ``openloop-*.json``) and, in place of Locust's statistics CSV, a summary JSON
 (:data:`SUMMARY_NAME`) with the counts, the failure messages and the generator's own CPU per
@@ -76,6 +80,41 @@ STALL_MS = 50.0
 SILENT_SHARE = 0.1
 
 
+def parse_url(text: str) -> tuple[str, int]:
+    """``host:port`` (a leading ``http://`` and a trailing ``/`` allowed) as ``(host, port)``.
+
+    Raises:
+        ConfigError: when the port is missing or not a number.
+    """
+    bare = text.strip().split("://", 1)[-1].rstrip("/")
+    host, _, port = bare.rpartition(":")
+    if not port.isdigit():
+        raise ConfigError(f"--url {text!r}: write the server as host:port, e.g. 127.0.0.1:8000")
+    return host or "127.0.0.1", int(port)
+
+
+def parse_urls(text: str) -> list[str]:
+    """A comma-separated list of ``host:port`` (one per server) as normalized ``host:port`` strings.
+
+    Raises:
+        ConfigError: for an empty list, a malformed entry or a server named twice.
+    """
+    urls = [":".join(map(str, parse_url(part))) for part in text.split(",") if part.strip()]
+    if not urls:
+        raise ConfigError(f"--url {text!r} names no server; write host:port[,host:port...]")
+    twice = sorted({u for u in urls if urls.count(u) > 1})
+    if twice:
+        raise ConfigError(f"--url {text!r} names {', '.join(twice)} more than once; list each server once")
+    return urls
+
+
+def source_url(urls: Sequence[str], index: int) -> str:
+    """The server source ``index`` sends to: ``urls[index % len(urls)]`` (every server gets every len(urls)-th)."""
+    if not urls:
+        raise ConfigError("no server to send to; give --url host:port")
+    return urls[index % len(urls)]
+
+
 class HttpProtocolError(InflightError):
     """The server's answer is not HTTP/1.1 this generator can read (the message says what was seen)."""
 
@@ -87,6 +126,9 @@ class GenOptions:
     Attributes:
         host: Server host.
         port: Server HTTP port.
+        urls: Several servers' ``host:port`` (one tritonserver per GPU): source ``i`` sends to
+            ``urls[i % len(urls)]`` and ``host``/``port`` are not used; empty: every source sends to
+            ``host:port``.
         model: Model name (the request path ``/v2/models/<model>/infer``).
         pool_file: The request pool (``inflight.loadtest.workload.save_pool``), with references for full checks.
         rate: Requests per second of all processes together.
@@ -113,6 +155,15 @@ class GenOptions:
     check_every: int = 16
     raw_dir: Path = Path("rategen")
     stop_grace_s: float = 1.0
+    urls: tuple[str, ...] = ()
+
+    def servers(self) -> list[str]:
+        """Every server's ``host:port``, in the order the sources are assigned to them."""
+        return list(self.urls) if self.urls else [f"{self.host}:{self.port}"]
+
+    def target(self, index: int) -> tuple[str, int]:
+        """``(host, port)`` of the server source ``index`` sends to (:func:`source_url`)."""
+        return parse_url(source_url(self.servers(), index))
 
     def check_values(self) -> None:
         """Raise ConfigError for a value the run cannot use, saying which and what to pass."""
@@ -122,6 +173,19 @@ class GenOptions:
             raise ConfigError(f"--duration {self.duration_s}: send for more than 0 seconds")
         if self.processes < 1:
             raise ConfigError(f"--processes {self.processes}: run at least one process")
+        servers = self.servers()
+        for url in servers:
+            parse_url(url)
+        if self.processes < len(servers):
+            raise ConfigError(
+                f"--processes {self.processes} with {len(servers)} servers in --url: each source sends to one server, "
+                f"so some server would get no load; pass --processes {len(servers)} or more"
+            )
+        if self.processes % len(servers):
+            raise ConfigError(
+                f"--processes {self.processes} with {len(servers)} servers in --url: each source offers the same rate, "
+                f"so the servers would get unequal shares; pass a multiple of {len(servers)}"
+            )
         if self.max_connections < 1:
             raise ConfigError(f"--max-connections {self.max_connections}: allow at least one connection")
         if self.check_every < 1:
@@ -443,7 +507,8 @@ class _Source:
     async def _connect(self) -> _Connection:
         """One new connection to the server, counted among this source's connections."""
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(lambda: _Connection(self), self.options.host, self.options.port)
+        host, port = self.options.target(self.index)
+        _, conn = await loop.create_connection(lambda: _Connection(self), host, port)
         self.conns.add(conn)
         self.peak_connections = max(self.peak_connections, len(self.conns))
         return conn
@@ -598,6 +663,7 @@ class _Source:
         return {
             "index": self.index,
             "pid": os.getpid(),
+            "url": source_url(self.options.servers(), self.index),
             "counts": self.counts.to_dict(),
             "failures": dict(self.failures),
             "cpu_s": self.cpu_s,
@@ -639,7 +705,7 @@ def _worker(options: GenOptions, index: int, ready: Any, go: Any, start_at: Any)
     """One process: prepare the requests, connect, wait for the start, send, write the files."""
     try:
         pool = wl.load_pool(Path(options.pool_file))
-        requests = build_requests(pool, options.model, options.host, options.port)
+        requests = build_requests(pool, options.model, *options.target(index))
         source = _Source(options, index, requests, answer_checker(pool))
         # what lives for the whole run (the pool, the prepared requests, numpy, asyncio) leaves the collector's
         # generations: a full collection in the window then walks only what the window made (it was 10-17 ms
@@ -662,7 +728,8 @@ def summarize(reports: Sequence[dict[str, Any]], options: GenOptions, errors: Se
 
     Keys: ``requests`` (answered in the window), ``failures``, ``rps`` and ``failures_per_s`` (per
     second of the window), ``failure_messages`` (the most frequent, with counts), the generator's
-    own CPU (``cpu_s``, ``us_per_request``, ``busy`` per source and ``busy_max``), ``stalls``
+    own CPU (``cpu_s``, ``us_per_request``, ``busy`` per source and ``busy_max``), ``urls`` (the
+    servers) and ``per_url`` (per server: its sources and the requests they got answered), ``stalls``
     (:func:`stall_summary` of the sources' timelines), ``generator_gc`` (the sources' garbage-collector
     pauses: longest, total, and the long ones as ``[s, ms, generation, source]``), the options, and
     ``errors`` (sources that did not run).
@@ -675,9 +742,19 @@ def summarize(reports: Sequence[dict[str, Any]], options: GenOptions, errors: Se
     span = counts["span_s"]
     cpu_s = sum(float(r["cpu_s"]) for r in reports)
     busy = [float(r["busy"]) for r in reports]
+    urls = options.servers()
+    per_url = {u: {"sources": 0, "requests": 0, "ok": 0} for u in urls}
+    for r in reports:
+        u = r.get("url") or source_url(urls, int(r.get("index", 0)))
+        entry = per_url.setdefault(u, {"sources": 0, "requests": 0, "ok": 0})
+        entry["sources"] += 1
+        entry["requests"] += int(r["counts"].get("completed", 0))
+        entry["ok"] += int(r["counts"].get("ok", 0))
     return {
         "generator": "inflight.loadtest.rategen",
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        "urls": urls,
+        "per_url": per_url,
         "sources": len(reports),
         "requests": requests,
         "failures": sum(failures.values()),
@@ -762,7 +839,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m inflight.loadtest.rategen", description=__doc__.split("\n\n")[0])
-    p.add_argument("--url", default="127.0.0.1:8000", help="server HTTP host:port")
+    p.add_argument(
+        "--url",
+        default="127.0.0.1:8000",
+        help="server HTTP host:port, or several comma-separated (source i sends to the (i mod n)-th)",
+    )
     p.add_argument("--model", required=True, help="model name to infer")
     p.add_argument("--pool-file", required=True, type=Path, help="request pool (inflight.loadtest.workload --out)")
     p.add_argument("--rate", required=True, type=float, help="requests per second of all processes together")
@@ -776,11 +857,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--stop-grace", type=float, default=1.0, help="seconds for the answers in flight at the end")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    host, _, port = a.url.rpartition(":")
     try:
+        urls = parse_urls(a.url)
+        host, port = parse_url(urls[0])
         options = GenOptions(
-            host=host or "127.0.0.1",
-            port=int(port),
+            host=host,
+            port=port,
+            urls=tuple(urls) if len(urls) > 1 else (),
             model=a.model,
             pool_file=a.pool_file,
             rate=a.rate,

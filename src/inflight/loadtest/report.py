@@ -206,6 +206,7 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
         f"pool {load_['pool']}, check {'on' if load_.get('check') else 'off'}",
         f"- order: {', '.join(load_.get('order', []))} (repeat {load_.get('repeat', 1)})",
         f"- CPU sets: {_cpu_sets_line(load_.get('cpu_sets'))}",
+        *_deployment_lines(doc),
     ]
     srv_args = [*((doc.get("server") or {}).get("server_args") or ())]
     srv_args += [f"--backend-config={b}" for b in (doc.get("server") or {}).get("backend_config") or ()]
@@ -246,6 +247,40 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
         out.append("## Plots\n")
         out += [f"![{p.stem}]({p.name})\n" for p in images]
     return "\n".join(out).rstrip() + "\n"
+
+
+def deployment_line(servers: Sequence[Any]) -> str:
+    """``2 servers, one per GPU: GPU 0 on cores 0-9, GPU 1 on cores 10-19``, from ``server.per_gpu_servers``."""
+
+    def where(cpus: str) -> str:
+        if not cpus:
+            return "not pinned"
+        return f"on core{'s' if '-' in cpus or ',' in cpus else ''} {cpus}"
+
+    parts = [f"GPU {s['gpu']} {where(str(s.get('cpus') or ''))}" for s in servers]
+    n = len(servers)
+    return f"{n} server{'s' if n != 1 else ''}, one per GPU: " + ", ".join(parts)
+
+
+def _deployment_lines(doc: dict[str, Any]) -> list[str]:
+    """The header lines of a run with one server per GPU (none for one server)."""
+    srv = doc.get("server") or {}
+    servers = srv.get("per_gpu_servers") or []
+    if not servers:
+        return []
+    flag = f"--server-per-gpu {','.join(str(s['gpu']) for s in servers)}"
+    lines = [f"- deployment: {deployment_line(servers)} (`{flag}`)"]
+    answered = srv.get("per_server_requests") or []
+    if len(answered) == len(servers):
+        total = sum(int(n or 0) for n in answered)
+        lines.append(
+            "- requests answered per server in the measured windows (Triton's success count): "
+            + ", ".join(
+                f"GPU {s['gpu']} {_fmt(n, 0)}" + (f" ({100 * int(n or 0) / total:.0f}%)" if total else "")
+                for s, n in zip(servers, answered, strict=True)
+            )
+        )
+    return lines
 
 
 def _cpu_sets_line(sets: Any) -> str:

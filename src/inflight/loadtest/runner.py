@@ -1,4 +1,4 @@
-"""The A/B runner: the same load against each variant in turn, on one tritonserver.
+"""The A/B runner: the same load against each variant in turn, on one tritonserver (or one per GPU).
 
 For each variant (``bert_tiny_sync@instances=4,delay_us=500``...), in the order given and, with
 ``repeat``, interleaved (A, B, A, B...):
@@ -14,6 +14,13 @@ Every variant sees the same load shape, seed, request pool and warm-up. A run is
 client-limited (kept, a lower bound for the server) when Locust reports its own CPU above 90%,
 and marked invalid when Locust fails or no request succeeded. Results go to ``<out>/ab-<timestamp>.json`` (all
 raw figures, the variant configs, versions and device) and the report next to it.
+
+With ``server_gpus`` (``inflight ab --server-per-gpu 0,1``, open loop with the asyncio generator only)
+the runner starts one tritonserver per listed GPU instead, each seeing only its GPU
+(``CUDA_VISIBLE_DEVICES``) on its own contiguous share of the server cores
+(:func:`~inflight.loadtest.openloop.share_cpus`), loads every variant on each, spreads the
+generator's sources over them, and sums what the servers say (statistics, metrics, CPU, stub
+memory, executor counters) into the figures of one deployment.
 """
 
 from __future__ import annotations
@@ -36,7 +43,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -113,6 +121,10 @@ class AbConfig:
         isolate: Pin the server and the generator to disjoint cores when the host has enough.
         generator: Open loop: ``locust`` (Locust's ``OpenLoopHttpUser``) or ``asyncio``
             (:mod:`inflight.loadtest.rategen`, for rates Locust cannot hold on the generator's cores).
+        server_gpus: GPU indices, one tritonserver per entry (open loop with the asyncio generator,
+            no ``url``): each sees only its GPU (``CUDA_VISIBLE_DEVICES``, through the inherited one
+            when set), as device 0, and runs on its own contiguous share of ``server_cpus``; the
+            generator's sources are spread over the servers. Empty: one server for every GPU.
     """
 
     variants: Sequence[str]
@@ -142,6 +154,7 @@ class AbConfig:
     client_cpus: str | None = None
     isolate: bool = True
     generator: Generator = "locust"
+    server_gpus: Sequence[int] = ()
 
 
 @dataclass(kw_only=True)
@@ -166,6 +179,79 @@ class Endpoints:
     http: str
     grpc: str
     metrics: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuServerPlan:
+    """One of the servers of ``--server-per-gpu``: its GPU, what it is shown as, and its cores.
+
+    Attributes:
+        gpu: The GPU index as listed (among the GPUs this run sees).
+        visible_device: The server's ``CUDA_VISIBLE_DEVICES`` (the GPU's entry in the inherited one).
+        cpus: Its cores (empty: not pinned).
+    """
+
+    gpu: int
+    visible_device: str
+    cpus: tuple[int, ...]
+
+    @property
+    def log_name(self) -> str:
+        """File name of its log next to the results."""
+        return f"tritonserver-gpu{self.gpu}.log"
+
+
+def visible_device(gpu: int, inherited: str | None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` that shows a server GPU ``gpu`` of this run alone.
+
+    GPU indices count the GPUs this run sees: without an inherited ``CUDA_VISIBLE_DEVICES`` that is
+    ``str(gpu)``; with one (a lane of a shared host, ``2,3``) it is that list's ``gpu``-th entry.
+
+    Raises:
+        ConfigError: when the inherited list shows fewer GPUs.
+    """
+    if inherited is None:
+        return str(gpu)
+    shown = [x.strip() for x in inherited.split(",") if x.strip()]
+    if gpu >= len(shown):
+        raise ConfigError(
+            f"--server-per-gpu: GPU {gpu} is not visible to this run: CUDA_VISIBLE_DEVICES={inherited!r} shows "
+            f"{len(shown)} GPU{'s' if len(shown) != 1 else ''} (indices 0..{len(shown) - 1}); list GPUs among them or "
+            "unset CUDA_VISIBLE_DEVICES"
+        )
+    return shown[gpu]
+
+
+def plan_gpu_servers(gpus: Sequence[int], server_cpus: Sequence[int], inherited: str | None) -> list[GpuServerPlan]:
+    """One server per GPU of ``gpus``, each on its contiguous share of ``server_cpus`` (see ``share_cpus``).
+
+    Raises:
+        ConfigError: for no GPU, a negative or repeated index, a GPU the inherited
+            ``CUDA_VISIBLE_DEVICES`` does not show, or more servers than server cores.
+    """
+    if not gpus:
+        raise ConfigError("--server-per-gpu names no GPU; list one or more, e.g. 0,1")
+    bad = [g for g in gpus if g < 0]
+    if bad:
+        raise ConfigError(f"--server-per-gpu {_gpu_list(gpus)}: {bad[0]} is not a GPU index (0, 1, ...)")
+    twice = sorted({g for g in gpus if list(gpus).count(g) > 1})
+    if twice:
+        raise ConfigError(
+            f"--server-per-gpu {_gpu_list(gpus)}: GPU {', '.join(map(str, twice))} listed more than once; list each "
+            "GPU once (one server per GPU)"
+        )
+    try:
+        shares = ol.share_cpus(server_cpus, len(gpus))
+    except ConfigError as e:
+        raise ConfigError(f"--server-per-gpu {_gpu_list(gpus)}: {e}") from None
+    return [
+        GpuServerPlan(gpu=g, visible_device=visible_device(g, inherited), cpus=cpus)
+        for g, cpus in zip(gpus, shares, strict=True)
+    ]
+
+
+def _gpu_list(gpus: Sequence[int]) -> str:
+    return ",".join(map(str, gpus))
 
 
 def default_locustfile() -> Path:
@@ -315,19 +401,27 @@ def locust_command(
 
 
 def rategen_command(
-    *, shape: LoadShape, model: str, endpoints: Endpoints, duration_s: float, pool_file: Path, raw_dir: Path
+    *,
+    shape: LoadShape,
+    model: str,
+    endpoints: Endpoints | Sequence[Endpoints],
+    duration_s: float,
+    pool_file: Path,
+    raw_dir: Path,
 ) -> list[str]:
     """The command line of one open-loop window (or warm-up) of the asyncio generator.
 
     It runs ``shape.users`` processes (one arrival source each, as the Locust run has one user per
-    process) and writes its latencies, counts and summary into ``raw_dir``.
+    process) and writes its latencies, counts and summary into ``raw_dir``. With several servers'
+    endpoints (one per GPU) its ``--url`` lists them all and the sources are spread over them.
     """
+    servers = [endpoints] if isinstance(endpoints, Endpoints) else list(endpoints)
     return [
         sys.executable,
         "-m",
         "inflight.loadtest.rategen",
         "--url",
-        endpoints.http,
+        ",".join(e.http for e in servers),
         "--model",
         model,
         "--pool-file",
@@ -431,6 +525,17 @@ def _wait_group(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _kill_server(server: Any) -> None:
+    """SIGKILL a TritonServer's process group (its stop failed) and reap it."""
+    proc = getattr(server, "process", None)
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(30)
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
@@ -450,6 +555,40 @@ def scrape(url: str, timeout_s: float = 5.0) -> str | None:
     except (urllib.error.URLError, OSError, TimeoutError) as e:
         LOGGER.debug("metrics endpoint %s: %s", url, e)
         return None
+
+
+def _joined(texts: Iterable[str | None]) -> str | None:
+    """The servers' metrics texts that could be read, as one (None when none could).
+
+    For means over instances (the GPU gauges) only: Triton's request counters must be read per
+    server (:func:`~inflight.server.stalls.request_state` merges a series seen twice).
+    """
+    got = [t for t in texts if t is not None]
+    return "\n".join(got) if got else None
+
+
+def _sum_counts(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Request counters of several servers (:func:`~inflight.server.stalls.request_state`) summed key by key.
+
+    A key is None where no server publishes it; the raw ``lines`` are left out.
+    """
+    keys = list(dict.fromkeys(k for p in parts for k in p if k != "lines"))
+    out: dict[str, Any] = {}
+    for k in keys:
+        values = [p[k] for p in parts if p.get(k) is not None]
+        out[k] = sum(values) if values else None
+    return out
+
+
+def _per_server_requests(befores: Sequence[Mapping[str, Any]], afters: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """Successful requests each server counted between its two statistics snapshots (None where they disagree)."""
+    out: list[int | None] = []
+    for b, a in zip(befores, afters, strict=True):
+        try:
+            out.append(st.stats_delta(b, a).requests)
+        except st.StatsError:
+            out.append(None)
+    return out
 
 
 def device_info() -> dict[str, Any]:
@@ -540,7 +679,7 @@ class AbRunner:
             raise ConfigError(f"--locustfile {self.locustfile} does not exist")
         now = dt.datetime.now()
         self.run_id = f"ab-{now:%Y%m%d-%H%M%S}"
-        self._server_pid: int | None = None  # the server this runner started (None: --url)
+        self._server_pids: list[int] = []  # the servers this runner started (none: --url)
         self.started = now.astimezone().isoformat(timespec="seconds")
         self.out = config.out
         self.data = self.out / self.run_id
@@ -570,7 +709,7 @@ class AbRunner:
             )
         available = cpu.run_cores()
         if config.isolate or config.server_cpus or config.client_cpus:
-            self.cpu_sets = ol.split_cpus(available, config.server_cpus, config.client_cpus)
+            self.cpu_sets = ol.split_cpus(available, config.server_cpus, config.client_cpus, isolate=config.isolate)
         else:
             self.cpu_sets = ol.CpuSets((), (), "not pinned (--no-isolate)")
         if config.url is not None and self.cpu_sets.isolated:
@@ -580,6 +719,50 @@ class AbRunner:
                 self.cpu_sets.client,
                 f"server at --url not pinned by the runner; generator on {ol.format_cpus(self.cpu_sets.client)}",
             )
+        #: One server per GPU (``--server-per-gpu``); empty: one server for every GPU (or the one at --url).
+        self.gpu_servers: list[GpuServerPlan] = (
+            self._plan_gpu_servers(list(config.server_gpus)) if config.server_gpus else []
+        )
+
+    def _plan_gpu_servers(self, gpus: list[int]) -> list[GpuServerPlan]:
+        """Check ``--server-per-gpu`` against the rest of the configuration; plan one server per GPU.
+
+        Raises:
+            ConfigError: saying what does not fit and how to fix it.
+        """
+        c, flag = self.config, f"--server-per-gpu {_gpu_list(gpus)}"
+        if not self.open_loop or c.generator != "asyncio":
+            raise ConfigError(
+                f"{flag} spreads open-loop load over one server per GPU, which only the asyncio generator can send "
+                "(Locust's users send to one URL); add --rate or --search and --generator asyncio"
+            )
+        if c.url is not None:
+            raise ConfigError(
+                f"{flag} starts its own servers, one per GPU; drop --url (or drop {flag} to measure the server at "
+                f"{c.url})"
+            )
+        if c.grpc_url or c.metrics_url:
+            raise ConfigError(
+                f"{flag}: --grpc-url and --metrics-url name one server's endpoints, but the runner starts and watches "
+                "every server itself; drop them"
+            )
+        placed = [v.spec for v in self.variants if v.config.batching.gpus not in ((), (0,))]
+        if placed:
+            raise ConfigError(
+                f"{flag}: {', '.join(placed)} places its instances with gpus=, but each server sees only its own GPU, "
+                "as device 0; drop gpus= from the spec (every server then loads `instances` instances on its GPU) or "
+                "write gpus=0"
+            )
+        if self.shape.users < len(gpus) or self.shape.users % len(gpus):
+            raise ConfigError(
+                f"{flag}: {len(gpus)} servers but {self.shape.users} generator source"
+                f"{'s' if self.shape.users != 1 else ''}; each source sends to one server at the same rate, so give "
+                f"every server as many: --processes a multiple of {len(gpus)}"
+            )
+        return plan_gpu_servers(gpus, self.cpu_sets.server, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    def _plans_dict(self) -> list[dict[str, Any]]:
+        return [{"gpu": p.gpu, "cpus": ol.format_cpus(p.cpus)} for p in self.gpu_servers]
 
     @property
     def json_path(self) -> Path:
@@ -599,7 +782,7 @@ class AbRunner:
 
         self.data.mkdir(parents=True, exist_ok=True)
         pools = self._prepare_pools()
-        server = None
+        servers: list[Any] = []  # the TritonServers this runner started, in start order
         # the server's backend folder (a copy of the Python backend) stays out of the results
         workdir = tempfile.TemporaryDirectory(prefix="inflight-ab-server-")
         stop_on_term = _TermAsExit()
@@ -610,43 +793,36 @@ class AbRunner:
         LOGGER.info("CPU sets: %s", self.cpu_sets.to_dict())
         try:
             if self.config.url is None:
-                server = self._start_server(Path(workdir.name))
-                self._server_pid = server.process.pid if server.process is not None else None
-                endpoints = Endpoints(http=server.http_url, grpc=server.grpc_url, metrics=server.metrics_url)
+                self._start_servers(Path(workdir.name), servers)
+                self._server_pids = [s.process.pid for s in servers if s.process is not None]
+                endpoints = [Endpoints(http=s.http_url, grpc=s.grpc_url, metrics=s.metrics_url) for s in servers]
             else:
-                endpoints = self._endpoints_for(self.config.url)
+                endpoints = [self._endpoints_for(self.config.url)]
             runs = self._run_all(endpoints, pools)
-            doc = self._document(endpoints, runs, started_server=server is not None)
+            doc = self._document(endpoints, runs, started_server=bool(servers))
         finally:
-            if server is not None:
-                code = server.stop()
-                log = self.data / "tritonserver.log"
-                with contextlib.suppress(OSError):
-                    shutil.copy(server.log_path, log)
-                LOGGER.info(
-                    "tritonserver stopped (exit code %s%s); its log: %s",
-                    code,
-                    f", not gracefully: {server.exit_reason}" if server.exit_reason else "",
-                    log,
-                )
-                server_exit = {"code": code, "reason": server.exit_reason}
-            workdir.cleanup()
-            stop_on_term.restore()
-            if self.cpu_sets.client:
-                os.sched_setaffinity(0, own_cores)
-            if not self.config.keep_raw:  # the pools are reproducible from the seed
-                for path in pools.values():
-                    path.unlink(missing_ok=True)
-        if server is not None:
-            doc["server"]["exit"] = server_exit
-            if server.exit_reason:
-                doc["caveats"].append(f"tritonserver exited non-gracefully (code {code}): {server.exit_reason}")
+            try:
+                exits = self._stop_servers(servers)
+            finally:
+                workdir.cleanup()
+                stop_on_term.restore()
+                if self.cpu_sets.client:
+                    os.sched_setaffinity(0, own_cores)
+                if not self.config.keep_raw:  # the pools are reproducible from the seed
+                    for path in pools.values():
+                        path.unlink(missing_ok=True)
+        if servers:
+            self._attach_exits(doc, exits)
             # the backend logs its own counters when a variant is unloaded: where its time went
-            with contextlib.suppress(OSError):
-                text = (self.data / "tritonserver.log").read_text(errors="replace")
-                n = st.attach_executor_stats(doc, text)
+            texts = []
+            for ex in exits:
+                with contextlib.suppress(OSError):
+                    texts.append((self.data / ex["log"]).read_text(errors="replace"))
+            if texts:
+                # one text per server: each server's log holds its own instances' records of every run
+                n = st.attach_executor_stats(doc, texts[0] if len(texts) == 1 else texts)
                 LOGGER.info("executor counters from the server log: %d of %d runs", n, len(doc["runs"]))
-                attach_served(doc, text)
+                attach_served(doc, "\n".join(texts))
         self.json_path.write_text(json.dumps(_finite(doc), indent=1, allow_nan=False) + "\n")
         LOGGER.info("wrote %s", self.json_path)
         report.write_report(self.json_path)
@@ -668,21 +844,110 @@ class AbRunner:
             pools[base] = path
         return pools
 
-    def _start_server(self, workdir: Path) -> Any:
+    def _start_servers(self, workdir: Path, started: list[Any]) -> None:
+        """Start the server (or one per GPU), appending each to ``started`` once it runs.
+
+        A server is appended as soon as it is up, so when a later one fails to start, the caller's
+        cleanup stops the ones before it.
+        """
         from inflight.server.launcher import ServerConfig, TritonServer
 
-        cfg = ServerConfig.on_free_ports(
-            self.config.repository,
-            workdir,
-            tritonserver=self.config.tritonserver,
-            backend_config=tuple(self.config.backend_config),
-            extra_args=tuple(self.config.server_args),
-            cpus=self.cpu_sets.server,
-        )
-        server = TritonServer(cfg)
-        LOGGER.info("starting tritonserver (HTTP %s)", server.http_url)
-        server.start()
-        return server
+        common: dict[str, Any] = {
+            "tritonserver": self.config.tritonserver,
+            "backend_config": tuple(self.config.backend_config),
+            "extra_args": tuple(self.config.server_args),
+        }
+        if not self.gpu_servers:
+            cfg = ServerConfig.on_free_ports(self.config.repository, workdir, cpus=self.cpu_sets.server, **common)
+            server = TritonServer(cfg)
+            LOGGER.info("starting tritonserver (HTTP %s)", server.http_url)
+            server.start()
+            started.append(server)
+            return
+        for plan in self.gpu_servers:
+            cfg = ServerConfig.on_free_ports(
+                self.config.repository,
+                workdir / f"gpu{plan.gpu}",
+                cpus=plan.cpus,
+                env={"CUDA_VISIBLE_DEVICES": plan.visible_device},
+                **common,
+            )
+            server = TritonServer(cfg)
+            LOGGER.info(
+                "starting tritonserver for GPU %d (CUDA_VISIBLE_DEVICES=%s, %s; HTTP %s)",
+                plan.gpu,
+                plan.visible_device,
+                f"cores {ol.format_cpus(plan.cpus)}" if plan.cpus else "not pinned",
+                server.http_url,
+            )
+            server.start()
+            started.append(server)
+
+    def _stop_servers(self, servers: Sequence[Any]) -> list[dict[str, Any]]:
+        """Stop every server, each whatever happened to the others; copy each log next to the results.
+
+        Returns:
+            Per server, in order: ``{"code", "reason", "log"}`` (``log``: the file name in the data folder).
+
+        Raises:
+            BaseException: an interrupt (Ctrl+C, SIGTERM) that came while stopping, once every server is stopped.
+        """
+        exits: list[dict[str, Any]] = []
+        interrupted: BaseException | None = None
+        for i, server in enumerate(servers):
+            plan = self.gpu_servers[i] if self.gpu_servers else None
+            name = plan.log_name if plan is not None else "tritonserver.log"
+            what = f"tritonserver for GPU {plan.gpu}" if plan is not None else "tritonserver"
+            code: int | None = None
+            try:
+                code = server.stop()
+                reason = server.exit_reason
+            except BaseException as e:  # one failed stop must not leave the other servers running
+                reason = f"stopping it failed: {type(e).__name__}: {e}"
+                LOGGER.error("%s: %s; killing its process group", what, reason)
+                _kill_server(server)
+                if not isinstance(e, Exception) and interrupted is None:
+                    interrupted = e
+            log = self.data / name
+            with contextlib.suppress(OSError):
+                shutil.copy(server.log_path, log)
+            LOGGER.info(
+                "%s stopped (exit code %s%s); its log: %s",
+                what,
+                code,
+                f", not gracefully: {reason}" if reason else "",
+                log,
+            )
+            exits.append({"code": code, "reason": reason, "log": name})
+        if interrupted is not None:
+            raise interrupted
+        return exits
+
+    def _attach_exits(self, doc: dict[str, Any], exits: Sequence[Mapping[str, Any]]) -> None:
+        """How each server exited, into the document's ``server`` block and its caveats."""
+        if not self.gpu_servers:
+            (ex,) = exits
+            doc["server"]["exit"] = {"code": ex["code"], "reason": ex["reason"]}
+            if ex["reason"]:
+                doc["caveats"].append(f"tritonserver exited non-gracefully (code {ex['code']}): {ex['reason']}")
+            return
+        for entry, ex in zip(doc["server"]["per_gpu_servers"], exits, strict=False):
+            entry["exit"] = {"code": ex["code"], "reason": ex["reason"]}
+            if ex["reason"]:
+                doc["caveats"].append(
+                    f"tritonserver for GPU {entry['gpu']} exited non-gracefully (code {ex['code']}): {ex['reason']}"
+                )
+        codes = [ex["code"] for ex in exits]
+        reasons = [
+            f"GPU {entry['gpu']}: {ex['reason']}"
+            for entry, ex in zip(doc["server"]["per_gpu_servers"], exits, strict=False)
+            if ex["reason"]
+        ]
+        # every server's exit in one: the first unclean code (0 when all were clean), every reason
+        doc["server"]["exit"] = {
+            "code": next((c for c in codes if c != 0), 0 if codes else None),
+            "reason": "; ".join(reasons) or None,
+        }
 
     @staticmethod
     def _endpoints_for(url: str) -> Endpoints:
@@ -692,11 +957,12 @@ class AbRunner:
 
     # -- the runs ---------------------------------------------------------------------------
 
-    def _run_all(self, endpoints: Endpoints, pools: dict[str, Path]) -> list[dict[str, Any]]:
+    def _run_all(self, endpoints: Sequence[Endpoints], pools: dict[str, Path]) -> list[dict[str, Any]]:
+        """Every round and variant against ``endpoints`` (one server, or one per GPU)."""
         if self.config.grpc_url:
-            endpoints.grpc = self.config.grpc_url
+            endpoints[0].grpc = self.config.grpc_url
         if self.config.metrics_url:
-            endpoints.metrics = self.config.metrics_url
+            endpoints[0].metrics = self.config.metrics_url
         s = self.shape
         order = [(r, v) for r in range(self.config.repeat) for v in self.variants]
         windows = max(1, len(self.config.rates) * self.config.rate_repeat) + (
@@ -715,7 +981,7 @@ class AbRunner:
         return runs
 
     def _run_one(
-        self, v: Variant, rnd: int, index: int, total: int, endpoints: Endpoints, pool: Path
+        self, v: Variant, rnd: int, index: int, total: int, endpoints: Sequence[Endpoints], pool: Path
     ) -> list[dict[str, Any]]:
         """Load ``v``, warm it up, measure its window(s), unload it: one record per window.
 
@@ -727,7 +993,7 @@ class AbRunner:
         stalls: list[str] = []
         records: list[dict[str, Any]] = []
         unload: dict[str, Any] = {}
-        load_s = control.load_variant(endpoints.http, v.config)
+        load_s = self._load(endpoints, v.config)
         capacity: ol.Capacity | None = None
         try:
             if s.warmup_s > 0:
@@ -802,11 +1068,22 @@ class AbRunner:
         assert self.config.search is not None
         return self.config.search[0]
 
+    def _load(self, endpoints: Sequence[Endpoints], vc: VariantConfig) -> float:
+        """Load ``vc`` on every server (side by side when several); the seconds until all had it."""
+        if len(endpoints) == 1:
+            return control.load_variant(endpoints[0].http, vc)
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(len(endpoints), thread_name_prefix="load") as pool:
+            futures = [pool.submit(control.load_variant, e.http, vc) for e in endpoints]
+        for f in futures:
+            f.result()  # the first server's failure, with its message
+        return time.perf_counter() - t0
+
     def _command(
         self,
         v: Variant,
         shape: LoadShape,
-        endpoints: Endpoints,
+        endpoints: Sequence[Endpoints],
         pool: Path,
         duration_s: float,
         csv_prefix: Path | None = None,
@@ -817,11 +1094,12 @@ class AbRunner:
             return rategen_command(
                 shape=shape, model=v.name, endpoints=endpoints, duration_s=duration_s, pool_file=pool, raw_dir=raw_dir
             )
+        (one,) = endpoints  # Locust sends to one server (--server-per-gpu needs the asyncio generator)
         return locust_command(
             locustfile=self.locustfile,
             shape=shape,
             model=v.name,
-            endpoints=endpoints,
+            endpoints=one,
             duration_s=duration_s,
             pool_file=pool,
             repository=self.config.repository,
@@ -835,17 +1113,22 @@ class AbRunner:
         tag: str,
         index: int,
         total: int,
-        endpoints: Endpoints,
+        endpoints: Sequence[Endpoints],
         pool: Path,
         rate: float | None,
     ) -> dict[str, Any]:
-        """One measured Locust run (at ``rate`` req/s when open loop) with its statistics and CPU figures."""
+        """One measured Locust run (at ``rate`` req/s when open loop) with its statistics and CPU figures.
+
+        With one server per GPU, Triton's statistics are summed over the servers (each server's share
+        of the successful requests goes to ``per_server_requests``), and so are the metrics' counters.
+        """
         s = self.shape if rate is None else self.shape.replace(rate=rate)
         problems: list[str] = []
         record: dict[str, Any] = {}
         if rate is not None:
             record["rate"] = rate
-        before = control.inference_stats(endpoints.http, v.name)
+        befores = [control.inference_stats(e.http, v.name) for e in endpoints]
+        before = st.sum_model_stats(befores)
         cpu_before = self._cpu_snapshot()
         prefix = self.data / tag
         raw_dir = self.data / f"{tag}-raw"
@@ -855,7 +1138,7 @@ class AbRunner:
         what = f"{v.name} at {rate:,.0f} req/s offered" if rate is not None else v.name
 
         def tick(elapsed: float) -> None:
-            text = scrape(endpoints.metrics)
+            text = _joined(scrape(e.metrics) for e in endpoints)
             if text is not None:
                 samples.append({"t": round(elapsed, 1), **st.gpu_gauges(text, v.name)})
             rps = st.current_rps(Path(f"{prefix}_stats_history.csv"))
@@ -886,16 +1169,21 @@ class AbRunner:
             tick_interval_s=self.config.progress_interval_s,
         )
         cpu_after = self._cpu_snapshot()
-        after = control.inference_stats(endpoints.http, v.name)
-        text = scrape(endpoints.metrics)
+        afters = [control.inference_stats(e.http, v.name) for e in endpoints]
+        after = st.sum_model_stats(afters)
+        if len(endpoints) > 1:
+            record["per_server_requests"] = _per_server_requests(befores, afters)
+        texts = [scrape(e.metrics) for e in endpoints]
+        text = _joined(texts)
         if text is not None:
+            # the gauges are means over instances: every server's instances together
             samples.append({"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name)})
-            # Locust has stopped: every request it sent should have left Triton's queue by now
-            counts = request_state(text, v.name)
-            counts.pop("lines")  # the record keeps the counters only
-            record["requests_after_window"] = counts
+        if all(t is not None for t in texts):
+            # Locust has stopped: every request it sent should have left Triton's queue by now. The counters are
+            # read per server and summed (one server's series must not be merged with another's)
+            record["requests_after_window"] = _sum_counts([request_state(t, v.name) for t in texts if t is not None])
         if rate is not None:
-            record["stub_memory"] = cpu.stub_memory(self._server_pid)
+            record["stub_memory"] = cpu.stub_memory(self._server_pids)
             record["generator"] = _generator_counts(raw_dir)
             # requests the generator gave up on at the end may still be queued or running in the server:
             # the next window must not start behind them
@@ -960,21 +1248,24 @@ class AbRunner:
             "latency_ms": ({"p50": at[-1]["p50_ms"], "p95": at[-1]["p95_ms"], "p99": at[-1]["p99_ms"]} if at else {}),
         }
 
-    def _drain(self, endpoints: Endpoints, v: Variant, timeout_s: float = DRAIN_TIMEOUT_S) -> float | None:
-        """Wait until ``v`` has no request queued and its answered count stopped moving; the seconds it took.
+    def _drain(self, endpoints: Sequence[Endpoints], v: Variant, timeout_s: float = DRAIN_TIMEOUT_S) -> float | None:
+        """Wait until ``v`` has no request queued and its answered count stopped moving on every server.
 
-        None when the metrics endpoint cannot tell (the wait is then skipped) or the timeout passed (a
-        warning says so; the next window's figures then include the backlog).
+        Returns the seconds it took; None when a metrics endpoint cannot tell (the wait is then
+        skipped) or the timeout passed (a warning says so; the next window's figures then include
+        the backlog).
         """
         t0 = time.monotonic()
-        last: tuple[int | None, int | None] | None = None
+        last: tuple[tuple[int | None, int | None], ...] | None = None
         while time.monotonic() - t0 < timeout_s:
-            text = scrape(endpoints.metrics)
-            if text is None:
-                return None
-            counts = request_state(text, v.name)
-            now = (counts.get("success"), counts.get("failure"))
-            if counts.get("pending") in (0, None) and now == last:
+            states = []
+            for e in endpoints:
+                text = scrape(e.metrics)
+                if text is None:
+                    return None
+                states.append(request_state(text, v.name))
+            now = tuple((c.get("success"), c.get("failure")) for c in states)
+            if all(c.get("pending") in (0, None) for c in states) and now == last:
                 return round(time.monotonic() - t0, 2)
             last = now
             time.sleep(0.5)
@@ -982,15 +1273,60 @@ class AbRunner:
         return None
 
     def _cpu_snapshot(self) -> tuple[cpu.CpuSnapshot, cpu.CpuSnapshot | None]:
-        """(the server's cores with its process tree, the generator's cores) — one snapshot when not pinned."""
+        """(the servers' cores with their process trees, the generator's cores) — one snapshot when not pinned.
+
+        With one server per GPU, the server side is every server's tree on the union of their shares.
+        """
         sets = self.cpu_sets
         if not sets.isolated:
-            return cpu.snapshot(self._server_pid), None
-        return cpu.snapshot(self._server_pid, cores=sets.server), cpu.snapshot(None, cores=sets.client)
+            return cpu.snapshot(self._server_pids), None
+        cores = sorted({c for plan in self.gpu_servers for c in plan.cpus}) or sets.server
+        return cpu.snapshot(self._server_pids, cores=cores), cpu.snapshot(None, cores=sets.client)
 
-    def _unload(self, v: Variant, tag: str, endpoints: Endpoints, stalls: list[str]) -> dict[str, Any]:
-        """Unload ``v``; what it took (and whether it stalled) as record fields."""
+    def _unload(self, v: Variant, tag: str, endpoints: Sequence[Endpoints], stalls: list[str]) -> dict[str, Any]:
+        """Unload ``v`` from every server; what it took (and whether it stalled) as record fields.
+
+        With one server per GPU the servers unload side by side; the record then gives the time until
+        all were done, whether any was slow or stalled (``requests_at_stall`` summed over the stalled
+        ones), and each server's own fields in ``per_server_unload``.
+        """
+        if not self.gpu_servers:
+            return self._unload_one(v, tag, endpoints[0], stalls)
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(len(endpoints), thread_name_prefix="unload") as pool:
+            futures = [
+                pool.submit(self._unload_one, v, tag, e, stalls, plan=plan, pid=pid)
+                for e, plan, pid in zip(endpoints, self.gpu_servers, self._server_pids, strict=True)
+            ]
+        parts = [f.result() for f in futures]
+        record: dict[str, Any] = {"unload_s": round(time.monotonic() - t0, 2)}
+        if any(r.get("unload_slow") for r in parts):
+            record["unload_slow"] = True
+        stalled = [r for r in parts if r.get("unload_stalled")]
+        if stalled:
+            record["unload_stalled"] = True
+            at_stall = [r["requests_at_stall"] for r in stalled if "requests_at_stall" in r]
+            if at_stall:
+                record["requests_at_stall"] = _sum_counts(at_stall)
+        record["per_server_unload"] = [{"gpu": plan.gpu, **r} for plan, r in zip(self.gpu_servers, parts, strict=True)]
+        return record
+
+    def _unload_one(
+        self,
+        v: Variant,
+        tag: str,
+        endpoints: Endpoints,
+        stalls: list[str],
+        *,
+        plan: GpuServerPlan | None = None,
+        pid: int | None = None,
+    ) -> dict[str, Any]:
+        """Unload ``v`` from one server (``plan``: one of the per-GPU servers, ``pid`` its process)."""
         record: dict[str, Any] = {}
+        if plan is None:
+            pid = self._server_pids[0] if self._server_pids else None
+        on = f" on the GPU {plan.gpu} server" if plan is not None else ""
+        log_name = plan.log_name if plan is not None else "tritonserver.log"
         t_unload = time.monotonic()
         try:
             control.unload(endpoints.http, v.name, timeout_s=self.config.unload_timeout_s)
@@ -1001,14 +1337,15 @@ class AbRunner:
                 control.wait_unloaded(endpoints.http, v.name, self.config.unload_grace_s)
                 record["unload_slow"] = True
                 LOGGER.warning(
-                    "%s: unloading %s took %.1f s (more than --unload-timeout %.0f s; completed)",
+                    "%s: unloading %s%s took %.1f s (more than --unload-timeout %.0f s; completed)",
                     tag,
                     v.name,
+                    on,
                     time.monotonic() - t_unload,
                     self.config.unload_timeout_s,
                 )
             except InflightError:
-                stuck = self.data / f"{tag}-stuck"
+                stuck = self.data / (f"{tag}-gpu{plan.gpu}-stuck" if plan is not None else f"{tag}-stuck")
                 text = scrape(endpoints.metrics)
                 if text is not None:
                     # where the requests that hold the unload are: Triton's queue (pending > 0) or not
@@ -1017,12 +1354,12 @@ class AbRunner:
                     record["requests_at_stall"] = counts
                     stuck.mkdir(parents=True, exist_ok=True)
                     (stuck / "request-metrics.txt").write_text("\n".join(lines) + "\n")
-                dumps = dump_stuck_stubs(v.name, stuck, parent_pid=self._server_pid)
+                dumps = dump_stuck_stubs(v.name, stuck, parent_pid=pid)
                 record["unload_stalled"] = True
                 waited = time.monotonic() - t_unload
                 stalls.append(
-                    f"unloading {v.name} stalled: {e}, still not unloaded {waited:.0f} s after the request "
-                    "(see tritonserver.log next to the results"
+                    f"unloading {v.name}{on} stalled: {e}, still not unloaded {waited:.0f} s after the request "
+                    f"(see {log_name} next to the results"
                     + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
                     + (
                         "; Triton 2.51's HTTP frontend does this when more replies finish at once than its socket "
@@ -1101,7 +1438,17 @@ class AbRunner:
     # -- the document -----------------------------------------------------------------------
 
     def _notes(self) -> list[str]:
+        from inflight.loadtest.report import deployment_line
+
         notes = []
+        if self.gpu_servers:
+            notes.append(
+                f"One tritonserver per GPU ({deployment_line(self._plans_dict())}): every variant was loaded on each "
+                "server with the same config, and the generator's sources were spread over the servers (source i "
+                "sent to server i mod n), so each server got about 1/n of the offered rate. Triton's statistics and "
+                "request counters, the CPU figures, the stubs' memory and the executor counters are summed over the "
+                "servers; the GPU gauges are means over every server's instances."
+            )
         if self.shape.window_s + self.shape.ramp_s < LOCUST_CPU_VISIBLE_S:
             notes.append(
                 f"Locust samples its own CPU every 10 s and its first sample is only a baseline, so a "
@@ -1119,7 +1466,47 @@ class AbRunner:
             )
         return notes
 
-    def _document(self, endpoints: Endpoints, runs: list[dict[str, Any]], *, started_server: bool) -> dict[str, Any]:
+    def _server_block(
+        self, endpoints: Sequence[Endpoints], runs: Sequence[Mapping[str, Any]], started: bool
+    ) -> dict[str, Any]:
+        """The document's ``server`` block; with one server per GPU, each server's own figures too.
+
+        ``http``/``grpc``/``metrics`` list every server's endpoint (comma-separated, as the generator's
+        ``--url`` takes them); ``per_gpu_servers`` gives each server's GPU, cores and endpoints (its
+        ``exit`` is added once it stopped) and ``per_server_requests`` the successful requests each
+        answered in the measured windows.
+        """
+        block: dict[str, Any] = {
+            "http": ",".join(e.http for e in endpoints),
+            "grpc": ",".join(e.grpc for e in endpoints),
+            "metrics": ",".join(e.metrics for e in endpoints),
+            "started_by_runner": started,
+            "backend_config": list(self.config.backend_config),
+            "server_args": list(self.config.server_args),
+            "repository": str(self.config.repository.resolve()),
+        }
+        if not self.gpu_servers:
+            return block
+        per_window = [r["per_server_requests"] for r in runs if r.get("per_server_requests")]
+        block["server_gpus"] = [plan.gpu for plan in self.gpu_servers]
+        block["per_gpu_servers"] = [
+            {
+                "gpu": plan.gpu,
+                "cuda_visible_devices": plan.visible_device,
+                "cpus": ol.format_cpus(plan.cpus),
+                "http": e.http,
+                "grpc": e.grpc,
+                "metrics": e.metrics,
+                "pid": pid,
+            }
+            for plan, e, pid in zip(self.gpu_servers, endpoints, self._server_pids, strict=False)
+        ]
+        block["per_server_requests"] = [sum(int(w[i] or 0) for w in per_window) for i in range(len(self.gpu_servers))]
+        return block
+
+    def _document(
+        self, endpoints: Sequence[Endpoints], runs: list[dict[str, Any]], *, started_server: bool
+    ) -> dict[str, Any]:
         s = self.shape
         summary = []
         for v in self.variants:
@@ -1167,16 +1554,8 @@ class AbRunner:
             "finished": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "device": device_info(),
             "host": {"hostname": platform.node(), "cpus": os.cpu_count(), "platform": platform.platform()},
-            "versions": versions(endpoints.http),
-            "server": {
-                "http": endpoints.http,
-                "grpc": endpoints.grpc,
-                "metrics": endpoints.metrics,
-                "started_by_runner": started_server,
-                "backend_config": list(self.config.backend_config),
-                "server_args": list(self.config.server_args),
-                "repository": str(self.config.repository.resolve()),
-            },
+            "versions": versions(endpoints[0].http),
+            "server": self._server_block(endpoints, runs, started_server),
             "preset": self.config.preset,
             "load": {
                 **s.to_dict(),
@@ -1312,6 +1691,8 @@ def _rategen_figures(raw_dir: Path, latency: Mapping[str, Any], problems: list[s
         "generator_gc",
     )
     own = {k: summary.get(k) for k in keys}
+    if len(summary.get("per_url") or {}) > 1:
+        own["per_url"] = summary["per_url"]  # several servers: what each one's sources sent and got answered
     return {
         "locust": counts,
         "failure_messages": summary.get("failure_messages", []),

@@ -132,6 +132,54 @@ def stats_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> ServerBr
     )
 
 
+def sum_model_stats(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One model's ``model_stats`` entries from several servers (one per GPU) summed into one entry.
+
+    Every counter of the entry is a count or a cumulative time in ns, so the servers' entries add
+    field by field: ``inference_count``, ``execution_count``, each phase's ``count`` and ``ns`` in
+    ``inference_stats``, ``response_stats``, and ``batch_stats`` matched by ``batch_size``;
+    ``last_inference`` (a timestamp) takes the latest. What identifies the counters (``name``,
+    ``version``, each ``batch_size``) is the first entry's. :func:`stats_delta` of two sums is then
+    the sum of the servers' windows, with times per request weighted by each server's requests.
+
+    Raises:
+        StatsError: for no entries, or entries of different models.
+    """
+    if not entries:
+        raise StatsError("no statistics to sum; snapshot at least one server")
+    names = sorted({str(e.get("name")) for e in entries})
+    if len(names) > 1:
+        raise StatsError(f"statistics of different models ({', '.join(names)}) cannot be summed; snapshot one model")
+    if len(entries) == 1:
+        return dict(entries[0])
+    merged = _sum_stats(list(entries), "")
+    assert isinstance(merged, dict)
+    return merged
+
+
+def _sum_stats(values: list[Any], key: str) -> Any:
+    """Sum several servers' values of one field of a ``model_stats`` entry (see :func:`sum_model_stats`)."""
+    first = values[0]
+    if all(isinstance(v, Mapping) for v in values):
+        keys = list(dict.fromkeys(k for v in values for k in v))
+        return {k: _sum_stats([v[k] for v in values if k in v], k) for k in keys}
+    if key == "batch_stats" and all(isinstance(v, list) for v in values):
+        by_size: dict[int, list[Any]] = {}
+        for v in values:
+            for entry in v:
+                by_size.setdefault(int(entry.get("batch_size", 0)), []).append(entry)
+        return [_sum_stats(group, "") for _, group in sorted(by_size.items())]
+    if key in _STATS_KEYS:
+        return first
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return max(values) if key == "last_inference" else sum(values)
+    return first
+
+
+#: Fields of a ``model_stats`` entry that identify what the counters count: never summed.
+_STATS_KEYS = frozenset({"name", "version", "batch_size"})
+
+
 def sum_breakdowns(parts: Sequence[ServerBreakdown]) -> ServerBreakdown:
     """Combine windows (repeats of one variant): counts add, times are request-weighted means."""
     if not parts:
@@ -465,30 +513,37 @@ def config_instances(config: Mapping[str, Any]) -> int:
     return sum(int(g.get("count", 1)) for g in config.get("instance_group", [{}]))
 
 
-def attach_executor_stats(doc: dict[str, Any], log_text: str) -> int:
-    """Give each run of an A/B document its instances' ``finalized`` records from the server log.
+def attach_executor_stats(doc: dict[str, Any], log_text: str | Sequence[str]) -> int:
+    """Give each run of an A/B document its instances' ``finalized`` records from the server log(s).
 
     Each run loads its variant, runs the load and unloads it, so the records of a model name
-    appear in run order, one per instance.
+    appear in run order, one per instance. With one server per GPU, pass each server's log as its
+    own text: every server loads every variant, so its log holds a run's records for that server's
+    instances, and a run takes its instances' records from each log (the logs must not be joined
+    into one text: the first server's records of every run would come before the second's, and
+    a run would take the records of the next run on the same server instead of its other server's).
 
     Returns:
         Runs that got a breakdown.
     """
-    records = executor_stats_from_log(log_text)
-    # instances per variant, from the config it was loaded with (overrides already applied)
+    texts = [log_text] if isinstance(log_text, str) else list(log_text)
+    logs = [executor_stats_from_log(t) for t in texts]
+    # instances per variant and server, from the config it was loaded with (overrides already applied)
     instances = {v["label"]: config_instances(v.get("config", {})) for v in doc.get("variants", [])}
     got = 0
     for run in doc.get("runs", []):
         n = instances.get(run["variant"], 1)
-        mine = []
-        for i, r in enumerate(records):
-            if r["model"] == run["model_name"]:
-                mine.append(i)
-                if len(mine) == n:
-                    break
-        taken = [records[i] for i in mine]
-        for i in reversed(mine):
-            records.pop(i)
+        taken = []
+        for records in logs:
+            mine = []
+            for i, r in enumerate(records):
+                if r["model"] == run["model_name"]:
+                    mine.append(i)
+                    if len(mine) == n:
+                        break
+            taken += [records[i] for i in mine]
+            for i in reversed(mine):
+                records.pop(i)
         run["executor"] = executor_breakdown(taken) if taken else None
         got += run["executor"] is not None
     by_variant: dict[str, list[dict[str, Any]]] = {}
