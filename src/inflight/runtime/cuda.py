@@ -137,9 +137,8 @@ class Stream:
         """The stream handle as an integer (for torch.cuda.ExternalStream, TensorRT)."""
         return int(self.handle)
 
-    @property
     def __cuda_stream__(self) -> tuple[int, int]:
-        """The CUDA stream protocol (version 0, handle)."""
+        """The CUDA stream protocol: ``(version 0, handle)``, a method as the protocol defines it."""
         return (0, self.ptr)
 
     def wait(self, event: Event) -> None:
