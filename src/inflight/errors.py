@@ -42,3 +42,22 @@ class ServerError(InflightError):
 
 class ShuttingDownError(InflightError):
     """The model is being unloaded; in-flight work that cannot finish is failed with this."""
+
+
+class StatsError(InflightError):
+    """Statistics that cannot be compared (other model, counters that went backwards, no data)."""
+
+
+class HttpProtocolError(InflightError):
+    """The server's answer is not HTTP/1.1 the load generator can read (the message says what was seen)."""
+
+
+class CuptiUnavailableError(InflightError):
+    """CUPTI cannot be used here (not installed, no GPU/driver, or another profiler owns it)."""
+
+
+class NsysExportError(InflightError, ValueError):
+    """The file is not a usable nsys sqlite export (missing, unreadable, or without GPU data).
+
+    Also a ``ValueError``, as it was before it joined this tree, for callers that catch that.
+    """

@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from inflight.errors import ConfigError, InflightError
+from inflight.errors import ConfigError, HttpProtocolError
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import workload as wl
 from inflight.runtime.gcwatch import GcWatch
@@ -113,10 +113,6 @@ def source_url(urls: Sequence[str], index: int) -> str:
     if not urls:
         raise ConfigError("no server to send to; give --url host:port")
     return urls[index % len(urls)]
-
-
-class HttpProtocolError(InflightError):
-    """The server's answer is not HTTP/1.1 this generator can read (the message says what was seen)."""
 
 
 @dataclass(kw_only=True)

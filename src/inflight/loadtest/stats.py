@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from inflight.errors import InflightError
+from inflight.errors import StatsError
 
 #: Percentiles reported everywhere.
 PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)
@@ -31,10 +31,6 @@ PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)
 CURVE: tuple[float, ...] = (0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 98.0, 99.0, 99.5, 99.9, 99.99, 100.0)
 
 _PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
-
-
-class StatsError(InflightError):
-    """Statistics that cannot be compared (other model, counters that went backwards, no data)."""
 
 
 @dataclass(frozen=True, kw_only=True)

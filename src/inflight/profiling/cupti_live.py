@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from inflight.errors import InflightError
+from inflight.errors import CuptiUnavailableError
 from inflight.profiling import activity as act
 from inflight.profiling import intervals as iv
 from inflight.profiling.activity import ActivitySummary, ApiCalls, GpuOps, Ranges, Records
@@ -130,10 +130,6 @@ FALLBACK_CBID_NAMES: dict[tuple[int, int], str] = {
         }.items()
     },
 }
-
-
-class CuptiUnavailableError(InflightError):
-    """CUPTI cannot be used here (not installed, no GPU/driver, or another profiler owns it)."""
 
 
 def import_cupti() -> Any:

@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from inflight.errors import NsysExportError
 from inflight.profiling import activity as act
 from inflight.profiling.activity import (
     DEFAULT_THRESHOLDS,
@@ -99,10 +100,6 @@ _COPY_LABEL = {
     "HOST-TO-HOST": 9,
     "PEER-TO-PEER": 10,
 }
-
-
-class NsysExportError(ValueError):
-    """The file is not a usable nsys sqlite export (missing, unreadable, or without GPU data)."""
 
 
 def split_global_id(g: Any) -> tuple[Any, Any]:
