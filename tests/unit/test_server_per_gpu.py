@@ -3,7 +3,7 @@
 The core split, the generator's server assignment, the checks of the configuration, Triton's
 statistics and the executor counters summed over servers, the CPU accounting of several server
 trees, and the report's deployment lines. The end-to-end run is in
-``tests/integration/test_server_per_gpu.py``.
+``tests/integration/test_ab_per_gpu_servers.py``.
 """
 
 from __future__ import annotations
