@@ -203,3 +203,59 @@ def test_asyncio_generator_counts_the_wait_for_a_connection(server: object, repo
     assert one["lateness"]["very_late_fraction"] > 0.3 and np.percentile(lat_one, 99) > 300
     assert many["lateness"]["very_late_fraction"] < 0.05 and np.percentile(lat_many, 50) < 100
     assert many["rps"] > 1.5 * one["rps"]
+
+
+def test_asyncio_generator_over_grpc_gives_the_same_figures(repository: Path, tmp_path: Path) -> None:
+    """``--generator asyncio --protocol grpc``: the sweep through Triton's gRPC endpoint, every answer checked."""
+    doc = _ab(
+        repository,
+        tmp_path / "grpc",
+        "bert_tiny_null",
+        "--rate",
+        "20,40",
+        "--check-every",
+        "1",
+        "--generator",
+        "asyncio",
+        "--protocol",
+        "grpc",
+    )
+    assert doc["valid"], doc["problems"]
+    load = doc["load"]
+    assert load["protocol"] == "grpc" and load["user_class"] == "inflight.loadtest.rategen"
+    assert [r["rate"] for r in doc["runs"]] == [20.0, 40.0]
+    for run in doc["runs"]:
+        gen, own, counts = run["generator"], run["generator_run"], run["locust"]
+        assert gen["scheduled"] > 0.5 * run["rate"] * 4
+        assert counts["failures"] == 0 and counts["requests"] == gen["completed"] > 0
+        # Triton counted the requests the generator sent over gRPC as its own successes
+        assert run["server"]["requests"] >= gen["completed"]
+        assert own["tool"] == "inflight.loadtest.rategen" and 0 < own["us_per_request"] < 50_000
+    assert "grpc" in Path(doc["_path"]).with_suffix(".md").read_text()
+
+
+def test_grpc_generator_counts_the_wait_for_a_call_slot(server: object, repository: Path, tmp_path: Path) -> None:
+    """Over gRPC, ``--max-connections`` bounds the calls in flight: beyond it a send waits, and the wait counts.
+
+    The same control as over HTTP: the null model sleeps 20 ms per batch, so one call in flight gets
+    ~50 req/s through at 150 req/s offered (late sends, long latencies); 64 in flight keep the schedule.
+    """
+    from inflight.loadtest import workload as wl
+    from inflight.server.control import load_variant, unload, variant_config
+
+    pool = wl.save_pool(wl.build_pool(wl.Workload(model="bert_tiny_null", items=2, seq_len=8, pool=4)), tmp_path / "p")
+    vc = variant_config(repository, "bert_tiny_null", {"kind": "cpu", "sleep_us": "20000"})
+    load_variant(server.http_url, vc)  # type: ignore[attr-defined]
+    grpc_url = server.grpc_url  # type: ignore[attr-defined]
+    base = ("--protocol", "grpc", "--url", grpc_url, "--rate", "150", "--duration", "3", "--check-every", "1")
+    try:
+        one, lat_one = _rategen(server, pool, tmp_path / "one", *base, "--max-connections", "1")
+        many, lat_many = _rategen(server, pool, tmp_path / "many", *base, "--max-connections", "64")
+    finally:
+        unload(server.http_url, vc.model_name)  # type: ignore[attr-defined]
+    assert one["failures"] == 0 and many["failures"] == 0, (one["failure_messages"], many["failure_messages"])
+    assert one["urls"] == [grpc_url] and one["rps"] < 70
+    assert one["connection_waits"] >= one["lateness"]["very_late"] > 0
+    assert one["lateness"]["very_late_fraction"] > 0.3 and np.percentile(lat_one, 99) > 300
+    assert many["lateness"]["very_late_fraction"] < 0.05 and np.percentile(lat_many, 50) < 100
+    assert many["rps"] > 1.5 * one["rps"]

@@ -161,3 +161,109 @@ def test_stall_summary_tells_a_stall_of_all_sources_from_one_of_one_source() -> 
     calm = rg.stall_summary([_timeline(0.0, steady, sends) for _ in range(4)], rate, window_s=2.0)
     assert calm["slow_bins"] == 0 and calm["silent_bins"] == 0
     assert rg.stall_summary([], rate, window_s=2.0) == {"bin_s": rg.BIN_S, "sources": 0}
+
+
+# -- gRPC ----------------------------------------------------------------------------------------
+
+
+def test_protocol_must_be_one_the_generator_speaks(tmp_path: Path) -> None:
+    pool = tmp_path / "pool.npz"
+    pool.write_bytes(b"x")
+    opts = rg.GenOptions(host="h", port=1, model="m", pool_file=pool, rate=10.0, duration_s=1.0, protocol="quic")
+    with pytest.raises(ConfigError, match=r"--protocol 'quic': choose one of http, grpc"):
+        opts.check_values()
+
+
+def test_grpc_requests_are_serialized_model_infer_messages() -> None:
+    from tritonclient.grpc import service_pb2
+
+    pool = wl.build_pool(wl.Workload(model="bert_tiny_null", items=3, seq_len=8, pool=2))
+    msgs = rg.build_grpc_requests(pool, "bert_tiny_null_x")
+    assert len(msgs) == 2
+    req = service_pb2.ModelInferRequest.FromString(msgs[1])
+    assert req.model_name == "bert_tiny_null_x"
+    assert [(i.name, list(i.shape)) for i in req.inputs] == [("input_ids", [3, 8]), ("attention_mask", [3, 8])]
+    assert req.raw_input_contents[0] == pool.inputs[1]["input_ids"].tobytes()
+
+
+def _grpc_response(rows: int, cols: int = 128, datatype: str = "FP32") -> bytes:
+    import numpy as np
+    from tritonclient.grpc import service_pb2
+
+    r = service_pb2.ModelInferResponse(model_name="m")
+    r.outputs.add(name="cls", datatype=datatype, shape=[rows, cols])
+    r.raw_output_contents.append(np.zeros((rows, cols), np.float32).tobytes())
+    return r.SerializeToString()
+
+
+def test_grpc_answers_are_checked_like_http_ones() -> None:
+    pool = wl.build_pool(wl.Workload(model="bert_tiny_null", items=3, seq_len=8, pool=2))
+    check = rg.grpc_answer_checker(pool)
+    assert check(_grpc_response(3), 0) is None
+    assert "has shape [2, 128]; expected [3, 128]" in (check(_grpc_response(2), 0) or "")
+    assert "undecodable response" in (check(b"\xff\xfe not a protobuf", 1) or "")
+
+
+def test_rategen_command_speaks_the_shapes_protocol(tmp_path: Path) -> None:
+    from inflight.loadtest import presets, runner
+
+    eps = [runner.Endpoints(http=f"127.0.0.1:{p}", grpc=f"127.0.0.1:{p + 1}", metrics="m") for p in (8000, 9000)]
+    shape = presets.smoke().replace(users=2, rate=100.0, protocol="grpc")
+    cmd = runner.rategen_command(
+        shape=shape, model="m", endpoints=eps, duration_s=3, pool_file=tmp_path / "p", raw_dir=tmp_path
+    )
+    assert cmd[cmd.index("--protocol") + 1] == "grpc"
+    assert cmd[cmd.index("--url") + 1] == "127.0.0.1:8001,127.0.0.1:9001"
+    http = runner.rategen_command(
+        shape=shape.replace(protocol="http"),
+        model="m",
+        endpoints=eps[0],
+        duration_s=3,
+        pool_file=tmp_path,
+        raw_dir=tmp_path,
+    )
+    assert http[http.index("--protocol") + 1] == "http" and http[http.index("--url") + 1] == "127.0.0.1:8000"
+
+
+def test_open_loop_over_grpc_needs_the_asyncio_generator(tmp_path: Path) -> None:
+    from inflight.loadtest import presets, runner
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = runner.AbConfig(
+        variants=["bert_tiny_null"],
+        shape=presets.smoke().replace(protocol="grpc"),
+        repository=root / "model_repository",
+        out=tmp_path,
+        rates=[100.0],
+        generator="locust",
+        isolate=False,
+    )
+    with pytest.raises(ConfigError, match=r"Locust's open-loop user .* speaks HTTP only; add --generator asyncio"):
+        runner.AbRunner(cfg)
+    runner.AbRunner(runner.AbConfig(**{**cfg.__dict__, "generator": "asyncio"}))  # accepted
+
+
+def test_an_unreachable_grpc_endpoint_fails_the_source_with_what_to_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(rg, "GRPC_CONNECT_TIMEOUT_S", 0.5)
+    opts = rg.GenOptions(
+        host="127.0.0.1", port=port, model="m", pool_file=tmp_path / "p", rate=10.0, duration_s=1.0, protocol="grpc"
+    )
+    source = rg._GrpcSource(opts, 0, [b""], lambda body, i: None)
+
+    async def go() -> None:
+        try:
+            await source.open(4)
+        finally:
+            await source.aclose()
+
+    with pytest.raises(ConfigError, match=rf"cannot reach a gRPC endpoint at 127.0.0.1:{port} .* gRPC port"):
+        asyncio.run(go())
+    assert source.channels == []

@@ -21,6 +21,14 @@ This generator keeps the Locust user's measurement and drops the rest:
 * every ``check_every``-th answer decoded and checked in full (shape, datatype, and values with
   a pool that holds references), the others checked by status and length.
 
+With ``protocol="grpc"`` (``--protocol grpc``, ``--url`` then names Triton's gRPC endpoints) each
+source sends ``GRPCInferenceService/ModelInfer`` calls through ``grpc.aio`` channels instead
+(:class:`_GrpcSource`): the ``ModelInferRequest`` messages of
+:func:`inflight.loadtest.workload.grpc_request` are serialized once, sent as bytes, and at most
+``max_connections`` calls per source are in flight (a send beyond that waits, and its wait counts,
+as a send waits for a free HTTP connection). The schedule, lateness, latencies, timeline and
+checks are the same, so the two front ends of one server can be compared under one load.
+
 With several servers (``--url h:p1,h:p2``: one tritonserver per GPU), source ``i`` sends to the
 ``i % len(urls)``-th; the rate of all sources together is unchanged, so the servers share it as
 the sources are spread over them (:func:`source_url`).
@@ -70,6 +78,16 @@ SUMMARY_NAME = "rategen-summary.json"
 START_DELAY_S = 2.0
 #: Connections each process opens before its first send (more are opened as needed, up to the maximum).
 PREOPEN = 16
+#: Protocols the generator speaks (``grpc``: Triton's ``GRPCInferenceService/ModelInfer``).
+PROTOCOLS = ("http", "grpc")
+#: gRPC channels (HTTP/2 connections) per source; calls are spread over them round robin.
+GRPC_CHANNELS = 4
+#: The gRPC method the generator calls (bytes in, bytes out: the messages are serialized once).
+GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+#: Seconds a gRPC channel may take to connect before the source gives up (with a message naming the endpoint).
+GRPC_CONNECT_TIMEOUT_S = 30.0
+#: Largest gRPC message either way (Triton's requests and answers can exceed grpc's 4 MB default).
+GRPC_MAX_MESSAGE = 2**30
 #: A worker busier than this fraction of its wall time was CPU-bound: the figures may be the generator's.
 BUSY_LIMIT = 0.9
 #: Width of a timeline bin (seconds): what each source sent, got answered, and its worst latency per bin.
@@ -136,6 +154,8 @@ class GenOptions:
         check_every: Decode and check every Nth answer in full (1: every one).
         raw_dir: Folder for the latency, lateness and summary files.
         stop_grace_s: Seconds after the window for the answers still in flight.
+        protocol: ``http`` (KServe v2 binary tensors over HTTP/1.1) or ``grpc``
+            (``GRPCInferenceService/ModelInfer``; ``host``/``port``/``urls`` are then gRPC endpoints).
     """
 
     host: str
@@ -152,6 +172,7 @@ class GenOptions:
     raw_dir: Path = Path("rategen")
     stop_grace_s: float = 1.0
     urls: tuple[str, ...] = ()
+    protocol: str = "http"
 
     def servers(self) -> list[str]:
         """Every server's ``host:port``, in the order the sources are assigned to them."""
@@ -165,6 +186,8 @@ class GenOptions:
         """Raise ConfigError for a value the run cannot use, saying which and what to pass."""
         if not self.rate > 0 or not math.isfinite(self.rate):
             raise ConfigError(f"--rate {self.rate}: offer a positive number of requests per second")
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(f"--protocol {self.protocol!r}: choose one of {', '.join(PROTOCOLS)}")
         if not self.duration_s > 0:
             raise ConfigError(f"--duration {self.duration_s}: send for more than 0 seconds")
         if self.processes < 1:
@@ -202,6 +225,11 @@ def build_requests(pool: wl.Pool, model: str, host: str, port: int) -> list[byte
         head += [f"{k}: {v}" for k, v in req.headers.items()]
         out.append(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + req.body)
     return out
+
+
+def build_grpc_requests(pool: wl.Pool, model: str) -> list[bytes]:
+    """Every pool entry as a serialized ``ModelInferRequest`` (raw input contents), sent as is."""
+    return [wl.grpc_request(pool.workload.spec, model, inputs).SerializeToString() for inputs in pool.inputs]
 
 
 @dataclass
@@ -625,7 +653,7 @@ class _Source:
             await asyncio.sleep(wait)
         if self.counts.inflight:
             self.idle = asyncio.Event()
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.idle.wait(), self.options.stop_grace_s)
         now = time.perf_counter()
         self.counts.stop(now)
@@ -639,10 +667,18 @@ class _Source:
         }
         self.wall_s = now - start
         # still unanswered: the time waited so far (a lower bound of the latency) enters the raw latencies
-        unanswered = list(self.waiting) + [c.current for c in self.conns if c.current is not None]
+        unanswered = list(self.waiting) + self.in_flight()
         for p in unanswered:
             self.latencies.append((now - p.due) * 1000.0)
         self.counts.inflight = len(unanswered)
+
+    def in_flight(self) -> list[_Pending]:
+        """The requests sent and not answered yet."""
+        return [c.current for c in self.conns if c.current is not None]
+
+    async def aclose(self) -> None:
+        """Close the source's connections (the asyncio form of :meth:`close`)."""
+        self.close()
 
     def close(self) -> None:
         """Close every connection (answers still in flight are dropped: they were counted unanswered)."""
@@ -672,6 +708,123 @@ class _Source:
         }
 
 
+class _GrpcSource(_Source):
+    """A source that sends ``ModelInfer`` calls over ``GRPC_CHANNELS`` grpc.aio channels.
+
+    ``requests`` holds serialized ``ModelInferRequest`` messages and ``grpc_check`` checks a
+    serialized ``ModelInferResponse``; at most ``max_connections`` calls are in flight (the others
+    wait in order, each wait counted as a connection wait).
+    """
+
+    def __init__(
+        self,
+        options: GenOptions,
+        index: int,
+        requests: list[bytes],
+        grpc_check: Callable[[bytes, int], str | None],
+    ) -> None:
+        super().__init__(options, index, requests, lambda answer, i: None)
+        self.grpc_check = grpc_check
+        self.channels: list[Any] = []
+        self.calls: list[Any] = []
+        self.pending: dict[int, _Pending] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def open(self, n: int) -> None:
+        """Open the channels and wait until each is connected."""
+        import grpc  # type: ignore[import-untyped]
+
+        host, port = self.options.target(self.index)
+        opts = [
+            ("grpc.max_send_message_length", GRPC_MAX_MESSAGE),
+            ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE),
+        ]
+        for _ in range(max(1, min(GRPC_CHANNELS, n))):
+            ch = grpc.aio.insecure_channel(f"{host}:{port}", options=opts)
+            self.channels.append(ch)  # closed by aclose() whatever happens next
+            try:
+                await asyncio.wait_for(ch.channel_ready(), GRPC_CONNECT_TIMEOUT_S)
+            except asyncio.TimeoutError:  # TimeoutError from 3.11 on; asyncio.wait_for raises this one on 3.10
+                raise ConfigError(
+                    f"cannot reach a gRPC endpoint at {host}:{port} within {GRPC_CONNECT_TIMEOUT_S:.0f} s; with "
+                    "--protocol grpc, --url names Triton's gRPC port (8001 by default), not its HTTP port"
+                ) from None
+            self.calls.append(ch.unary_unary(GRPC_METHOD))
+        self.peak_connections = len(self.channels)
+
+    def due(self, pending: _Pending) -> None:
+        """Send now if fewer than ``max_connections`` calls are in flight, else queue (the wait counts)."""
+        if len(self.pending) < self.options.max_connections:
+            self._start(pending)
+            return
+        self.waiting.append(pending)
+        if not self.counts.stopped:
+            self.connection_waits += 1
+            if self.timeline is not None:
+                self.timeline.on_wait(time.perf_counter())
+
+    def _start(self, pending: _Pending) -> None:
+        now = time.perf_counter()
+        self.counts.sent(now - pending.due)
+        if self.timeline is not None:
+            self.timeline.on_send(now, now - pending.due)
+        self.pending[pending.seq] = pending
+        task = asyncio.get_running_loop().create_task(self._call(pending))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _call(self, pending: _Pending) -> None:
+        import grpc
+
+        call = self.calls[pending.seq % len(self.calls)]
+        try:
+            body = await call(self.requests[pending.index])
+        except grpc.aio.AioRpcError as e:
+            msg: str | None = f"gRPC {e.code().name}: {e.details()}"
+        else:
+            self.answers += 1
+            if self.length is None or self.answers % self.options.check_every == 0:
+                msg = self.grpc_check(body, pending.index)
+                if msg is None:
+                    self.length = len(body)
+            elif len(body) != self.length:
+                msg = f"answer of {len(body)} bytes where a checked answer had {self.length}"
+            else:
+                msg = None
+        if self.pending.pop(pending.seq, None) is None:
+            return  # the source was closed while the call ran: it was counted unanswered
+        if self.waiting:
+            self._start(self.waiting.popleft())
+        self._finish(pending, msg is None, msg)
+
+    def in_flight(self) -> list[_Pending]:
+        """The calls sent and not answered yet."""
+        return list(self.pending.values())
+
+    async def aclose(self) -> None:
+        """Cancel the calls still in flight (counted unanswered) and close the channels."""
+        self.pending.clear()
+        self.waiting.clear()
+        for task in list(self.tasks):
+            task.cancel()
+        for ch in self.channels:
+            await ch.close()
+        self.channels.clear()
+        self.calls.clear()
+
+
+def grpc_answer_checker(pool: wl.Pool) -> Callable[[bytes, int], str | None]:
+    """Check one serialized ``ModelInferResponse`` against the pool's workload (and its references)."""
+    w = pool.workload
+    spec, items, tol = w.spec, w.items, wl.tolerance_for(w.model)
+
+    def check(body: bytes, index: int) -> str | None:
+        ref = pool.references[index] if pool.references is not None else None
+        return wl.check_grpc_body(spec, items, body, ref, tol)
+
+    return check
+
+
 def answer_checker(pool: wl.Pool) -> Callable[[HttpAnswer, int], str | None]:
     """Check one answer against the pool's workload (and its reference outputs when the pool has them)."""
     w = pool.workload
@@ -687,22 +840,26 @@ def answer_checker(pool: wl.Pool) -> Callable[[HttpAnswer, int], str | None]:
 
 
 async def _serve_source(source: _Source, ready: Any, go: Any, start_at: Any) -> None:
-    await source.open(min(PREOPEN, source.options.max_connections))
-    ready.put(source.index)
-    await asyncio.get_running_loop().run_in_executor(None, go.wait)
-    start = time.perf_counter() + (start_at.value - time.time())
     try:
+        await source.open(min(PREOPEN, source.options.max_connections))
+        ready.put(source.index)
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        start = time.perf_counter() + (start_at.value - time.time())
         await source.run(start)
     finally:
-        source.close()
+        await source.aclose()
 
 
 def _worker(options: GenOptions, index: int, ready: Any, go: Any, start_at: Any) -> None:
     """One process: prepare the requests, connect, wait for the start, send, write the files."""
     try:
         pool = wl.load_pool(Path(options.pool_file))
-        requests = build_requests(pool, options.model, *options.target(index))
-        source = _Source(options, index, requests, answer_checker(pool))
+        source: _Source
+        if options.protocol == "grpc":
+            source = _GrpcSource(options, index, build_grpc_requests(pool, options.model), grpc_answer_checker(pool))
+        else:
+            requests = build_requests(pool, options.model, *options.target(index))
+            source = _Source(options, index, requests, answer_checker(pool))
         # what lives for the whole run (the pool, the prepared requests, numpy, asyncio) leaves the collector's
         # generations: a full collection in the window then walks only what the window made (it was 10-17 ms
         # per source at 38k req/s, 2026-11-23 diag sitting)
@@ -838,8 +995,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--url",
         default="127.0.0.1:8000",
-        help="server HTTP host:port, or several comma-separated (source i sends to the (i mod n)-th)",
+        help="server HTTP (or, with --protocol grpc, gRPC) host:port, or several comma-separated (source i sends "
+        "to the (i mod n)-th)",
     )
+    p.add_argument("--protocol", choices=PROTOCOLS, default="http", help="http (binary tensors) or grpc (ModelInfer)")
     p.add_argument("--model", required=True, help="model name to infer")
     p.add_argument("--pool-file", required=True, type=Path, help="request pool (inflight.loadtest.workload --out)")
     p.add_argument("--rate", required=True, type=float, help="requests per second of all processes together")
@@ -871,6 +1030,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_every=a.check_every,
             raw_dir=a.raw_dir,
             stop_grace_s=a.stop_grace,
+            protocol=a.protocol,
         )
         summary = run(options)
     except (ConfigError, ValueError) as e:

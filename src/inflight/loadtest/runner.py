@@ -412,16 +412,20 @@ def rategen_command(
     """The command line of one open-loop window (or warm-up) of the asyncio generator.
 
     It runs ``shape.users`` processes (one arrival source each, as the Locust run has one user per
-    process) and writes its latencies, counts and summary into ``raw_dir``. With several servers'
+    process) and writes its latencies, counts and summary into ``raw_dir``; it speaks
+    ``shape.protocol`` (HTTP, or gRPC to the endpoints' gRPC ports). With several servers'
     endpoints (one per GPU) its ``--url`` lists them all and the sources are spread over them.
     """
     servers = [endpoints] if isinstance(endpoints, Endpoints) else list(endpoints)
+    grpc = shape.protocol == "grpc"
     return [
         sys.executable,
         "-m",
         "inflight.loadtest.rategen",
+        "--protocol",
+        shape.protocol,
         "--url",
-        ",".join(e.http for e in servers),
+        ",".join(e.grpc if grpc else e.http for e in servers),
         "--model",
         model,
         "--pool-file",
@@ -687,13 +691,13 @@ class AbRunner:
         self._planned_total = 0.0
         self.open_loop = bool(config.rates) or config.search is not None
         if self.open_loop:
-            if self.shape.protocol != "http":
-                raise ConfigError(
-                    f"--protocol {self.shape.protocol}: the open-loop load (--rate/--search) speaks HTTP only; drop "
-                    "--protocol or the rates"
-                )
             if config.generator not in GENERATORS:
                 raise ConfigError(f"--generator {config.generator!r}: choose one of {', '.join(GENERATORS)}")
+            if self.shape.protocol != "http" and config.generator != "asyncio":
+                raise ConfigError(
+                    f"--protocol {self.shape.protocol}: Locust's open-loop user (--rate/--search) speaks HTTP only; "
+                    "add --generator asyncio (it speaks both) or drop --protocol"
+                )
             if config.rate_repeat < 1:
                 raise ConfigError(f"--rate-repeat {config.rate_repeat}: measure each rate at least once")
             if config.slo_ms <= 0:

@@ -311,6 +311,42 @@ def check_http_body(
     return check_output(spec, items, get, available, reference, tol)
 
 
+def check_grpc_body(
+    spec: ModelSpec,
+    items: int,
+    content: bytes,
+    reference: Mapping[str, np.ndarray] | None = None,
+    tol: Tolerance | None = None,
+) -> str | None:
+    """Check one serialized gRPC ``ModelInferResponse``; a failure message or None.
+
+    Args:
+        spec: The model.
+        items: Items sent in the request.
+        content: The serialized response.
+        reference: Expected values per output, or None.
+        tol: Tolerance for ``reference``.
+    """
+    from tritonclient.grpc import InferResult, service_pb2
+
+    try:
+        response = service_pb2.ModelInferResponse.FromString(content)
+        result = InferResult(response)
+    except Exception as e:  # a malformed message is a failed request, whatever the decoder raised
+        return f"undecodable response ({type(e).__name__}: {e})"
+
+    def get(name: str) -> tuple[np.ndarray | None, str | None]:
+        for o in response.outputs:
+            if o.name == name:
+                return result.as_numpy(name), o.datatype
+        return None, None
+
+    def available() -> list[str]:
+        return [o.name for o in response.outputs]
+
+    return check_output(spec, items, get, available, reference, tol)
+
+
 def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> str | None:
     """Compare with ``tol``; return None when close, else where and by how much it differs."""
     if not np.isfinite(actual).all():
