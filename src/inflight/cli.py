@@ -217,6 +217,13 @@ def bench_engine_cmd(
             f"{len(m['mixed']['launches'])} launches, padding waste {m['padding_waste']:.1%}, "
             f"{m['graphs']} graphs in {m['graph_memory_mb']:.0f} MB"
         )
+        pk = m.get("packed")
+        if pk:
+            typer.echo(
+                f"  packed into {pk['rows']} rows of {pk['row_len']} (not served): {pk['tokens_per_s']:,.0f} tokens/s "
+                f"(ratio {m['packed_token_ratio']:.2f}), padding waste {pk['padding_waste']:.1%}, packing "
+                f"{pk['pack_s'] * 1e3:.0f} ms on the host, max abs error {pk['max_abs_error_vs_fp32_cpu']:.2e}"
+            )
     typer.echo(f"wrote {out}")
 
 

@@ -259,6 +259,76 @@ def _mixed_batch(spec: Any, rows: int, lengths: tuple[int, int] | None, per_requ
     return Batch(items)
 
 
+#: Sequences one packed row may hold (query slots per row of the packed model).
+PACKED_PER_ROW = 16
+
+
+def packed_mixed_row(
+    batch: Batch, row_len: int, precision: str, device_id: int, reference: Any, iters: int, warmup: int
+) -> dict[str, Any]:
+    """The mixed-length batch packed into rows of ``row_len`` (``make_packed_module``), replayed from a graph.
+
+    The packed module is compiled from the module (inductor, dynamic shapes) rather than from the
+    repository's artifact, cast to ``precision`` as the served engine casts its module, and its
+    step captured in one CUDA graph on static inputs. Returns the time per batch, real and
+    computed tokens, rows, the host time to pack, and the largest error against the fp32 CPU model
+    over the first 64 sequences.
+    """
+    import torch
+
+    from inflight.models.bert import make_packed_module
+    from inflight.models.packing import pack
+
+    ids = [it.inputs["input_ids"][j] for it in batch.items for j in range(it.count)]
+    masks = [it.inputs["attention_mask"][j] for it in batch.items for j in range(it.count)]
+    t0 = time.perf_counter()
+    packed = pack(ids, masks, row_len, PACKED_PER_ROW)
+    pack_s = time.perf_counter() - t0
+    dev = torch.device(f"cuda:{device_id}")
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
+    module = torch.compile(make_packed_module(0).to(dev).to(dtype), dynamic=True)
+    static = [torch.from_numpy(a).to(dev) for a in packed.arrays()]
+    stream = torch.cuda.Stream(dev)
+    t1 = time.perf_counter()
+    with torch.inference_mode(), torch.cuda.stream(stream):
+        for _ in range(2):
+            module(*static)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.inference_mode(), torch.cuda.graph(graph, stream=stream):
+        out = module(*static)
+    compile_s = time.perf_counter() - t1
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            graph.replay()
+        start.record(stream)
+        for _ in range(iters):
+            graph.replay()
+        end.record(stream)
+    end.synchronize()
+    seconds = start.elapsed_time(end) / 1e3 / iters
+    got = packed.unpack(out.float().cpu().numpy())
+    err = 0.0
+    with torch.inference_mode():
+        for i in range(min(64, len(ids))):
+            want = reference(torch.from_numpy(ids[i][None]), torch.from_numpy(masks[i][None])).numpy()[0]
+            err = max(err, float(np.abs(got[i] - want).max()))
+    return {
+        "seconds_per_batch": seconds,
+        "real_tokens": packed.real_tokens,
+        "padded_tokens": packed.padded_tokens,
+        "tokens_per_s": packed.real_tokens / seconds,
+        "rows": packed.rows,
+        "row_len": row_len,
+        "per_row": PACKED_PER_ROW,
+        "padding_waste": packed.padded_tokens / packed.real_tokens - 1,
+        "pack_s": pack_s,
+        "compile_and_capture_s": compile_s,
+        "max_abs_error_vs_fp32_cpu": err,
+    }
+
+
 def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
     """Engine-only time per batch of every variant, its load time and error, and the mixed-length rows.
 
@@ -361,6 +431,13 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                         "graph_replays": engine.counters["replays"] - before["replays"],
                         "eager_launches": engine.counters["eager"] - before["eager"],
                     }
+                packed = (
+                    packed_mixed_row(
+                        mixed_batch, max(mixed_seqs), v.precision, cfg.device_id, reference, cfg.iters, cfg.warmup
+                    )
+                    if cfg.model == "bert_tiny"
+                    else None
+                )
                 this = {
                     "engine": v.label,
                     "batch": b,
@@ -372,6 +449,11 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                     "padding_waste": res["mixed"]["padded_tokens"] / res["mixed"]["real_tokens"] - 1,
                     "launch_cost_tokens": GPU_LAUNCH_COST_TOKENS,
                     "mixed_by_launch_cost_tokens": by_cost,
+                    # not served: the same batch through the packed model (a measurement of packing)
+                    "packed": packed,
+                    "packed_token_ratio": None
+                    if packed is None
+                    else packed["tokens_per_s"] / res["uniform"]["tokens_per_s"],
                     "graphs": engine.graphs(),
                     "capture_all_s": capture_all_s,
                     "graph_memory_mb": engine.graph_memory_mb(),

@@ -91,6 +91,21 @@ def make_module(
             x0 = self.ln1(x0 + self.attn_out(a.reshape(b, h)))
             return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
 
+        def forward_queries(self, x: torch.Tensor, keep: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+            """The layer's output at ``at`` (``[r, m]`` positions of each row) only, ``[r, m, h]``.
+
+            ``keep`` is ``[r, 1, m, s]``: which keys each of the ``m`` queries of a row may see.
+            """
+            r, s, h = x.shape
+            m = at.shape[1]
+            w, bias = self.qkv.weight, self.qkv.bias
+            kv = F.linear(x, w[h:], bias[h:]).view(r, s, 2, HEADS, head_dim).permute(2, 0, 3, 1, 4)
+            x0 = x.gather(1, at[:, :, None].expand(r, m, h))
+            q = F.linear(x0, w[:h], bias[:h]).view(r, m, HEADS, head_dim).transpose(1, 2)
+            a = attend(q, kv[0], kv[1], keep, cls_how)  # [r, heads, m, head_dim]
+            x0 = self.ln1(x0 + self.attn_out(a.transpose(1, 2).reshape(r, m, h)))
+            return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
+
     class BertTiny(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -117,6 +132,46 @@ def make_module(
                 x = layer(x, keep)
             return x[:, 0].float()
 
+        def forward_packed(
+            self,
+            input_ids: torch.Tensor,
+            position_ids: torch.Tensor,
+            segment: torch.Tensor,
+            attention_mask: torch.Tensor,
+            cls_pos: torch.Tensor,
+        ) -> torch.Tensor:
+            """Several sequences per row (:mod:`inflight.models.packing`); the CLS state of each, ``[r, m, h]``.
+
+            Args:
+                input_ids: ``[r, s]`` token ids, the row's sequences one after another.
+                position_ids: ``[r, s]`` each token's position in its own sequence.
+                segment: ``[r, s]`` which sequence of the row a token belongs to (1..m), 0 for the
+                    row's padding.
+                attention_mask: ``[r, s]`` each token's own mask bit (0 for the row's padding).
+                cls_pos: ``[r, m]`` where sequence k of the row starts (any position where the row
+                    has no sequence k: that output is not read).
+
+            A token attends to the unmasked tokens of its own sequence only (and to itself, so that a
+            row's padding attends to something: those states never reach an output), so each
+            sequence's CLS state is the one the unpacked model computes for it alone.
+            """
+            x = self.word(input_ids) + self.position(position_ids) + self.token_type.weight[0]
+            x = self.ln(x)
+            s = segment.shape[1]
+            m = cls_pos.shape[1]
+            key_on = attention_mask[:, None, :] > 0
+            same = segment[:, :, None] == segment[:, None, :]
+            diag = self.get_buffer("position_ids")[:s]
+            keep = same & (key_on | (diag[:, None] == diag[None, :])[None])
+            layers: list[Any] = list(self.layers)
+            for layer in layers[:-1]:
+                x = layer(x, keep[:, None])
+            which = self.get_buffer("position_ids")[1 : m + 1]  # sequence numbers 1..m
+            keep_q = (segment[:, None, :] == which[None, :, None]) & key_on
+            # a query slot with no sequence sees the row's first position (its output is not read)
+            keep_q = keep_q | (~keep_q.any(-1, keepdim=True) & (diag == 0)[None, None, :])
+            return layers[-1].forward_queries(x, keep_q[:, None], cls_pos).float()
+
     torch.manual_seed(seed)
     m = BertTiny()
     with torch.no_grad():
@@ -124,6 +179,26 @@ def make_module(
             if p.dim() > 1:
                 p.normal_(0.0, 0.02)
     return m.eval()
+
+
+def make_packed_module(seed: int = 0, **options: Any) -> torch.nn.Module:
+    """bert-tiny (the weights of ``make_module(seed)``) taking packed rows: ``forward`` is ``forward_packed``.
+
+    Several sequences share a row (:func:`inflight.models.packing.pack`), each attending only to
+    its own tokens, and the CLS state of each comes out at ``[row, k]``: the same function as the
+    unpacked model applied to every sequence alone, without padding each to the longest.
+    """
+    from torch import nn
+
+    class Packed(nn.Module):
+        def __init__(self, base: nn.Module) -> None:
+            super().__init__()
+            self.base = base
+
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            return self.base.forward_packed(*args)  # type: ignore[operator]
+
+    return Packed(make_module(seed, **options)).eval()
 
 
 SPEC = ModelSpec(

@@ -1,0 +1,114 @@
+"""Packing sequences of different lengths into rows, for the packed bert_tiny (``make_packed_module``).
+
+A batch of mixed lengths padded to one length per launch wastes the padding (``padding_waste`` of
+the mixed-length row in ``results/engine_bench.json``), and more, smaller launches cost more than
+they save on the H200. Packing puts several sequences in one row
+of ``row_len`` tokens (first fit, longest first), so one launch carries nearly only real tokens;
+the model keeps each sequence's attention to its own tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Packed rows and where every sequence went.
+
+    Attributes:
+        input_ids: ``[rows, row_len]``.
+        position_ids: ``[rows, row_len]``, each token's position in its own sequence.
+        segment: ``[rows, row_len]``, 1..k for the row's k-th sequence, 0 for padding.
+        attention_mask: ``[rows, row_len]``, each token's own mask bit, 0 for padding.
+        cls_pos: ``[rows, per_row]``, where the row's k-th sequence starts (0 where it has none).
+        place: ``[n, 2]``, (row, k) of sequence i: its output is ``out[row, k]``.
+        real_tokens: Tokens of the sequences (their lengths summed).
+    """
+
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    segment: np.ndarray
+    attention_mask: np.ndarray
+    cls_pos: np.ndarray
+    place: np.ndarray
+    real_tokens: int
+
+    @property
+    def rows(self) -> int:
+        """Rows of the packed batch."""
+        return int(self.input_ids.shape[0])
+
+    @property
+    def padded_tokens(self) -> int:
+        """Tokens the launch computes (rows x row length)."""
+        return int(self.input_ids.size)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The model's inputs, in ``forward_packed``'s order."""
+        return (self.input_ids, self.position_ids, self.segment, self.attention_mask, self.cls_pos)
+
+    def unpack(self, out: np.ndarray) -> np.ndarray:
+        """``out[rows, per_row, ...]`` of the model as ``[n, ...]`` in the sequences' order."""
+        return out[self.place[:, 0], self.place[:, 1]]
+
+
+def assign(lengths: Sequence[int], row_len: int, per_row: int) -> list[list[int]]:
+    """First-fit decreasing: rows of sequence indices, each row's lengths summing to at most ``row_len``.
+
+    Raises:
+        ValueError: for a sequence longer than a row, or ``per_row`` < 1.
+    """
+    if per_row < 1:
+        raise ValueError(f"per_row={per_row}: a row holds at least one sequence")
+    too_long = [n for n in lengths if n > row_len]
+    if too_long:
+        raise ValueError(f"a sequence of {max(too_long)} tokens does not fit a row of {row_len}; use longer rows")
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda j: -lengths[j]):
+        n = lengths[i]
+        for r, left in enumerate(room):
+            if left >= n and len(rows[r]) < per_row:
+                rows[r].append(i)
+                room[r] -= n
+                break
+        else:
+            rows.append([i])
+            room.append(row_len - n)
+    return rows
+
+
+def pack(input_ids: Sequence[np.ndarray], attention_mask: Sequence[np.ndarray], row_len: int, per_row: int) -> Packed:
+    """Pack sequences (1-D arrays, one per sequence) into rows of ``row_len`` tokens.
+
+    Args:
+        input_ids: Token ids of each sequence.
+        attention_mask: Mask bits of each sequence (same length as its ids).
+        row_len: Tokens per row (at least the longest sequence).
+        per_row: Most sequences in one row (the model's query slots per row).
+    """
+    lengths = [len(x) for x in input_ids]
+    rows = assign(lengths, row_len, per_row)
+    shape = (len(rows), row_len)
+    ids = np.zeros(shape, np.int64)
+    pos = np.zeros(shape, np.int64)
+    seg = np.zeros(shape, np.int64)
+    mask = np.zeros(shape, np.int64)
+    cls = np.zeros((len(rows), per_row), np.int64)
+    place = np.zeros((len(lengths), 2), np.int64)
+    for r, members in enumerate(rows):
+        at = 0
+        for k, i in enumerate(members):
+            n = lengths[i]
+            ids[r, at : at + n] = input_ids[i]
+            mask[r, at : at + n] = attention_mask[i]
+            pos[r, at : at + n] = np.arange(n)
+            seg[r, at : at + n] = k + 1
+            cls[r, k] = at
+            place[i] = (r, k)
+            at += n
+    return Packed(ids, pos, seg, mask, cls, place, int(sum(lengths)))
