@@ -845,3 +845,12 @@ def test_live_counters_give_batches_and_items_per_batch_between_first_and_last_s
     live = read_live_metrics(f)
     assert live is not None
     assert live["batches"] == 400 and live["mean_batch_items"] == pytest.approx(2000) and live["slot_waits"] == 20
+
+
+def test_module_entry_point_is_the_inflight_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m inflight.profiling.nsys_summary`` and ``inflight nsys-summary`` are one command line."""
+    assert main(["--bogus"]) == 2
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for option in ("--out", "--label", "--window-start", "--nvtx", "--timeline-ms", "--json", "--sync-high"):
+        assert option in text

@@ -42,11 +42,9 @@ graph launch's kernels sharing its correlationId (same dispatch count and median
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sqlite3
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -819,53 +817,23 @@ def run(
     return files
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m inflight.profiling.nsys_summary``."""
-    p = argparse.ArgumentParser(
-        prog="nsys_summary",
-        description="GPU temporal activity, sync share, dispatches and a regime verdict from nsys sqlite exports.",
-    )
-    p.add_argument("files", nargs="+", type=Path, help="nsys sqlite exports (nsys export --type sqlite)")
-    p.add_argument("--out", type=Path, default=None, help="write summary.md, summary.json and timeline PNGs here")
-    p.add_argument("--label", action="append", default=None, help="column title, once per file")
-    p.add_argument("--window-start", type=int, default=None, help="window start, ns on the report timeline")
-    p.add_argument("--window-end", type=int, default=None, help="window end, ns")
-    p.add_argument("--nvtx", default=None, help="use the span of the NVTX range(s) with this name as the window")
-    p.add_argument("--device", type=int, default=None, help="only this GPU (deviceId)")
-    p.add_argument("--timeline-ms", type=float, default=5.0, help="timeline PNG length in ms (0: none)")
-    p.add_argument("--timeline-at", type=int, default=None, help="timeline start, ns (default: middle of the window)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
-    p.add_argument("--busy", type=float, default=Thresholds.busy, help="GPU activity counted as 'no gaps'")
-    p.add_argument("--sync-high", type=float, default=Thresholds.sync_high, help="sync share counted as high")
-    p.add_argument("--launch-high", type=float, default=Thresholds.launch_high, help="launch share counted as high")
-    p.add_argument("--short-dispatch-us", type=float, default=Thresholds.short_dispatch_us, help="short dispatch, µs")
-    p.add_argument("-v", "--verbose", action="store_true")
-    return p
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status."""
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        files = run(
-            args.files,
-            out=args.out,
-            labels=args.label,
-            window_start=args.window_start,
-            window_end=args.window_end,
-            nvtx=args.nvtx,
-            device=args.device,
-            thresholds=Thresholds(args.busy, args.sync_high, args.launch_high, args.short_dispatch_us),
-            timeline_ms=args.timeline_ms,
-            timeline_at=args.timeline_at,
-        )
-    except (NsysExportError, ValueError) as e:
-        LOGGER.error("%s", e)
-        return 2
-    sys.stdout.write(to_json(files) + "\n" if args.json else to_markdown(files))
+    """``python -m inflight.profiling.nsys_summary``: the ``inflight nsys-summary`` command itself.
+
+    One command line, defined once (:func:`inflight.profiling.cli.nsys_summary_cmd`); returns the
+    exit status (2 for a file that is not a usable export or a bad option).
+    """
+    import typer
+    from typer.main import get_command
+
+    from inflight.profiling.cli import nsys_summary_cmd
+
+    app = typer.Typer(add_completion=False)
+    app.command()(nsys_summary_cmd)
+    try:  # standalone: usage errors print as on the command line (exit 2), typer.Exit gives its code
+        get_command(app).main(args=list(argv) if argv is not None else None, prog_name="nsys_summary")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     return 0
 
 
