@@ -307,6 +307,18 @@ def summary(root: Path, sitting: Path | None = None) -> dict[str, Any] | None:
     return out
 
 
+def target_cells(t: Mapping[str, Any]) -> tuple[str, str]:
+    """(value, verdict) of one target entry of the ``open_loop`` block, as table cells."""
+    v, unit = t["value"], t.get("unit")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and unit == "ratio":
+        value = f"{v:.2f}x"
+    elif isinstance(v, (int, float)) and not isinstance(v, bool) and unit == "fraction":
+        value = f"{100 * v:.1f}%"
+    else:
+        value = _fmt(v)
+    return value, "not measured" if t["met"] is None else ("met" if t["met"] else "**missed**")
+
+
 def targets(s: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The open-loop issue's targets: figure, value, target, verdict (True, False, or None: not measured)."""
 
@@ -415,14 +427,7 @@ def section(root: Path) -> list[str]:
         "|---|---|---|---|",
     ]
     for t in block.get("targets", []):
-        v, unit = t["value"], t.get("unit")
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and unit == "ratio":
-            value = f"{v:.2f}x"
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and unit == "fraction":
-            value = f"{100 * v:.1f}%"
-        else:
-            value = _fmt(v)
-        verdict = "not measured" if t["met"] is None else ("met" if t["met"] else "**missed**")
+        value, verdict = target_cells(t)
         lines.append(f"| {t['figure']} | {value} | {t['target']} | {verdict} |")
     lines.append("")
     rows = []

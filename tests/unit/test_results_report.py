@@ -296,3 +296,31 @@ def test_per_gpu_servers_section_reads_capacity_and_deployment_from_the_json() -
     assert rr.deployment_cell(two).startswith("2 servers, one per GPU: GPU 0 on cores ")
     one = json.loads(next(p for p in paths if "sync-1gpu" in str(p)).read_text())
     assert rr.deployment_cell(one) == f"1 server on cores {one['load']['cpu_sets']['server']}"
+
+
+def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> None:
+    """'At a glance' opens the page: one row per target of each block, each verdict as its section has it."""
+    results = ROOT / "results"
+    lines = rr.headline_section(results)
+    page = render(ROOT)
+    assert page.index("## At a glance") < page.index("## What the sync baseline is")
+    rows = [ln for ln in lines if ln.startswith("| ") and not ln.startswith("| area")]
+    d = json.loads((results / "summary.json").read_text())
+    eb = json.loads((results / "engine_bench.json").read_text())
+    engine = [
+        r
+        for r in eb["rows"]
+        if not rr.open_loop_results.is_executor_row(r) and r.get("engine_us_per_batch") is not None
+    ]
+    want = (
+        len(d["open_loop"]["targets"])
+        + len(rr.engine_targets(engine, eb.get("mixed_length_token_ratio")))
+        + len(d["cpu_per_request"]["targets"])
+        + len(rr.closed_loop_rows(d))
+    )
+    assert len(rows) == want
+    for t in d["open_loop"]["targets"] + d["cpu_per_request"]["targets"]:
+        verdict = "met" if t["met"] else "**missed**"
+        assert any(f"| {t['figure']} |" in r and f"| {verdict} |" in r for r in rows), t["figure"]
+    met = sum("| met |" in r for r in rows)
+    assert f"({met} of {want} met;" in lines[2]
