@@ -6,7 +6,10 @@ thread (unlike custom metrics). Outside Triton (CLI, tests) plain ``logging`` co
 
 from __future__ import annotations
 
+import faulthandler
 import logging
+import signal
+from collections.abc import Callable
 from typing import Any
 
 _INSTALLED = False
@@ -45,3 +48,48 @@ def route_to_triton(pb_utils: Any, level: int = logging.INFO) -> None:
     root.addHandler(TritonLogHandler(pb_utils))
     root.propagate = False
     _INSTALLED = True
+
+
+#: The signal on which a stub writes every thread's Python stack to its stderr (the server log).
+#: python_backend's stub handles SIGINT and SIGTERM itself; SIGUSR2 is free.
+STACK_SIGNAL = signal.SIGUSR2
+
+#: Entry-point group of the optional live GPU gauges (``cupti=true``): an object whose call returns
+#: something with a ``figures`` callable and a ``close()``. The profiling package registers
+#: ``inflight.profiling.cupti_live:LiveGpuMetrics.start`` under the name ``cupti``; the runtime finds
+#: it here without importing any diagnostics module itself.
+GPU_METRICS_GROUP = "inflight.gpu_metrics"
+
+
+def install_stack_dump() -> bool:
+    """Make this process write all threads' Python stacks to stderr on :data:`STACK_SIGNAL`.
+
+    Returns:
+        True when the handler is installed (False where the platform has no such signal or
+        stderr is not a real file).
+    """
+    try:
+        faulthandler.register(STACK_SIGNAL, all_threads=True, chain=False)
+    except (AttributeError, ValueError, RuntimeError, OSError) as e:
+        logging.getLogger(__name__).debug("no stack dump on SIGUSR2: %s", e)
+        return False
+    return True
+
+
+def gpu_metrics_provider(name: str = "cupti") -> Callable[[], Any]:
+    """The live GPU-metrics starter registered as ``name`` under :data:`GPU_METRICS_GROUP`.
+
+    Raises:
+        LookupError: when no installed distribution registers it (install inflight with its
+            profiling extra: ``pip install -e '.[profiling]'``), with that advice.
+    """
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=GPU_METRICS_GROUP):
+        if ep.name == name:
+            starter: Callable[[], Any] = ep.load()
+            return starter
+    raise LookupError(
+        f"no live GPU metrics provider {name!r} is installed (entry point group {GPU_METRICS_GROUP!r}); "
+        "install inflight as a package (`pip install -e .`) with cupti-python, or set cupti=false"
+    )

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from inflight.errors import ConfigError, InflightError, ShuttingDownError, ValidationError
-from inflight.log import route_to_triton
+from inflight.log import gpu_metrics_provider, install_stack_dump, route_to_triton
 from inflight.model_config import BackendParameters, parameters_of, proto_from_json
 from inflight.models.registry import ModelSpec, get_model
 from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Batch, Buckets, Item, Layout, pow2_buckets
@@ -42,7 +42,6 @@ from inflight.runtime.engines.base import Engine
 from inflight.runtime.executor import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor
 from inflight.runtime.gcwatch import GcWatch
 from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
-from inflight.server.stalls import install_stack_dump
 
 LOGGER = logging.getLogger(__name__)
 
@@ -359,9 +358,7 @@ class InflightModel:
         gpu_figures = None
         if self.params.cupti and self.device_id is not None:
             try:
-                from inflight.profiling.cupti_live import LiveGpuMetrics
-
-                self._cupti = LiveGpuMetrics.start()
+                self._cupti = gpu_metrics_provider("cupti")()
                 gpu_figures = self._cupti.figures
             except Exception as e:
                 LOGGER.warning("cupti=true but live CUPTI metrics are unavailable: %s", e)

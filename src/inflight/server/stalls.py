@@ -17,39 +17,20 @@ Linux only (``/proc``); on other systems :func:`stub_processes` finds nothing.
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inflight.log import STACK_SIGNAL, install_stack_dump
+
 LOGGER = logging.getLogger(__name__)
 
-#: The signal on which a stub writes every thread's Python stack to its stderr (the server log).
-#: python_backend's stub handles SIGINT and SIGTERM itself; SIGUSR2 is free.
-STACK_SIGNAL = signal.SIGUSR2
-
 STUB_EXECUTABLE = "triton_python_backend_stub"
-
-
-def install_stack_dump() -> bool:
-    """Make this process write all threads' Python stacks to stderr on :data:`STACK_SIGNAL`.
-
-    Returns:
-        True when the handler is installed (False where the platform has no such signal or
-        stderr is not a real file).
-    """
-    try:
-        faulthandler.register(STACK_SIGNAL, all_threads=True, chain=False)
-    except (AttributeError, ValueError, RuntimeError, OSError) as e:
-        LOGGER.debug("no stack dump on SIGUSR2: %s", e)
-        return False
-    return True
 
 
 @dataclass(frozen=True)
