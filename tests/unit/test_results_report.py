@@ -324,3 +324,10 @@ def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> No
         assert any(f"| {t['figure']} |" in r and f"| {verdict} |" in r for r in rows), t["figure"]
     met = sum("| met |" in r for r in rows)
     assert f"({met} of {want} met;" in lines[2]
+
+
+def test_results_index_is_current_and_lists_every_entry_in_git() -> None:
+    index = (ROOT / "results" / "README.md").read_text()
+    assert index == rr.render_index(ROOT, render(ROOT)), "results/README.md is stale: run `inflight results-report`"
+    entries = {p.relative_to(ROOT / "results").parts[0] for p in rr._tracked(ROOT, "results")} - {"README.md"}
+    assert entries and all(f"[`{e}`]({e})" in index for e in entries)
