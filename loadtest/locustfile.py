@@ -71,7 +71,6 @@ import grpc  # type: ignore[import-untyped]
 import grpc.experimental.gevent as grpc_gevent  # type: ignore[import-untyped]
 import numpy as np
 from geventhttpclient import HTTPClient
-from tritonclient.grpc import InferResult as GrpcInferResult
 from tritonclient.grpc import service_pb2_grpc
 
 from inflight.errors import ConfigError
@@ -556,21 +555,10 @@ class TritonGrpcUser(User):
 
 
 def _check_grpc(response: Any, index: int) -> str | None:
-    try:
-        result = GrpcInferResult(response)
-    except Exception as e:  # a malformed message is a failed request
-        return f"undecodable response ({type(e).__name__}: {e})"
-
-    def get(name: str) -> tuple[np.ndarray | None, str | None]:
-        for o in response.outputs:
-            if o.name == name:
-                return result.as_numpy(name), o.datatype
-        return None, None
-
-    def available() -> list[str]:
-        return [o.name for o in response.outputs]
-
-    return STATE.check(get, available, index)
+    w = STATE.workload
+    assert w is not None
+    ref = STATE.references[index] if STATE.references is not None else None
+    return wl.check_grpc_response(w.spec, w.items, response, ref, STATE.tol)
 
 
 def _default_grpc_url(host: str) -> str:

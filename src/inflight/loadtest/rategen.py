@@ -547,11 +547,7 @@ class _Source:
         if self.free:
             self._send(self.free.pop(), pending)
             return
-        self.waiting.append(pending)
-        if not self.counts.stopped:
-            self.connection_waits += 1
-            if self.timeline is not None:
-                self.timeline.on_wait(time.perf_counter())
+        self._wait(pending)
         if len(self.conns) + self.opening < self.options.max_connections:
             self.opening += 1
             asyncio.get_running_loop().create_task(self._open_one())
@@ -567,11 +563,39 @@ class _Source:
             self.opening -= 1
         self._release(conn)
 
-    def _send(self, conn: _Connection, pending: _Pending) -> None:
+    def _wait(self, pending: _Pending) -> None:
+        """Queue ``pending`` until a connection (or call slot) frees; the wait is counted and binned."""
+        self.waiting.append(pending)
+        if not self.counts.stopped:
+            self.connection_waits += 1
+            if self.timeline is not None:
+                self.timeline.on_wait(time.perf_counter())
+
+    def _sent(self, pending: _Pending) -> None:
+        """Count ``pending`` as sent now, with its lateness."""
         now = time.perf_counter()
         self.counts.sent(now - pending.due)
         if self.timeline is not None:
             self.timeline.on_send(now, now - pending.due)
+
+    def _judge(self, length: int, full_check: Callable[[], str | None], *, force: bool = False) -> str | None:
+        """A failure message for an answer of ``length`` bytes, or None.
+
+        The first answer, every ``check_every``-th and any ``force``-d one is checked in full
+        (``full_check``); the others by their length against the last answer checked in full.
+        """
+        self.answers += 1
+        if force or self.length is None or self.answers % self.options.check_every == 0:
+            msg = full_check()
+            if msg is None:
+                self.length = length
+            return msg
+        if length != self.length:
+            return f"answer of {length} bytes where a checked answer had {self.length}"
+        return None
+
+    def _send(self, conn: _Connection, pending: _Pending) -> None:
+        self._sent(pending)
         conn.send(pending, self.requests[pending.index])
 
     def _release(self, conn: _Connection) -> None:
@@ -582,16 +606,7 @@ class _Source:
 
     def answered(self, conn: _Connection, pending: _Pending, answer: HttpAnswer) -> None:
         """A complete answer for ``pending`` arrived on ``conn``."""
-        self.answers += 1
-        length = len(answer.body)
-        if answer.status != 200 or self.length is None or self.answers % self.options.check_every == 0:
-            msg = self.check(answer, pending.index)
-            if msg is None:
-                self.length = length
-        elif length != self.length:
-            msg = f"answer of {length} bytes where a checked answer had {self.length}"
-        else:
-            msg = None
+        msg = self._judge(len(answer.body), lambda: self.check(answer, pending.index), force=answer.status != 200)
         if answer.headers.get("connection", "").lower() == "close":
             self.conns.discard(conn)
             if conn.transport is not None:
@@ -757,17 +772,10 @@ class _GrpcSource(_Source):
         if len(self.pending) < self.options.max_connections:
             self._start(pending)
             return
-        self.waiting.append(pending)
-        if not self.counts.stopped:
-            self.connection_waits += 1
-            if self.timeline is not None:
-                self.timeline.on_wait(time.perf_counter())
+        self._wait(pending)
 
     def _start(self, pending: _Pending) -> None:
-        now = time.perf_counter()
-        self.counts.sent(now - pending.due)
-        if self.timeline is not None:
-            self.timeline.on_send(now, now - pending.due)
+        self._sent(pending)
         self.pending[pending.seq] = pending
         task = asyncio.get_running_loop().create_task(self._call(pending))
         self.tasks.add(task)
@@ -782,15 +790,7 @@ class _GrpcSource(_Source):
         except grpc.aio.AioRpcError as e:
             msg: str | None = f"gRPC {e.code().name}: {e.details()}"
         else:
-            self.answers += 1
-            if self.length is None or self.answers % self.options.check_every == 0:
-                msg = self.grpc_check(body, pending.index)
-                if msg is None:
-                    self.length = len(body)
-            elif len(body) != self.length:
-                msg = f"answer of {len(body)} bytes where a checked answer had {self.length}"
-            else:
-                msg = None
+            msg = self._judge(len(body), lambda: self.grpc_check(body, pending.index))
         if self.pending.pop(pending.seq, None) is None:
             return  # the source was closed while the call ran: it was counted unanswered
         if self.waiting:

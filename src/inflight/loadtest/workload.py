@@ -311,26 +311,25 @@ def check_http_body(
     return check_output(spec, items, get, available, reference, tol)
 
 
-def check_grpc_body(
+def check_grpc_response(
     spec: ModelSpec,
     items: int,
-    content: bytes,
+    response: Any,
     reference: Mapping[str, np.ndarray] | None = None,
     tol: Tolerance | None = None,
 ) -> str | None:
-    """Check one serialized gRPC ``ModelInferResponse``; a failure message or None.
+    """Check one gRPC ``ModelInferResponse`` message; a failure message or None.
 
     Args:
         spec: The model.
         items: Items sent in the request.
-        content: The serialized response.
+        response: The ``ModelInferResponse``.
         reference: Expected values per output, or None.
         tol: Tolerance for ``reference``.
     """
-    from tritonclient.grpc import InferResult, service_pb2
+    from tritonclient.grpc import InferResult
 
     try:
-        response = service_pb2.ModelInferResponse.FromString(content)
         result = InferResult(response)
     except Exception as e:  # a malformed message is a failed request, whatever the decoder raised
         return f"undecodable response ({type(e).__name__}: {e})"
@@ -345,6 +344,23 @@ def check_grpc_body(
         return [o.name for o in response.outputs]
 
     return check_output(spec, items, get, available, reference, tol)
+
+
+def check_grpc_body(
+    spec: ModelSpec,
+    items: int,
+    content: bytes,
+    reference: Mapping[str, np.ndarray] | None = None,
+    tol: Tolerance | None = None,
+) -> str | None:
+    """Check one serialized gRPC ``ModelInferResponse`` (:func:`check_grpc_response` once decoded)."""
+    from tritonclient.grpc import service_pb2
+
+    try:
+        response = service_pb2.ModelInferResponse.FromString(content)
+    except Exception as e:  # a malformed message is a failed request, whatever the decoder raised
+        return f"undecodable response ({type(e).__name__}: {e})"
+    return check_grpc_response(spec, items, response, reference, tol)
 
 
 def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> str | None:
