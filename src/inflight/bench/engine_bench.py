@@ -122,24 +122,22 @@ class Variant:
         compile: ``none``, ``inductor`` or ``max-autotune``.
         precision: ``fp16``, ``bf16`` or ``fp32``.
         module: ``make_module`` options to export a module from (None: the repository's artifact).
-        mixed: Also measure a mixed-length batch against a uniform one with this engine.
     """
 
     label: str
     compile: str
     precision: str
     module: tuple[tuple[str, Any], ...] | None = None
-    mixed: bool = False
 
 
 def variants_for(model: str, precision: str) -> list[Variant]:
     """The engines compared for ``model``: the served one first, then the others."""
-    served = Variant(f"inductor, served artifact, {precision}", "inductor", precision, mixed=True)
+    served = Variant(f"inductor, served artifact, {precision}", "inductor", precision)
     out = [served, Variant(f"eager, served artifact, {precision}", "none", precision)]
     if model == "bert_tiny":
         full = (("cls_only", False),)
         out = [
-            Variant(f"inductor, CLS-only last layer (served), {precision}", "inductor", precision, mixed=True),
+            Variant(f"inductor, CLS-only last layer (served), {precision}", "inductor", precision),
             Variant(f"eager, unmodified model (the engine before), {precision}", "none", precision, full),
             Variant(f"inductor, unmodified model, {precision}", "inductor", precision, full),
             Variant("inductor, CLS-only last layer (served), bf16", "inductor", "bf16"),
@@ -329,12 +327,11 @@ def packed_mixed_row(
     }
 
 
-def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
-    """Engine-only time per batch of every variant, its load time and error, and the mixed-length rows.
+def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Engine-only time per batch of every variant, its load time and error, and the mixed-length row.
 
     Returns:
-        Rows (one per variant and batch size), the mixed-length result of the served engine, and
-        the mixed-length results of every variant that measures one (the served engine first).
+        Rows (one per variant and batch size) and the mixed-length result of the served engine.
     """
     import torch
 
@@ -352,7 +349,6 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     max_rows = max(cfg.batches)
     rows_out: list[dict[str, Any]] = []
     mixed: dict[str, Any] = {}
-    mixed_all: list[dict[str, Any]] = []
     work = {b: batch_work(spec, reference, b, seq, cfg.precision) for b in cfg.batches}
     for i, v in enumerate(variants_for(cfg.model, cfg.precision)):
         t0 = time.perf_counter()
@@ -366,7 +362,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
         )
         layout = Layout(spec, max_rows, mixed_seqs[-1] if mixed_seqs else None)
         buckets = Buckets(
-            pow2_buckets(max_rows) if v.mixed else tuple(sorted(set(cfg.batches))), mixed_seqs, GPU_LAUNCH_COST_TOKENS
+            tuple(sorted(set(cfg.batches))) if i else pow2_buckets(max_rows), mixed_seqs, GPU_LAUNCH_COST_TOKENS
         )
         runner = CudaRunner(engine, layout, buckets, device_id=cfg.device_id)
         runner.make_slots(1)
@@ -396,7 +392,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                 }
                 LOGGER.info("%s", json.dumps(row))
                 rows_out.append(row)
-            if v.mixed and mixed_seqs is not None:
+            if i == 0 and mixed_seqs is not None:
                 t1 = time.perf_counter()
                 runner.warmup(mixed_seqs)  # every bucket the mixed batch can use
                 capture_all_s = time.perf_counter() - t1
@@ -438,7 +434,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                     if cfg.model == "bert_tiny"
                     else None
                 )
-                this = {
+                mixed = {
                     "engine": v.label,
                     "batch": b,
                     "lengths": list(cfg.mixed),
@@ -459,16 +455,13 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                     "graph_memory_mb": engine.graph_memory_mb(),
                     "load_s": load_s,
                 }
-                LOGGER.info("mixed lengths: %s", json.dumps(this))
-                mixed_all.append(this)
-                if i == 0:
-                    mixed = this
+                LOGGER.info("mixed lengths: %s", json.dumps(mixed))
         finally:
             runner.close()
         if not cfg.variants:
             break
         torch.cuda.empty_cache()
-    return rows_out, mixed, mixed_all
+    return rows_out, mixed
 
 
 def run(cfg: BenchConfig) -> dict[str, Any]:
@@ -484,9 +477,8 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     buckets = Buckets(tuple(sorted(set(cfg.batches))), (seq,) if seq else None)
     variant_rows: list[dict[str, Any]] = []
     mixed: dict[str, Any] = {}
-    mixed_all: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="inflight-bench-") as tmp:
-        variant_rows, mixed, mixed_all = bench_variants(cfg, Path(tmp))
+        variant_rows, mixed = bench_variants(cfg, Path(tmp))
     served = variants_for(cfg.model, cfg.precision)[0].label
     engine = TorchEngine(cfg.artifact, spec, device_id=cfg.device_id, precision=cfg.precision, max_graphs=512)
     sink = CountingSink()
@@ -623,7 +615,6 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
         "rows": rows_out + variant_rows,
         "mixed_length": mixed,
         "mixed_length_token_ratio": mixed.get("mixed_length_token_ratio"),
-        "mixed_length_by_engine": mixed_all,
         "peak": None if peak is None else peak.name,
         "pipelined_stats": pipe_stats,
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
