@@ -698,8 +698,13 @@ class OverlapExecutor(PipelinedExecutor):
         self.chunk_items = chunk_items
         self.max_chunks = max_chunks
         self.policy = policy
+        self._deferred: list[int] = []  # id() of the handles of the chunk the latest run() deferred
         if policy is not None:
             self.stats.auto_send_est_us = policy.send_us
+
+    def deferred_handles(self) -> set[int]:
+        """``id()`` of the handles of the chunk the latest ``run()`` deferred (empty when it deferred none)."""
+        return set(self._deferred)
 
     def _sent(self, seconds: float, responses: int) -> None:
         if self.policy is not None:
@@ -714,6 +719,7 @@ class OverlapExecutor(PipelinedExecutor):
         other chunks carry on.
         """
         items = batch.items
+        self._deferred = []
         out: list[Any] = [None] * len(items)
         position = {id(it): k for k, it in enumerate(items)}
         bounds = chunk_bounds([it.count for it in items], self.chunk_items, self.max_chunks)
@@ -739,6 +745,7 @@ class OverlapExecutor(PipelinedExecutor):
                 if last and defer:
                     with self._lock:
                         self.stats.deferred_requests += len(slot.batch.items) if slot.batch else 0
+                    self._deferred = [id(it.handle) for it in slot.batch.items] if slot.batch else []
                     self._inflight.put(slot)
                 else:
                     pending.append(slot)

@@ -321,6 +321,7 @@ class InflightModel:
             "parse_s": 0.0,
             "execute_max_ms": 0.0,
             "executes_over_10ms": 0,
+            "execute_failures": 0,
         }
         self._t_last_exit = 0.0
         self._gil_probe = GilProbe() if p.gil_probe else None
@@ -398,6 +399,8 @@ class InflightModel:
             self.timing["between_executes_s"] += t0 - self._t_last_exit
         try:
             return self._execute(requests)
+        except Exception as e:  # the last line of defence: every request still gets an answer
+            return self._fail_execute(requests, e)
         finally:
             self._t_last_exit = time.perf_counter()
             took = self._t_last_exit - t0
@@ -407,6 +410,49 @@ class InflightModel:
             t["execute_max_ms"] = max(t["execute_max_ms"], took * 1e3)
             if took > 0.010:
                 t["executes_over_10ms"] += 1
+
+    def _fail_execute(self, requests: Sequence[Any], error: Exception) -> list[Any] | None:
+        """Answer the requests of an ``execute()`` call that raised with an error that says what failed.
+
+        The modes that return their responses return one error response per request, except the
+        requests an ``auto`` batch had already deferred (its completion thread answers those); the
+        pipelined mode sends the error through each request's sender, skipping those already
+        answered (their sender is closed and says so). Logged with the traceback, at most every
+        ``REJECT_LOG_INTERVAL_S`` per exception type; counted as ``execute_failures``.
+        """
+        kind = type(error).__name__
+        self.timing["execute_failures"] += 1
+        now = time.monotonic()
+        if now - self._reject_logged.get(f"execute:{kind}", -math.inf) >= REJECT_LOG_INTERVAL_S:
+            LOGGER.error(
+                "%s (%s): execute() failed for %d requests (%d failures so far)",
+                self.model_name,
+                self.instance,
+                len(requests),
+                self.timing["execute_failures"],
+                exc_info=error,
+            )
+            self._reject_logged[f"execute:{kind}"] = now
+        message = (
+            f"{self.model_name}: the backend failed on this request's batch ({kind}: {error}); the request was not "
+            "run. The server log has the traceback; please report it with the log"
+        )
+        executor = self.executor
+        if isinstance(executor, PipelinedExecutor) and not isinstance(executor, OverlapExecutor):
+            for r in requests:
+                try:
+                    r.get_response_sender().send(self.sink.response(None, message), flags=self.sink.final)
+                except Exception:  # already answered: its sender is closed
+                    continue
+            return None
+        deferred: set[int] = executor.deferred_handles() if isinstance(executor, OverlapExecutor) else set()
+        out: list[Any] = []
+        for r in requests:
+            if deferred and id(r.get_response_sender()) in deferred:
+                out.append(None)
+            else:
+                out.append(self.sink.response(None, message))
+        return out
 
     def _execute(self, requests: Sequence[Any]) -> list[Any] | None:
         with self.ranges.range("execute"):
@@ -438,6 +484,10 @@ class InflightModel:
                 inputs, count, seq = self._parse(r)
             except ValidationError as e:
                 reject(i, r, e)
+                continue
+            except Exception as e:  # not a known bad input: this request fails alone, the batch runs
+                LOGGER.exception("%s: could not read a request", self.model_name)
+                reject(i, r, ValidationError(f"could not read this request ({type(e).__name__}: {e})", "unreadable"))
                 continue
             parsed.append((i, Item(inputs=inputs, count=count, seq=seq, handle=handle_of(i, r))))
         self.timing["parse_s"] += time.perf_counter() - t0
