@@ -91,7 +91,7 @@ case "$STEP" in
              #   bound (engine-only bound), gen (the generator against the null model), sync1 auto1 pipe1 (one GPU),
              #   sync2 auto2 (both GPUs), soak (SOAK_VARIANT at SOAK_RATE, five one-minute windows),
              #   diag, diag2 (where the slow answers come from: see the parts), scale1 (16 instances on one GPU), fe (the front end: see the part),
-             #   grpc (the null model and sync@8 over gRPC at FE_RATES),
+             #   grpc (the null model and sync@8 over gRPC at FE_RATES), http1 (the same over HTTP),
              #   perserver (one tritonserver per GPU, each on half of the server cores: the null model at PS_NULL_RATES,
              #   sync@8 per GPU by search), perserver1 (one server on GPU 0 with half of the server cores, PS1_CPUS)
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
@@ -130,6 +130,11 @@ case "$STEP" in
             # shellcheck disable=SC2086  # DIAG_ARGS holds several options
             olab "frontend-${FE_NAME:-default}" "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
               "bert_tiny_sync@instances=8,gpus=0/1,$FAST_LOAD" --rate "${FE_RATES:-40k,50k,60k}" ${DIAG_ARGS:-} ;;
+        http1) # the HTTP half of the grpc part's comparison: the null model and sync@8 on GPU 0 at FE_RATES over HTTP
+               # (on a one-GPU host: SERVER_CPUS=0-7 CLIENT_CPUS=8-15 PROCS=7 PARTS="http1 grpc")
+               # shellcheck disable=SC2086  # DIAG_ARGS holds several options
+               olab "frontend-http" "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
+                 "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" --rate "${FE_RATES:-40k,50k,60k}" ${DIAG_ARGS:-} ;;
         grpc) # Triton's gRPC front end under the same open-loop load: the null model and sync@8 on GPU 0 at FE_RATES
               # over gRPC (compare with fe, over HTTP, in one sitting); DIAG_ARGS adds server arguments
               # shellcheck disable=SC2086  # DIAG_ARGS holds several options

@@ -9,8 +9,10 @@ kernel rows) and prints a table.
 Options for trying rewrites: ``--module key=value`` exports ``make_module(0, key=value...)`` in
 place of the repository's artifact (e.g. ``cls_attention=explicit``), and ``--no-cudnn-sdp`` turns
 PyTorch's cuDNN attention backend off before compiling, so ``scaled_dot_product_attention`` with a
-mask lowers to the memory-efficient kernel instead (set ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1``
-when comparing such switches: inductor's on-disk cache does not key on them).
+mask lowers to the memory-efficient kernel instead, and ``--inductor key=value`` sets an attribute
+of ``torch._inductor.config`` (e.g. ``coordinate_descent_tuning=true``) before compiling (set
+``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`` when comparing such switches: inductor's on-disk cache does
+not key on them).
 
 Usage (GPU host): python3 scripts/profile_engine.py --batch 512 --batch 2048 --out prof.json
 """
@@ -103,8 +105,19 @@ def main() -> None:
     p.add_argument("--module", action="append", default=[], help="make_module option key=value (exports anew)")
     p.add_argument("--no-cudnn-sdp", action="store_true", help="torch.backends.cuda.enable_cudnn_sdp(False)")
     p.add_argument("--compile", default="inductor", help="TorchEngine compile mode (inductor, max-autotune)")
+    p.add_argument(
+        "--inductor", action="append", default=[], help="torch._inductor.config attribute key=value (JSON value)"
+    )
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()
+    inductor = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in a.inductor)}
+    if inductor:
+        import torch._inductor.config as inductor_config
+
+        for k, v in inductor.items():
+            if not hasattr(inductor_config, k):
+                raise SystemExit(f"--inductor {k}: torch._inductor.config has no such attribute")
+            setattr(inductor_config, k, v)
     spec = get_model(a.model)
     batches = a.batch or [512, 2048]
     artifact = a.repository / f"{a.model}_inflight" / "1" / "model.pt2"
@@ -142,6 +155,7 @@ def main() -> None:
         "engine": engine.describe(),
         "module_options": options,
         "cudnn_sdp": not a.no_cudnn_sdp,
+        "inductor_config": inductor,
         "max_abs_error_vs_fp32_cpu": max_abs_error(engine, spec, a.seq),
         "buckets": buckets,
     }

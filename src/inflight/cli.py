@@ -224,6 +224,20 @@ def bench_engine_cmd(
                 f"(ratio {m['packed_token_ratio']:.2f}), padding waste {pk['padding_waste']:.1%}, packing "
                 f"{pk['pack_s'] * 1e3:.0f} ms on the host, max abs error {pk['max_abs_error_vs_fp32_cpu']:.2e}"
             )
+        up = m.get("unpadded")
+        if up:
+            for name in ("uniform_unmasked", "uniform", "mixed"):
+                r = up[name]
+                typer.echo(
+                    f"  unpadded {name} (not served): {r['seconds_per_batch'] * 1e6:,.1f} us/batch, "
+                    f"{r['tokens_per_s']:,.0f} tokens/s, {r['computed_tokens']:,} of {r['real_tokens']:,} tokens "
+                    f"computed, unpadding {r['unpad_s'] * 1e3:.0f} ms on the host, "
+                    f"max abs error {r['max_abs_error_vs_fp32_cpu']:.2e}"
+                )
+            typer.echo(
+                f"  unpadded mixed / unpadded uniform {m['unpadded_token_ratio']:.2f}, "
+                f"/ served uniform {m['unpadded_mixed_over_served_uniform']:.2f}"
+            )
     typer.echo(f"wrote {out}")
 
 

@@ -257,8 +257,106 @@ def _mixed_batch(spec: Any, rows: int, lengths: tuple[int, int] | None, per_requ
     return Batch(items)
 
 
+def _unmasked(batch: Batch) -> Batch:
+    """The batch with every token unmasked (ids of masked tokens set to 1): no token to leave out."""
+    items = []
+    for it in batch.items:
+        mask = it.inputs["attention_mask"]
+        ids = np.where(mask != 0, it.inputs["input_ids"], 1)
+        items.append(
+            Item(
+                inputs={"input_ids": ids, "attention_mask": np.ones_like(mask)},
+                count=it.count,
+                seq=it.seq,
+                handle=it.handle,
+            )
+        )
+    return Batch(items)
+
+
 #: Sequences one packed row may hold (query slots per row of the packed model).
 PACKED_PER_ROW = 16
+
+
+def _graph_time(
+    module: Any, arrays: tuple[np.ndarray, ...], precision: str, device_id: int, iters: int, warmup: int
+) -> tuple[float, float, Any]:
+    """Compile ``module`` in ``precision``, capture one call in a CUDA graph and time its replays.
+
+    The module is compiled with inductor (dynamic shapes) and called on ``arrays`` copied to the
+    GPU. Returns (seconds per replay, compile and capture seconds, the captured output tensor).
+    """
+    import torch
+
+    dev = torch.device(f"cuda:{device_id}")
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
+    compiled = torch.compile(module.to(dev).to(dtype), dynamic=True)
+    static = [torch.from_numpy(a).to(dev) for a in arrays]
+    stream = torch.cuda.Stream(dev)
+    t1 = time.perf_counter()
+    with torch.inference_mode(), torch.cuda.stream(stream):
+        for _ in range(2):
+            compiled(*static)
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.inference_mode(), torch.cuda.graph(graph, stream=stream):
+        out = compiled(*static)
+    compile_s = time.perf_counter() - t1
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            graph.replay()
+        start.record(stream)
+        for _ in range(iters):
+            graph.replay()
+        end.record(stream)
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters, compile_s, out
+
+
+def unpadded_row(
+    batch: Batch, precision: str, device_id: int, reference: Any, iters: int, warmup: int
+) -> dict[str, Any]:
+    """A batch through the unpadded model (``make_unpadded_module``), replayed from a graph.
+
+    Every sequence's masked tokens are left out and the rest laid end to end
+    (:func:`inflight.models.packing.unpad`), attention is FlashAttention's variable-length kernel.
+    Compiled from the module as :func:`packed_mixed_row` does. Returns the time per batch, the
+    tokens of the requests (sequence lengths, masked tokens included: what the served rows count
+    as real tokens, so ``tokens_per_s`` compares with theirs) and the tokens computed (the unmasked
+    ones), the host time to unpad, and the largest error against the fp32 CPU model over the first
+    64 sequences.
+    """
+    import torch
+
+    from inflight.models.bert import make_unpadded_module
+    from inflight.models.packing import unpad
+
+    ids = [it.inputs["input_ids"][j] for it in batch.items for j in range(it.count)]
+    masks = [it.inputs["attention_mask"][j] for it in batch.items for j in range(it.count)]
+    t0 = time.perf_counter()
+    u = unpad(ids, masks)
+    unpad_s = time.perf_counter() - t0
+    max_len = max(len(x) for x in ids)
+    module = make_unpadded_module(0, max_len=max_len)
+    seconds, compile_s, out = _graph_time(module, u.arrays(), precision, device_id, iters, warmup)
+    got = out.float().cpu().numpy()
+    err = 0.0
+    with torch.inference_mode():
+        for i in range(min(64, len(ids))):
+            want = reference(torch.from_numpy(ids[i][None]), torch.from_numpy(masks[i][None])).numpy()[0]
+            err = max(err, float(np.abs(got[i] - want).max()))
+    return {
+        "seconds_per_batch": seconds,
+        "real_tokens": u.padded_tokens,
+        "computed_tokens": u.tokens,
+        "tokens_per_s": u.padded_tokens / seconds,
+        "sequences": len(ids),
+        "max_len": max_len,
+        "unpad_s": unpad_s,
+        "compile_and_capture_s": compile_s,
+        "max_abs_error_vs_fp32_cpu": err,
+    }
 
 
 def packed_mixed_row(
@@ -282,30 +380,8 @@ def packed_mixed_row(
     t0 = time.perf_counter()
     packed = pack(ids, masks, row_len, PACKED_PER_ROW)
     pack_s = time.perf_counter() - t0
-    dev = torch.device(f"cuda:{device_id}")
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[precision]
-    module = torch.compile(make_packed_module(0).to(dev).to(dtype), dynamic=True)
-    static = [torch.from_numpy(a).to(dev) for a in packed.arrays()]
-    stream = torch.cuda.Stream(dev)
-    t1 = time.perf_counter()
-    with torch.inference_mode(), torch.cuda.stream(stream):
-        for _ in range(2):
-            module(*static)
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.inference_mode(), torch.cuda.graph(graph, stream=stream):
-        out = module(*static)
-    compile_s = time.perf_counter() - t1
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            graph.replay()
-        start.record(stream)
-        for _ in range(iters):
-            graph.replay()
-        end.record(stream)
-    end.synchronize()
-    seconds = start.elapsed_time(end) / 1e3 / iters
+    module = make_packed_module(0)
+    seconds, compile_s, out = _graph_time(module, packed.arrays(), precision, device_id, iters, warmup)
     got = packed.unpack(out.float().cpu().numpy())
     err = 0.0
     with torch.inference_mode():
@@ -410,8 +486,9 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                     runner.wait(slot)
                     t = _time_launches(runner, slot.groups, cfg.iters, cfg.warmup)
                     by_cost[cost] = {"tokens_per_s": slot.real_tokens / t, "launches": len(slot.groups)}
+                uniform_batch = _mixed_batch(spec, b, None, cfg.items_per_request, rng)
                 for name, lengths in (("uniform", None), ("mixed", cfg.mixed)):
-                    batch = mixed_batch if lengths else _mixed_batch(spec, b, lengths, cfg.items_per_request, rng)
+                    batch = mixed_batch if lengths else uniform_batch
                     slot = runner.slots[0]
                     gather(layout, buckets, slot, batch)
                     runner.launch(slot)
@@ -434,6 +511,18 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                     if cfg.model == "bert_tiny"
                     else None
                 )
+                unpadded = (
+                    {
+                        name: unpadded_row(batch, v.precision, cfg.device_id, reference, cfg.iters, cfg.warmup)
+                        for name, batch in (
+                            ("mixed", mixed_batch),
+                            ("uniform", uniform_batch),
+                            ("uniform_unmasked", _unmasked(uniform_batch)),
+                        )
+                    }
+                    if cfg.model == "bert_tiny"
+                    else None
+                )
                 mixed = {
                     "engine": v.label,
                     "batch": b,
@@ -450,6 +539,14 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                     "packed_token_ratio": None
                     if packed is None
                     else packed["tokens_per_s"] / res["uniform"]["tokens_per_s"],
+                    # not served: the same batches through the unpadded model (FlashAttention varlen)
+                    "unpadded": unpadded,
+                    "unpadded_token_ratio": None
+                    if unpadded is None
+                    else unpadded["mixed"]["tokens_per_s"] / unpadded["uniform"]["tokens_per_s"],
+                    "unpadded_mixed_over_served_uniform": None
+                    if unpadded is None
+                    else unpadded["mixed"]["tokens_per_s"] / res["uniform"]["tokens_per_s"],
                     "graphs": engine.graphs(),
                     "capture_all_s": capture_all_s,
                     "graph_memory_mb": engine.graph_memory_mb(),

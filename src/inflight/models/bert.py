@@ -63,6 +63,30 @@ def make_module(
         scores = scores.masked_fill(~keep, MASKED_SCORE)
         return torch.matmul(torch.softmax(scores, dim=-1), v)
 
+    def attend_varlen(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cu_q: torch.Tensor,
+        cu_k: torch.Tensor,
+        max_q: int,
+        max_k: int,
+    ) -> torch.Tensor:
+        """Attention per sequence over unpadded tokens, ``[tq, heads, d]``.
+
+        ``q`` is ``[tq, heads, d]``, ``k`` and ``v`` ``[tk, heads, d]``; sequence i's queries
+        ``cu_q[i]:cu_q[i+1]`` see only its keys ``cu_k[i]:cu_k[i+1]``. On a GPU: FlashAttention's
+        variable-length kernel (no padding, no mask). Elsewhere: the same function as one masked
+        attention over every token (for tests on the CPU).
+        """
+        if q.is_cuda:
+            return torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, max_q, max_k, 0.0, False, False)[0]
+        seq_q = torch.searchsorted(cu_q[1:], torch.arange(q.shape[0]), right=True)
+        seq_k = torch.searchsorted(cu_k[1:], torch.arange(k.shape[0]), right=True)
+        keep = (seq_q[:, None] == seq_k[None, :])[None]
+        a = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=keep)
+        return a.transpose(0, 1)
+
     class Layer(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -104,6 +128,28 @@ def make_module(
             q = F.linear(x0, w[:h], bias[:h]).view(r, m, HEADS, head_dim).transpose(1, 2)
             a = attend(q, kv[0], kv[1], keep, cls_how)  # [r, heads, m, head_dim]
             x0 = self.ln1(x0 + self.attn_out(a.transpose(1, 2).reshape(r, m, h)))
+            return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
+
+        def forward_varlen(self, x: torch.Tensor, cu: torch.Tensor, max_len: int) -> torch.Tensor:
+            """The layer over unpadded sequences: ``x [t, h]``, sequence i is ``x[cu[i]:cu[i+1]]``."""
+            t, h = x.shape
+            q, k, v = self.qkv(x).view(t, 3, HEADS, head_dim).unbind(1)
+            a = attend_varlen(q, k, v, cu, cu, max_len, max_len)
+            x = self.ln1(x + self.attn_out(a.reshape(t, h)))
+            return self.ln2(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+
+        def forward_varlen_cls(
+            self, x: torch.Tensor, cu: torch.Tensor, cu_one: torch.Tensor, max_len: int
+        ) -> torch.Tensor:
+            """The layer's output at each sequence's first token only, ``[n, h]`` (``cu_one``: 0..n)."""
+            t, h = x.shape
+            w, bias = self.qkv.weight, self.qkv.bias
+            kv = F.linear(x, w[h:], bias[h:]).view(t, 2, HEADS, head_dim)
+            x0 = x[cu[:-1].long()]
+            n = x0.shape[0]
+            q = F.linear(x0, w[:h], bias[:h]).view(n, HEADS, head_dim)
+            a = attend_varlen(q, kv[:, 0], kv[:, 1], cu_one, cu, 1, max_len)
+            x0 = self.ln1(x0 + self.attn_out(a.reshape(n, h)))
             return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
 
     class BertTiny(nn.Module):
@@ -172,6 +218,29 @@ def make_module(
             keep_q = keep_q | (~keep_q.any(-1, keepdim=True) & (diag == 0)[None, None, :])
             return layers[-1].forward_queries(x, keep_q[:, None], cls_pos).float()
 
+        def forward_unpadded(
+            self, input_ids: torch.Tensor, position_ids: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int
+        ) -> torch.Tensor:
+            """Sequences laid end to end without padding (:func:`inflight.models.packing.unpad`); ``[n, h]``.
+
+            Args:
+                input_ids: ``[t]`` the kept tokens of every sequence, one sequence after another.
+                position_ids: ``[t]`` each token's position in its own sequence.
+                cu_seqlens: ``[n + 1]`` int32, where each sequence starts (and ``t`` last).
+                max_len: The longest sequence (a bound: FlashAttention's tile count).
+
+            Every token computes only with the tokens of its own sequence, so sequence i's output is
+            the CLS state the padded model computes for it with its masked tokens left out.
+            """
+            x = self.word(input_ids) + self.position(position_ids) + self.token_type.weight[0]
+            x = self.ln(x)
+            layers: list[Any] = list(self.layers)
+            for layer in layers[:-1]:
+                x = layer.forward_varlen(x, cu_seqlens, max_len)
+            n = cu_seqlens.shape[0] - 1
+            cu_one = torch.arange(n + 1, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
+            return layers[-1].forward_varlen_cls(x, cu_seqlens, cu_one, max_len).float()
+
     torch.manual_seed(seed)
     m = BertTiny()
     with torch.no_grad():
@@ -199,6 +268,29 @@ def make_packed_module(seed: int = 0, **options: Any) -> torch.nn.Module:
             return self.base.forward_packed(*args)  # type: ignore[operator]
 
     return Packed(make_module(seed, **options)).eval()
+
+
+def make_unpadded_module(seed: int = 0, max_len: int = 128) -> torch.nn.Module:
+    """bert-tiny (the weights of ``make_module(seed)``) over unpadded sequences: ``forward`` is ``forward_unpadded``.
+
+    The sequences of a batch are laid end to end with their masked tokens left out
+    (:func:`inflight.models.packing.unpad`), so no token is padding and no attention score is
+    masked: each GEMM, norm and GELU runs over real tokens only, and attention is FlashAttention's
+    variable-length kernel on a GPU. ``max_len`` bounds every sequence's length.
+    """
+    from torch import nn
+
+    class Unpadded(nn.Module):
+        def __init__(self, base: nn.Module) -> None:
+            super().__init__()
+            self.base = base
+
+        def forward(
+            self, input_ids: torch.Tensor, position_ids: torch.Tensor, cu_seqlens: torch.Tensor
+        ) -> torch.Tensor:
+            return self.base.forward_unpadded(input_ids, position_ids, cu_seqlens, max_len)  # type: ignore[operator]
+
+    return Unpadded(make_module(seed)).eval()
 
 
 SPEC = ModelSpec(

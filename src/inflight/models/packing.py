@@ -56,6 +56,65 @@ class Packed:
         return out[self.place[:, 0], self.place[:, 1]]
 
 
+@dataclass(frozen=True)
+class Unpadded:
+    """Sequences laid end to end with their masked tokens left out (``make_unpadded_module``'s input).
+
+    Attributes:
+        input_ids: ``[t]`` the kept tokens.
+        position_ids: ``[t]`` each kept token's position in its own sequence.
+        cu_seqlens: ``[n + 1]`` int32, where each sequence starts, then ``t``.
+        max_len: The longest kept sequence.
+        padded_tokens: Tokens the sequences had before (masked ones included).
+    """
+
+    input_ids: np.ndarray
+    position_ids: np.ndarray
+    cu_seqlens: np.ndarray
+    max_len: int
+    padded_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the model computes (every one real)."""
+        return int(self.input_ids.size)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The model's inputs, in ``forward_unpadded``'s order."""
+        return (self.input_ids, self.position_ids, self.cu_seqlens)
+
+
+def unpad(input_ids: Sequence[np.ndarray], attention_mask: Sequence[np.ndarray]) -> Unpadded:
+    """Lay sequences (1-D arrays, one per sequence) end to end, keeping the tokens whose mask bit is set.
+
+    Keys with mask 0 take no part in the padded model's attention and the output is the first
+    token's state, so leaving them out computes the same outputs.
+
+    Raises:
+        ValueError: for a sequence whose first (CLS) token is masked: its state would be computed
+            without it as a key in the padded model; unmask it or serve the padded model.
+    """
+    keep = [np.asarray(m) != 0 for m in attention_mask]
+    bad = [i for i, k in enumerate(keep) if k.size == 0 or not k[0]]
+    if bad:
+        raise ValueError(
+            f"sequence {bad[0]} (of {len(bad)}) has its first token masked or is empty: the unpadded model "
+            "needs each sequence's CLS token unmasked; set attention_mask[0] = 1 or use the padded model"
+        )
+    ids = [np.asarray(x)[k] for x, k in zip(input_ids, keep, strict=True)]
+    pos = [np.flatnonzero(k) for k in keep]
+    lengths = np.array([len(x) for x in ids], np.int64)
+    cu = np.zeros(len(ids) + 1, np.int32)
+    np.cumsum(lengths, out=cu[1:])
+    return Unpadded(
+        input_ids=np.concatenate(ids).astype(np.int64),
+        position_ids=np.concatenate(pos).astype(np.int64),
+        cu_seqlens=cu,
+        max_len=int(lengths.max()),
+        padded_tokens=int(sum(len(x) for x in input_ids)),
+    )
+
+
 def assign(lengths: Sequence[int], row_len: int, per_row: int) -> list[list[int]]:
     """First-fit decreasing: rows of sequence indices, each row's lengths summing to at most ``row_len``.
 
