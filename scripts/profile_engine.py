@@ -14,6 +14,10 @@ of ``torch._inductor.config`` (e.g. ``coordinate_descent_tuning=true``) before c
 ``TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`` when comparing such switches: inductor's on-disk cache does
 not key on them).
 
+``--unpadded`` profiles the unpadded launches instead: a 2,048-row batch at length 64 with the
+example inputs' masked tails, and one of lengths 16-128 at 128, each through the engine's unpadded
+graph of its token bucket.
+
 Usage (GPU host): python3 scripts/profile_engine.py --batch 512 --batch 2048 --out prof.json
 """
 
@@ -54,16 +58,7 @@ def profile_bucket(engine: Any, rows: int, seq: int, stream: Any) -> dict[str, A
             for _ in range(ITERS):
                 engine._step(rows, seq)
             stream.synchronize()
-    kernels: dict[str, dict[str, float]] = {}
-    for ev in prof.events():
-        if ev.device_type.name != "CUDA":
-            continue
-        k = kernels.setdefault(ev.name, {"us": 0.0, "calls": 0})
-        k["us"] += ev.device_time / ITERS
-        k["calls"] += 1 / ITERS
-    rows_out: list[dict[str, Any]] = sorted(
-        ({"kernel": n, **v} for n, v in kernels.items()), key=lambda r: -float(r["us"])
-    )
+    rows_out = _kernels(prof)
     return {
         "batch": rows,
         "seq": seq,
@@ -72,6 +67,113 @@ def profile_bucket(engine: Any, rows: int, seq: int, stream: Any) -> dict[str, A
         "kernels_per_batch": sum(r["calls"] for r in rows_out),
         "kernels": rows_out,
     }
+
+
+def _kernels(prof: Any) -> list[dict[str, Any]]:
+    kernels: dict[str, dict[str, float]] = {}
+    for ev in prof.events():
+        if ev.device_type.name != "CUDA":
+            continue
+        k = kernels.setdefault(ev.name, {"us": 0.0, "calls": 0})
+        k["us"] += ev.device_time / ITERS
+        k["calls"] += 1 / ITERS
+    return sorted(({"kernel": n, **v} for n, v in kernels.items()), key=lambda r: -float(r["us"]))
+
+
+def profile_unpadded(engine: Any, bufs: dict[str, Any], name: str, x: dict[str, Any], stream: Any) -> dict[str, Any]:
+    """Replay time and kernels of the unpadded launch of the rows ``x`` (written to the slot's buffers)."""
+    import numpy as np
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from inflight.runtime.batch import Group, token_buckets
+
+    spec = engine.spec
+    rows, seq = x["input_ids"].shape
+    for t in spec.inputs:
+        bufs[t.name][: rows * seq].copy_(torch.from_numpy(np.ascontiguousarray(x[t.name])).reshape(-1))
+    kept = int(np.count_nonzero(x[spec.mask_input]))
+    tokens = next(b for b in token_buckets(rows * 128) if b >= kept)
+    group = Group((rows, seq), rows, 0, {t.name: 0 for t in spec.inputs}, {t.name: 0 for t in spec.outputs}, tokens)
+    assert engine.capture_unpadded(seq, tokens, stream.cuda_stream)
+    for _ in range(10):
+        engine.enqueue(0, group, stream.cuda_stream)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(stream)
+    for _ in range(100):
+        engine.enqueue(0, group, stream.cuda_stream)
+    end.record(stream)
+    end.synchronize()
+    replay_us = start.elapsed_time(end) * 1e3 / 100
+    with torch.inference_mode(), torch.cuda.stream(stream):
+        engine._step_unpadded(seq, tokens)
+        stream.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(ITERS):
+                engine._step_unpadded(seq, tokens)
+            stream.synchronize()
+    kernels = _kernels(prof)
+    return {
+        "batch": name,
+        "seq": seq,
+        "rows": rows,
+        "kept_tokens": kept,
+        "tokens": tokens,
+        "replay_us": replay_us,
+        "kernel_us_sum": sum(r["us"] for r in kernels),
+        "kernels_per_batch": sum(r["calls"] for r in kernels),
+        "kernels": kernels,
+    }
+
+
+def unpadded_main(a: Any, artifact: Path, out: Path) -> None:
+    """``--unpadded``: the unpadded launches of a uniform and a mixed batch."""
+    import numpy as np
+    import torch
+
+    from inflight.models.registry import get_model
+    from inflight.runtime.engines.base import SlotBuffers
+    from inflight.runtime.engines.torch_engine import TorchEngine
+
+    spec = get_model(a.model)
+    rows = max(a.batch or [2048])
+    rng = np.random.default_rng(2)
+    uniform = spec.example_inputs(rows, seq_len=64, rng=rng)
+    mixed = {t.name: np.zeros((rows, 128), np.int64) for t in spec.inputs}
+    for r in range(rows):
+        one = spec.example_inputs(1, seq_len=int(rng.integers(16, 129)), rng=rng)
+        for t in spec.inputs:
+            mixed[t.name][r, : one[t.name].shape[1]] = one[t.name][0]
+    doc: dict[str, Any] = {
+        "kind": "engine_profile_unpadded",
+        "device": torch.cuda.get_device_name(0),
+        "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()},
+    }
+    engine = TorchEngine(artifact, spec, device_id=0, precision=a.precision, compile=a.compile, unpad=True)
+    n = rows * 128
+    bufs = {t.name: torch.zeros(n, dtype=getattr(torch, t.dtype), device="cuda") for t in spec.inputs}
+    outs = {t.name: torch.zeros(rows * t.dims[0], dtype=getattr(torch, t.dtype), device="cuda") for t in spec.outputs}
+    engine.bind(
+        0,
+        SlotBuffers(
+            inputs={k: (v.data_ptr(), v.numel() * v.element_size()) for k, v in bufs.items()},
+            outputs={k: (v.data_ptr(), v.numel() * v.element_size()) for k, v in outs.items()},
+            rows=rows,
+        ),
+    )
+    stream = torch.cuda.Stream()
+    runs = [profile_unpadded(engine, bufs, name, x, stream) for name, x in (("uniform", uniform), ("mixed", mixed))]
+    doc.update(engine=engine.describe(), runs=runs)
+    for b in runs:
+        print(
+            f"{b['batch']} seq {b['seq']}: {b['kept_tokens']} kept of {b['rows'] * b['seq']}, bucket "
+            f"{b['tokens']}: replay {b['replay_us']:.1f} us, kernels {b['kernel_us_sum']:.1f} us in "
+            f"{b['kernels_per_batch']:.0f} launches"
+        )
+        for k in b["kernels"][:20]:
+            print(f"  {k['us']:8.1f} us  x{k['calls']:.0f}  {k['kernel'][:110]}")
+    engine.close()
+    out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def max_abs_error(engine: Any, spec: Any, seq: int) -> float:
@@ -108,6 +210,7 @@ def main() -> None:
     p.add_argument(
         "--inductor", action="append", default=[], help="torch._inductor.config attribute key=value (JSON value)"
     )
+    p.add_argument("--unpadded", action="store_true", help="profile the unpadded launches")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()
     inductor = {k: json.loads(v) for k, v in (kv.split("=", 1) for kv in a.inductor)}
@@ -121,6 +224,9 @@ def main() -> None:
     spec = get_model(a.model)
     batches = a.batch or [512, 2048]
     artifact = a.repository / f"{a.model}_inflight" / "1" / "model.pt2"
+    if a.unpadded:
+        unpadded_main(a, artifact, a.out)
+        return
     options = dict(kv.split("=", 1) for kv in a.module)
     if options:
         from inflight.build import export_torch

@@ -38,6 +38,7 @@ from inflight.runtime.batch import (
     gather,
     outputs_for,
     pow2_buckets,
+    token_buckets,
 )
 from inflight.runtime.engines.torch_engine import TorchEngine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
@@ -403,6 +404,66 @@ def packed_mixed_row(
     }
 
 
+def served_request_rows(runner: CudaRunner, v: Variant, cfg: BenchConfig, reference: Any) -> list[dict[str, Any]]:
+    """The served engine on batches of the load test's ``--length-dist uniform`` requests, as served.
+
+    Each batch (``items_per_request`` items of ``seq_len`` per request, each item's length uniform
+    in 1..``seq_len``, the rest masked: ``inflight.loadtest.workload.draw_inputs``) is planned,
+    gathered and launched as the executors do, so the launch runs unpadded when the plan says so
+    (``unpad``); the launches are then replayed back to back. Returns one row per batch size with
+    the launch's tokens and the largest error against the fp32 CPU model over the first 256 items.
+    """
+    import torch
+
+    from inflight.loadtest.workload import draw_inputs
+
+    spec, slot = runner.engine.spec, runner.slots[0]  # type: ignore[attr-defined]
+    out = []
+    rng = np.random.default_rng(9)
+    for b in cfg.batches:
+        items: list[Item] = []
+        left = b
+        while left > 0:
+            c = min(cfg.items_per_request, left)
+            x = draw_inputs(spec, c, seq_len=cfg.seq_len, length_dist="uniform", rng=rng)
+            items.append(Item(inputs=x, count=c, seq=cfg.seq_len, handle=len(items)))
+            left -= c
+        batch = Batch(items)
+        gather(runner.layout, runner.buckets, slot, batch)
+        runner.launch(slot)  # the first use captures the token bucket's graph
+        runner.wait(slot)
+        runner.launch(slot)
+        runner.wait(slot)
+        err, n = 0.0, 0
+        with torch.inference_mode():
+            for item, got in zip(batch.items, outputs_for(runner.layout, slot), strict=True):
+                if n >= 256:
+                    break
+                want = reference(*[torch.from_numpy(item.inputs[t.name]) for t in spec.inputs]).numpy()
+                err = max(err, float(np.abs(got[spec.outputs[0].name] - want).max()))
+                n += item.count
+        t = _time_launches(runner, slot.groups, cfg.iters, cfg.warmup)
+        row = {
+            "engine": f"{v.label}, requests of lengths 1-{cfg.seq_len} padded to {cfg.seq_len}, as served",
+            "batch": b,
+            "compile": v.compile,
+            "precision": v.precision,
+            "engine_us_per_batch": t * 1e6,
+            "engine_ms_per_batch": t * 1e3,
+            "engine_bound_items_s": b / t,
+            "workload": f"length_dist uniform, seq {cfg.seq_len}",
+            "launches": [[*g.bucket, g.rows, g.tokens] for g in slot.groups],
+            "unpadded_launches": sum(g.tokens is not None for g in slot.groups),
+            "real_tokens": slot.real_tokens,
+            "kept_tokens": sum(int(np.count_nonzero(it.inputs[spec.mask_input or ""])) for it in batch.items),
+            "computed_tokens": slot.padded_tokens,
+            "max_abs_error_vs_fp32_cpu": err,
+        }
+        LOGGER.info("%s", json.dumps(row))
+        out.append(row)
+    return out
+
+
 def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Engine-only time per batch of every variant, its load time and error, and the mixed-length row.
 
@@ -435,15 +496,21 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
             precision=v.precision,
             compile=v.compile,
             max_graphs=512,
+            unpad=i == 0,  # the served engine as the server runs it (BackendParameters.unpad)
         )
         layout = Layout(spec, max_rows, mixed_seqs[-1] if mixed_seqs else None)
         buckets = Buckets(
-            tuple(sorted(set(cfg.batches))) if i else pow2_buckets(max_rows), mixed_seqs, GPU_LAUNCH_COST_TOKENS
+            tuple(sorted(set(cfg.batches))) if i else pow2_buckets(max_rows),
+            mixed_seqs,
+            GPU_LAUNCH_COST_TOKENS,
+            tokens=token_buckets(max_rows * layout.max_seq) if engine.unpads and layout.max_seq else (),
         )
         runner = CudaRunner(engine, layout, buckets, device_id=cfg.device_id)
         runner.make_slots(1)
         try:
             runner.warmup((seq,), tuple(sorted(set(cfg.batches))))
+            if buckets.tokens and seq is not None:  # as the server loads it: unpadded graphs at the warm-up length
+                runner.warmup_unpadded(seq)
             load_s = time.perf_counter() - t0
             err = _max_abs_error(runner, spec, seq, reference)
             # engine-only launches read the slot's device buffers: fill them all with valid inputs
@@ -468,6 +535,11 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
                 }
                 LOGGER.info("%s", json.dumps(row))
                 rows_out.append(row)
+            if engine.unpads:
+                floors = {r["batch"]: r["floor_us_per_batch"] for r in rows_out if r["engine"] == v.label}
+                for r in served_request_rows(runner, v, cfg, reference):
+                    # the same job as the padded row of its size: its floor; the engine's load
+                    rows_out.append({**r, "floor_us_per_batch": floors.get(r["batch"]), "load_s": load_s})
             if i == 0 and mixed_seqs is not None:
                 t1 = time.perf_counter()
                 runner.warmup(mixed_seqs)  # every bucket the mixed batch can use

@@ -494,6 +494,12 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "auto_deferred": int(tot.get("auto_deferred", 0)),
         "auto_explored": int(tot.get("auto_explored", 0)),
         "deferred_requests": int(tot.get("deferred_requests", 0)),
+        # launches, and those run unpadded (masked tokens left out); computed over real tokens
+        "launches": int(tot["launches"]) if "launches" in tot else None,
+        "unpadded_launches": int(tot["unpadded_launches"]) if "unpadded_launches" in tot else None,
+        "computed_over_real_tokens": (
+            tot["padded_tokens"] / tot["real_tokens"] if tot.get("real_tokens") and "padded_tokens" in tot else None
+        ),
         # stalls: the longest execute() and the stubs' garbage-collector pauses (their longest, and the
         # time per execute they took), over every instance's life
         "execute_max_ms": peak.get("execute_max_ms"),

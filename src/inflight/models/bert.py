@@ -307,4 +307,6 @@ SPEC = ModelSpec(
     max_seq_len=POSITIONS,
     vocab_size=VOCAB,
     seq_input="input_ids",
+    mask_input="attention_mask",
+    unpadded=True,
 )

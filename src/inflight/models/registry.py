@@ -89,6 +89,12 @@ class ModelSpec:
         vocab_size: Token ids must be below this (token models only).
         make_module: Builds the Torch module with seeded random weights (fp32, CPU, eval mode).
         seq_input: Name of the input whose variable dimension is the sequence length.
+        mask_input: Name of the attention-mask input (token models): a token whose bit is 0 takes
+            no part in the output.
+        unpadded: The module ``make_module`` builds also has ``forward_unpadded(input_ids,
+            position_ids, cu_seqlens, max_len)`` over sequences laid end to end without their
+            masked tokens (see ``inflight.models.packing``); the Torch engine on a GPU then runs
+            launches with much padding that way (``unpad`` parameter).
     """
 
     name: str
@@ -101,6 +107,8 @@ class ModelSpec:
     max_seq_len: int | None = None
     vocab_size: int | None = None
     seq_input: str | None = None
+    mask_input: str | None = None
+    unpadded: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property

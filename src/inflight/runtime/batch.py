@@ -9,6 +9,7 @@ allocated per request.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,20 @@ def pow2_buckets(limit: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+#: What an unpadded launch costs beyond its token bucket, in padded-token equivalents: unpadding
+#: on the device over every row of the engine's static input and the last layer over all of its
+#: rows (fixed in size, so that one graph serves any number of rows). On the H200 an unpadded
+#: launch took about 130 us plus 5.2 ns per token of its bucket, a padded one about 60 us plus
+#: 4.5 ns per token (``results/engine-profile-20261124/engine_bench-cost-1.25.json``): about
+#: 16,000 padded tokens more.
+UNPAD_COST_TOKENS = 16384
+
+#: ``Buckets.unpad_token_cost`` on the H200: a 2,048 x 64 batch with the example inputs' masked tails
+#: took 628 us unpadded at its 101,120-token bucket and 623 us padded (131,072 tokens), so an
+#: unpadded token costs about 1.2 padded ones (FlashAttention's varlen kernel against cuDNN's)
+UNPAD_TOKEN_COST = 1.25
+
+
 @dataclass(frozen=True)
 class Buckets:
     """Batch and sequence buckets; a batch is padded up to the smallest bucket that holds it."""
@@ -71,6 +86,13 @@ class Buckets:
     #: What one launch costs beyond its padded tokens, in padded-token equivalents (0: launches
     #: are free, so nothing is padded or merged that need not be, as on the CPU)
     launch_cost_tokens: int = 0
+    #: Token buckets of unpadded launches (the engine leaves masked tokens out on the device and
+    #: computes a launch at the smallest bucket that holds its kept tokens); empty: every launch is
+    #: padded. With token buckets a batch's lengths are not grouped: one run at its longest bucket.
+    tokens: tuple[int, ...] = ()
+    #: What a token of an unpadded launch costs in tokens of a padded one (the varlen attention
+    #: kernel is slower per token than the padded launch's; ``UNPAD_TOKEN_COST``)
+    unpad_token_cost: float = UNPAD_TOKEN_COST
 
     def pick(self, rows: int, seq: int | None) -> tuple[int, int | None]:
         """The ``(batch, seq)`` bucket for ``rows`` items of length ``seq``.
@@ -82,6 +104,25 @@ class Buckets:
         if i == len(self.batch):
             raise ValueError(f"{rows} rows exceed the largest batch bucket {self.batch[-1]}")
         return self.batch[i], self.seq_bucket(seq)
+
+    def token_bucket(self, tokens: int) -> int | None:
+        """The smallest token bucket that holds ``tokens`` kept tokens (None when none does)."""
+        i = bisect.bisect_left(self.tokens, tokens)
+        return self.tokens[i] if i < len(self.tokens) else None
+
+    def unpadded(self, tokens: int, rows: int, seq: int | None) -> int | None:
+        """The token bucket to run a launch of ``rows`` bucket rows at length ``seq`` unpadded, or None (padded).
+
+        Unpadded when the bucket priced at ``unpad_token_cost`` padded tokens each, plus what an
+        unpadded launch costs beyond its tokens (``UNPAD_COST_TOKENS``), is less than the padded
+        launch's tokens (bucket rows x bucket length).
+        """
+        if not self.tokens or seq is None:
+            return None
+        t = self.token_bucket(max(tokens, 1))
+        if t is None or self.unpad_token_cost * t + UNPAD_COST_TOKENS >= rows * seq:
+            return None
+        return t
 
     def seq_bucket(self, seq: int | None) -> int | None:
         """The sequence bucket for length ``seq`` (None for fixed-shape models).
@@ -139,6 +180,23 @@ class Buckets:
 GPU_LAUNCH_COST_TOKENS = 8192
 
 
+def token_buckets(limit: int, per_octave: int = 8, smallest: int = 1024) -> tuple[int, ...]:
+    """Token buckets from ``smallest`` up to ``limit``, ``per_octave`` to each doubling, multiples of 64.
+
+    A launch's kept tokens are padded to the next bucket: at most ``1 / per_octave`` more.
+    """
+    out: set[int] = set()
+    k = 0
+    while True:
+        t = 64 * math.ceil(smallest * 2 ** (k / per_octave) / 64)
+        if t >= limit:
+            break
+        out.add(t)
+        k += 1
+    out.add(limit)
+    return tuple(sorted(out))
+
+
 @dataclass(frozen=True)
 class Group:
     """One launch of a batch: rows of one sequence bucket, padded to one batch bucket.
@@ -155,6 +213,8 @@ class Group:
         first_row: Row of the slot's outputs where the group starts.
         in_offset: Element offset of the group's rows in each flat input buffer.
         out_offset: Element offset of the group's rows in each flat output buffer.
+        tokens: The token bucket when the launch runs unpadded (its masked tokens left out on the
+            device, ``Buckets.tokens``), else None.
     """
 
     bucket: tuple[int, int | None]
@@ -162,6 +222,7 @@ class Group:
     first_row: int
     in_offset: Mapping[str, int]
     out_offset: Mapping[str, int]
+    tokens: int | None = None
 
 
 class Layout:
@@ -235,7 +296,9 @@ def plan(layout: Layout, buckets: Buckets, batch: Batch) -> tuple[tuple[Group, .
 
     Requests are bucketed by their own length; adjacent buckets are then merged (the shorter
     ones padded to the longer length) where that costs less than a launch of their own, by
-    dynamic programming over ``Buckets.split`` costs. Each merged run is cut into launches.
+    dynamic programming over ``Buckets.split`` costs. Each merged run is cut into launches. With
+    token buckets (unpadded launches) the whole batch is one run at its longest bucket, cut only
+    at the largest batch bucket; ``gather`` then marks the launches that run unpadded.
 
     Returns:
         The groups (sequence buckets in increasing order), each request's first output row, and
@@ -250,7 +313,12 @@ def plan(layout: Layout, buckets: Buckets, batch: Batch) -> tuple[tuple[Group, .
     for i, item in enumerate(batch.items):
         by_seq.setdefault(buckets.seq_bucket(item.seq), []).append(i)
     order = sorted(by_seq, key=lambda s: -1 if s is None else s)
-    runs = _merge_runs(buckets, order, [sum(batch.items[i].count for i in by_seq[s]) for s in order])
+    splitter = buckets
+    if buckets.tokens:  # unpadded launches leave the padding out: one run at the longest length, one launch
+        runs = [(0, len(order))]  # per largest batch bucket (rows padded on the device cost little unpadded)
+        splitter = dataclasses.replace(buckets, launch_cost_tokens=1 << 40)
+    else:
+        runs = _merge_runs(buckets, order, [sum(batch.items[i].count for i in by_seq[s]) for s in order])
     groups: list[Group] = []
     item_rows = [0] * len(batch.items)
     in_off = {t.name: 0 for t in spec.inputs}
@@ -263,7 +331,7 @@ def plan(layout: Layout, buckets: Buckets, batch: Batch) -> tuple[tuple[Group, .
             for i in by_seq[s]:
                 item_rows[i] = row
                 row += batch.items[i].count
-        for real, bucket_rows in buckets.split(row - first, seq)[0]:
+        for real, bucket_rows in splitter.split(row - first, seq)[0]:
             groups.append(Group((bucket_rows, seq), real, first, dict(in_off), dict(out_off)))
             for t in spec.inputs:
                 in_off[t.name] += real * layout.per_item(t, seq)
@@ -336,12 +404,34 @@ def gather(layout: Layout, buckets: Buckets, slot: Slot, batch: Batch) -> None:
                     view[:, s:] = 0
             else:
                 view[...] = a
+    if buckets.tokens and spec.mask_input is not None:
+        groups = _choose_unpadded(layout, buckets, slot, groups)
+        padded_tokens = sum(g.tokens or g.bucket[0] * (g.bucket[1] or 1) for g in groups)
     slot.batch = batch
     slot.groups = groups
     slot.item_rows = item_rows
     slot.in_elements = in_elements
     slot.real_tokens = real_tokens
     slot.padded_tokens = padded_tokens
+
+
+def _choose_unpadded(layout: Layout, buckets: Buckets, slot: Slot, groups: tuple[Group, ...]) -> tuple[Group, ...]:
+    """Mark the groups that run unpadded: kept tokens counted in the slot's mask, first tokens all unmasked.
+
+    A row whose first (CLS) token is masked runs padded (its output would differ unpadded).
+    """
+    t = layout.spec.input(layout.spec.mask_input or "")
+    flat = slot.host_in[t.name]
+    out = []
+    for g in groups:
+        seq = g.bucket[1]
+        mask = layout.view(flat[g.in_offset[t.name] :], t, g.rows, seq)
+        kept = int(np.count_nonzero(mask))
+        tokens = buckets.unpadded(kept, g.bucket[0], seq)
+        if tokens is not None and mask[:, 0].all():
+            g = dataclasses.replace(g, tokens=tokens)
+        out.append(g)
+    return tuple(out)
 
 
 def _group_of(groups: tuple[Group, ...], row: int) -> Group:

@@ -72,8 +72,10 @@ class ExecutorStats:
         padded_items: Rows launched including bucket padding.
         launches: Engine launches (a batch is one per sequence bucket, or more when cut; see ``Group``).
         real_tokens: Items x their own lengths (variable-length models; items otherwise).
-        padded_tokens: Bucket rows x bucket lengths the launches computed; ``padded_tokens /
-            real_tokens - 1`` is the padding waste.
+        padded_tokens: Tokens the launches computed: bucket rows x bucket length, or the token
+            bucket of an unpadded launch; ``padded_tokens / real_tokens - 1`` is the padding waste
+            (below 0 when unpadded launches left the requests' masked tokens out).
+        unpadded_launches: Launches run unpadded (masked tokens left out on the device).
         mixed_length_batches: Batches whose requests fell in more than one sequence bucket.
         graph_replays: Launches replayed from a CUDA graph.
         eager_launches: Launches run eagerly (no graph: graphs off, capture failed, or the first
@@ -114,6 +116,7 @@ class ExecutorStats:
     launches: int = 0
     real_tokens: int = 0
     padded_tokens: int = 0
+    unpadded_launches: int = 0
     mixed_length_batches: int = 0
     graph_replays: int = 0
     eager_launches: int = 0
@@ -194,7 +197,9 @@ class _Base:
             st.launches += len(slot.groups)
             st.real_tokens += slot.real_tokens
             st.padded_tokens += slot.padded_tokens
-            if len({g.bucket[1] for g in slot.groups}) > 1:
+            st.unpadded_launches += sum(g.tokens is not None for g in slot.groups)
+            buckets = self.runner.buckets
+            if buckets.seq is not None and len({buckets.seq_bucket(i.seq) for i in batch.items}) > 1:
                 st.mixed_length_batches += 1
             st.batch_sizes.append(slot.rows)
 

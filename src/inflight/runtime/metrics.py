@@ -94,8 +94,9 @@ class MetricsPublisher:
             "real_tokens": ("inflight_real_tokens_total", "Items x their own sequence lengths"),
             "padded_tokens": (
                 "inflight_padded_tokens_total",
-                "Bucket rows x bucket lengths computed (padded / real - 1 is the padding waste)",
+                "Tokens computed: bucket rows x bucket lengths, or an unpadded launch's token bucket",
             ),
+            "unpadded_launches": ("inflight_unpadded_launches_total", "Launches run with masked tokens left out"),
             "mixed_length_batches": (
                 "inflight_mixed_length_batches_total",
                 "Batches whose requests fell in more than one sequence bucket",

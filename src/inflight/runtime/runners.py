@@ -133,6 +133,7 @@ class CudaRunner(Runner):
                 SlotBuffers(
                     inputs={k: (b.ptr, b.nbytes) for k, b in dev_in.items()},
                     outputs={k: (b.ptr, b.nbytes) for k, b in dev_out.items()},
+                    rows=self.layout.max_items,
                 ),
             )
             self.slots.append(slot)
@@ -150,6 +151,18 @@ class CudaRunner(Runner):
             for b in batch_buckets or self.buckets.batch:
                 for slot in self.slots:  # engines that share graphs across slots capture once
                     self.engine.capture(slot.index, b, seq, self.compute.ptr)
+        self.compute.synchronize()
+        return self.engine.graphs()
+
+    def warmup_unpadded(self, seq: int) -> int:
+        """Capture the unpadded launches' graph of every token bucket at length ``seq``; synchronizes.
+
+        Returns:
+            The number of graphs the engine holds afterwards.
+        """
+        for tokens in self.buckets.tokens:
+            if tokens <= self.layout.max_items * seq:
+                self.engine.capture_unpadded(seq, tokens, self.compute.ptr)
         self.compute.synchronize()
         return self.engine.graphs()
 

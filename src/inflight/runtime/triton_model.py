@@ -37,7 +37,7 @@ from inflight.errors import ConfigError, InflightError, ShuttingDownError, Valid
 from inflight.log import gpu_metrics_provider, install_stack_dump, route_to_triton
 from inflight.model_config import BackendParameters, parameters_of, proto_from_json
 from inflight.models.registry import ModelSpec, get_model
-from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Batch, Buckets, Item, Layout, pow2_buckets
+from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Batch, Buckets, Item, Layout, pow2_buckets, token_buckets
 from inflight.runtime.engines.base import Engine
 from inflight.runtime.executor import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor
 from inflight.runtime.gcwatch import GcWatch
@@ -197,6 +197,7 @@ def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, d
         # the budget applies to every capture at load; without capture_at_load only the warm-up
         # bucket is captured there (InflightModel), the others on first use
         graph_memory_mb=params.graph_memory_mb,
+        unpad=params.unpad,
     )
 
 
@@ -267,7 +268,14 @@ class InflightModel:
             batch_buckets = p.batch_buckets or pow2_buckets(self.max_batch)
             if batch_buckets[-1] < self.max_batch:
                 batch_buckets = (*batch_buckets, self.max_batch)
-            buckets = Buckets(batch_buckets, seq_buckets, GPU_LAUNCH_COST_TOKENS)
+            unpads = engine.unpads and max_seq is not None
+            buckets = Buckets(
+                batch_buckets,
+                seq_buckets,
+                GPU_LAUNCH_COST_TOKENS,
+                tokens=token_buckets(self.max_batch * max_seq) if unpads and max_seq else (),
+                unpad_token_cost=p.unpad_token_cost,
+            )
             runner = CudaRunner(engine, self.layout, buckets, device_id=self.device_id, wait_mode=p.completion_wait)
         self.runner = runner
         self.executor: SyncExecutor | PipelinedExecutor
@@ -308,6 +316,8 @@ class InflightModel:
             t_capture = time.perf_counter()
             # the warm-up bucket always; the others at load when capture_at_load (within the budget)
             graphs = runner.warmup(seqs[:1])
+            if buckets.tokens and seqs[0] is not None:  # unpadded launches at the warm-up length too
+                graphs = runner.warmup_unpadded(seqs[0])
             if p.capture_at_load and len(seqs) > 1:
                 graphs = runner.warmup(seqs[1:])
             held = getattr(engine, "graph_memory_mb", lambda: 0.0)()

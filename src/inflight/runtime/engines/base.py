@@ -13,10 +13,14 @@ from inflight.runtime.batch import Group
 
 @dataclass(frozen=True)
 class SlotBuffers:
-    """Device ``(address, bytes)`` of one slot's flat input and output buffers, per tensor name."""
+    """Device ``(address, bytes)`` of one slot's flat input and output buffers, per tensor name.
+
+    ``rows``: the items the buffers hold (0: not stated).
+    """
 
     inputs: Mapping[str, tuple[int, int]]
     outputs: Mapping[str, tuple[int, int]]
+    rows: int = 0
 
 
 class Engine(ABC):
@@ -54,6 +58,15 @@ class Engine(ABC):
 
     def capture(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> bool:
         """Capture a CUDA graph for the bucket; False when graphs are off or capture failed."""
+        return False
+
+    @property
+    def unpads(self) -> bool:
+        """True when the engine runs launches marked unpadded (``Group.tokens``) without their masked tokens."""
+        return False
+
+    def capture_unpadded(self, seq: int, tokens: int, stream_ptr: int) -> bool:
+        """Capture the graph of an unpadded launch (``Group.tokens``); False when the engine does not unpad."""
         return False
 
     def graphs(self) -> int:

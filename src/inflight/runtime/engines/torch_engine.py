@@ -7,6 +7,13 @@ owns. A launch copies its rows from the slot's device buffers into them, replays
 stream. Graphs are captured with torch's CUDA graph API on that stream
 (``torch.cuda.ExternalStream``), one per bucket for every slot, and share one memory pool: replays
 are serialized on that stream and everything a graph allocates is scratch, so they can share it.
+
+With ``unpad`` (models whose module has ``forward_unpadded``, see ``ModelSpec.unpadded``), a launch
+the batch plan marks unpadded (``Group.tokens``) leaves its masked tokens out on the device: the
+graph of its ``(sequence bucket, token bucket)`` lays the kept tokens of the static rows end to end
+(``inflight.models.packing.unpad_rows``) and runs the module over them, FlashAttention's
+variable-length kernel doing each row's attention. The module is the artifact's weights in the
+model's own ``make_module`` (an exported program has one ``forward`` only), compiled once.
 """
 
 from __future__ import annotations
@@ -93,6 +100,8 @@ class TorchEngine(Engine):
             ``auto`` (inductor on a GPU, none on the CPU).
         graph_memory_mb: Budget for graph memory captured at load (``capture`` returns False
             once the engine's GPU memory grew past it; those buckets are captured on first use).
+        unpad: Run the launches the batch plan marks unpadded without their masked tokens (GPU,
+            models with ``ModelSpec.unpadded``; ignored otherwise: ``unpads`` says).
     """
 
     kind = "torch"
@@ -108,6 +117,7 @@ class TorchEngine(Engine):
         max_graphs: int = 256,
         compile: str = "auto",
         graph_memory_mb: int = 4096,
+        unpad: bool = False,
     ) -> None:
         import torch
 
@@ -134,24 +144,60 @@ class TorchEngine(Engine):
                 module = module.to(self.dtype)
         self.compiled = compile in ("inductor", "max-autotune") or (compile == "auto" and device_id is not None)
         self.compile_mode = "none" if not self.compiled else "max-autotune" if compile == "max-autotune" else "inductor"
+        loaded = module
         if self.compiled:
             # dynamic: one compiled program for every bucket (a static one would recompile per shape)
             mode = "max-autotune-no-cudagraphs" if self.compile_mode == "max-autotune" else None
             module = torch.compile(module, dynamic=True, mode=mode)
         self.module = module
+        self._unpad_fn: Any = None
+        self._rows = 0  # items the slot buffers hold (the unpadded graphs' static rows)
+        if unpad and device_id is not None and spec.unpadded and spec.mask_input is not None:
+            self._unpad_fn = self._compile_unpadded(loaded)
         self.precision = {v: k for k, v in _DTYPES.items()}[str(self.dtype).removeprefix("torch.")]
         self._views: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._static_in: dict[str, Any] = {}
         self._static_out: dict[str, Any] = {}
-        self._graphs: OrderedDict[tuple[int, int | None], Any] = OrderedDict()
+        #: (batch bucket, seq bucket) of padded launches; ("u", seq bucket, token bucket) of unpadded ones
+        self._graphs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._pool: Any = None
         self._capture_failed = False
         self._budget_logged = False
-        self._eager_buckets: set[tuple[int, int | None]] = set()
-        #: cumulative: ``replays``, ``eager`` launches, ``captures`` (at load and lazily), ``evictions``
-        self.counters: dict[str, int] = {"replays": 0, "eager": 0, "captures": 0, "lazy_captures": 0, "evictions": 0}
+        self._eager_buckets: set[tuple[Any, ...]] = set()
+        #: cumulative: ``replays``, ``eager`` launches, ``captures`` (at load and lazily), ``evictions``,
+        #: ``unpadded`` launches
+        self.counters: dict[str, int] = {
+            "replays": 0,
+            "eager": 0,
+            "captures": 0,
+            "lazy_captures": 0,
+            "evictions": 0,
+            "unpadded": 0,
+        }
         self.load_s = time.perf_counter() - t0
         self.capture_s = 0.0
+
+    def _compile_unpadded(self, loaded: Any) -> Any:
+        """The model's own module with the artifact's weights, over padded rows unpadded on the device.
+
+        Compiled (inductor, dynamic shapes: one program for every token bucket) when the engine compiles.
+        """
+        torch = self._torch
+        from inflight.models.packing import forward_rows_unpadded
+
+        base = self.spec.make_module(0)
+        base.load_state_dict(loaded.state_dict(), strict=True)
+        base = base.to(self.device).to(self.dtype).eval()
+
+        def unpadded(input_ids: Any, attention_mask: Any, tokens: int) -> Any:
+            return forward_rows_unpadded(base, input_ids, attention_mask, tokens)
+
+        return torch.compile(unpadded, dynamic=True) if self.compiled else unpadded
+
+    @property
+    def unpads(self) -> bool:
+        """True when launches marked unpadded run without their masked tokens."""
+        return self._unpad_fn is not None
 
     @property
     def on_gpu(self) -> bool:
@@ -168,7 +214,9 @@ class TorchEngine(Engine):
         name = self._torch.cuda.get_device_name(self.device_id)
         return (
             f"torch.export engine on GPU {self.device_id} ({name}, {self.precision}, {how}, "
-            f"CUDA graphs {'on' if self.cuda_graphs else 'off'}, torch {self._torch.__version__})"
+            f"CUDA graphs {'on' if self.cuda_graphs else 'off'}, "
+            f"{'masked tokens left out where padding is large, ' if self.unpads else ''}"
+            f"torch {self._torch.__version__})"
         )
 
     def graph_memory_mb(self) -> float:
@@ -211,6 +259,7 @@ class TorchEngine(Engine):
         ins = {t.name: wrap(buffers.inputs[t.name], t.dtype) for t in self.spec.inputs}
         outs = {t.name: wrap(buffers.outputs[t.name], t.dtype) for t in self.spec.outputs}
         self._views[slot] = (ins, outs)
+        self._rows = max(self._rows, buffers.rows)
         for name, v in ins.items():
             if name not in self._static_in or self._static_in[name].numel() < v.numel():
                 self._static_in[name] = torch.zeros_like(v)  # zeros: valid ids and masks in padding rows
@@ -228,26 +277,47 @@ class TorchEngine(Engine):
         t = self.spec.outputs[0]
         self._static_out[t.name][: _numel(t.shape(rows, seq))].view(t.shape(rows, seq)).copy_(y)
 
+    def _step_unpadded(self, seq: int, tokens: int) -> None:
+        """An unpadded launch's compute on the static tensors: every static row at ``seq``, ``tokens`` kept."""
+        spec, r = self.spec, self._rows
+        ids = self._static_in[spec.seq_input or spec.inputs[0].name][: r * seq].view(r, seq)
+        mask = self._static_in[spec.mask_input or ""][: r * seq].view(r, seq)
+        y = self._unpad_fn(ids, mask, tokens)
+        t = spec.outputs[0]
+        self._static_out[t.name][: _numel(t.shape(r, None))].view(t.shape(r, None)).copy_(y)
+
+    def _run(self, key: tuple[Any, ...]) -> None:
+        if key[0] == "u":
+            self._step_unpadded(key[1], key[2])
+        else:
+            self._step(key[0], key[1])
+
+    def capture_unpadded(self, seq: int, tokens: int, stream_ptr: int) -> bool:
+        """Capture the unpadded launch of ``tokens`` kept tokens at length ``seq`` (see ``capture``)."""
+        if not self.unpads or self._rows == 0:
+            return False
+        return self._capture_at_load(("u", seq, tokens), stream_ptr)
+
     def capture(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> bool:
         """Capture the bucket's graph on ``stream_ptr`` (shared by every slot; synchronizes).
 
         Returns False when graphs are off, capture failed before, or the engine's memory already
         exceeds ``graph_memory_mb`` (that bucket is captured on its first use instead).
         """
+        return self._capture_at_load((rows, seq), stream_ptr)
+
+    def _capture_at_load(self, key: tuple[Any, ...], stream_ptr: int) -> bool:
         if not self.cuda_graphs or self._capture_failed:
             return False
-        key = (rows, seq)
         if key in self._graphs:
             return True
         if self.graph_memory_mb() > self.graph_memory_bytes / 2**20:
             if not self._budget_logged:
                 LOGGER.info(
-                    "graph memory budget of %d MB reached (%.0f MB held); buckets from (batch %d, seq %s) on are "
-                    "captured on first use",
+                    "graph memory budget of %d MB reached (%.0f MB held); buckets from %s on are captured on first use",
                     self.graph_memory_bytes >> 20,
                     self.graph_memory_mb(),
-                    rows,
-                    seq,
+                    _name(key),
                 )
                 self._budget_logged = True
             return False
@@ -255,10 +325,10 @@ class TorchEngine(Engine):
         stream = torch.cuda.ExternalStream(stream_ptr, device=self.device)
         with torch.inference_mode(), torch.cuda.stream(stream):
             for _ in range(2):  # warm-up: compilation for the shape, cuBLAS handles, autotuning
-                self._step(rows, seq)
+                self._run(key)
         return self._capture(key, stream)
 
-    def _capture(self, key: tuple[int, int | None], stream: Any) -> bool:
+    def _capture(self, key: tuple[Any, ...], stream: Any) -> bool:
         torch = self._torch
         t0 = time.perf_counter()
         try:
@@ -270,13 +340,12 @@ class TorchEngine(Engine):
                 torch.inference_mode(),
                 torch.cuda.graph(g, pool=self._pool, stream=stream, capture_error_mode="thread_local"),
             ):
-                self._step(*key)
+                self._run(key)
         except Exception as e:  # capture can fail on unsupported ops; fall back once, loudly
             self._capture_failed = True
             LOGGER.warning(
-                "CUDA graph capture failed for bucket (batch %d, seq %s): %s: %s; running eagerly from now on",
-                key[0],
-                key[1],
+                "CUDA graph capture failed for %s: %s: %s; running eagerly from now on",
+                _name(key),
                 type(e).__name__,
                 e,
             )
@@ -305,11 +374,17 @@ class TorchEngine(Engine):
         rows, seq = group.bucket
         ins, outs = self._views[slot]
         stream = torch.cuda.ExternalStream(stream_ptr, device=self.device)
+        key: tuple[Any, ...] = (rows, seq)
         with torch.cuda.stream(stream):
             for t in self.spec.inputs:
                 n, o = group.rows * Layout.per_item(t, seq), group.in_offset[t.name]
                 self._static_in[t.name][:n].copy_(ins[t.name][o : o + n])
-            key = (rows, seq)
+            if group.tokens is not None and self.unpads and seq is not None:
+                # the rows after the group's are padding: empty sequences (mask 0) in the unpadded graph
+                mask_name = self.spec.mask_input or ""
+                self._static_in[mask_name][group.rows * seq : self._rows * seq].zero_()
+                key = ("u", seq, group.tokens)
+                self.counters["unpadded"] += 1
             g = self._graphs.get(key)
             if g is not None:
                 self._graphs.move_to_end(key)
@@ -317,14 +392,14 @@ class TorchEngine(Engine):
                 self.counters["replays"] += 1
             else:
                 with torch.inference_mode():
-                    self._step(rows, seq)
+                    self._run(key)
                 self.counters["eager"] += 1
                 if key not in self._eager_buckets:
                     self._eager_buckets.add(key)
-                    LOGGER.info("bucket (batch %d, seq %s) ran eagerly (no CUDA graph yet)", rows, seq)
+                    LOGGER.info("%s ran eagerly (no CUDA graph yet)", _name(key))
                 if self.cuda_graphs and not self._capture_failed and self._capture(key, stream):
                     self.counters["lazy_captures"] += 1
-                    LOGGER.info("captured bucket (batch %d, seq %s) on first use", rows, seq)
+                    LOGGER.info("captured %s on first use", _name(key))
             for t in self.spec.outputs:
                 m, o = group.rows * Layout.per_item(t, seq), group.out_offset[t.name]
                 outs[t.name][o : o + m].copy_(self._static_out[t.name][:m])
@@ -342,6 +417,7 @@ class TorchEngine(Engine):
         self._static_out.clear()
         self._pool = None
         self.module = None
+        self._unpad_fn = None
         if self.device_id is not None:
             torch = self._torch
             torch.cuda.synchronize(self.device)
@@ -350,6 +426,13 @@ class TorchEngine(Engine):
             if clear is not None:
                 clear()
             torch.cuda.empty_cache()
+
+
+def _name(key: tuple[Any, ...]) -> str:
+    """A graph key as the log names it."""
+    if key[0] == "u":
+        return f"unpadded bucket (seq {key[1]}, {key[2]} tokens)"
+    return f"bucket (batch {key[0]}, seq {key[1]})"
 
 
 def _numel(shape: tuple[int, ...]) -> int:
