@@ -541,6 +541,7 @@ def render(root: Path) -> str:
     lines += cost_results.section(root)
     lines += stalls_section(results / STALLS_DIR, root)
     lines += per_gpu_servers_section(results / PER_GPU_SERVERS_DIR, root)
+    lines += unpadded_serving_section(results / UNPADDED_SERVING_DIR, root)
     exp = results / "experiments"
     if exp.is_dir():
         lines += experiments_section(exp, root, json.loads(sj.read_text()) if sj.is_file() else None)
@@ -685,6 +686,66 @@ def per_gpu_servers_section(folder: Path, root: Path) -> list[str]:
                 "first miss req/s",
                 "its p99 ms",
                 "comparable",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
+#: A/B runs of the same variant with and without unpadded launches (issue 16, through the server)
+UNPADDED_SERVING_DIR = "unpadded-serving"
+
+
+def unpadded_serving_section(folder: Path, root: Path) -> list[str]:
+    """Each run under ``folder``: per variant and window, throughput, p99 and what its launches computed."""
+    paths = sorted(folder.rglob("ab-*.json")) if folder.is_dir() else []
+    if not paths:
+        return []
+    rows = []
+    for p in paths:
+        doc = json.loads(p.read_text())
+        md = p.with_suffix(".md")
+        load = doc.get("load") or {}
+        for v in doc.get("summary", []):
+            closed = {"achieved_rps": v.get("rps"), "p99_ms": (v.get("latency_ms") or {}).get("p99")}
+            windows = v.get("sweep") or [closed]
+            ex = v.get("executor") or {}
+            launches = ex.get("launches")
+            for w in windows:
+                rows.append(
+                    [
+                        f"[`{p.stem}`](../{md.relative_to(root)})",
+                        "closed" if load.get("closed_loop", True) else f"open, {_fmt(w.get('offered_rps'))} offered",
+                        f"`{v['spec']}`",
+                        _fmt(w.get("achieved_rps")),
+                        _fmt(w.get("p99_ms"), ",.1f"),
+                        "n/a" if launches is None else f"{ex.get('unpadded_launches', 0):,} of {launches:,}",
+                        _fmt(ex.get("computed_over_real_tokens"), ".2f"),
+                        _fmt(ex.get("device_wait_ms"), ".2f"),
+                        _fmt(ex.get("execute_ms"), ".2f"),
+                    ]
+                )
+    return [
+        f"## Unpadded launches through the server (`results/{UNPADDED_SERVING_DIR}`)",
+        "",
+        "The same variant with `unpad` on (the default) and off, under the load test's `--length-dist uniform` "
+        "requests (50 items of 64 tokens, each item's length uniform in 1..64, the rest masked), server and "
+        "generator on disjoint cores (each run's JSON records them). The executor columns are per batch, over "
+        "the variant's whole run (warm-up included; n/a where the run predates those counters). "
+        '`docs/DESIGN.md` ("The compiled engine and mixed lengths") reads them.',
+        "",
+        *_table(
+            [
+                "run",
+                "loop",
+                "variant",
+                "req/s",
+                "p99 ms",
+                "unpadded launches",
+                "computed / request tokens",
+                "device wait ms",
+                "execute ms",
             ],
             rows,
         ),
