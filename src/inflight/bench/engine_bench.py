@@ -27,18 +27,17 @@ from typing import Any
 
 import numpy as np
 
+from inflight.model_config import BackendParameters
 from inflight.models.registry import get_model
+from inflight.runtime.assembly import assemble, capture_at_load
 from inflight.runtime.batch import (
     GPU_LAUNCH_COST_TOKENS,
     Batch,
     Buckets,
     Group,
     Item,
-    Layout,
     gather,
     outputs_for,
-    pow2_buckets,
-    token_buckets,
 )
 from inflight.runtime.engines.torch_engine import TorchEngine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
@@ -473,7 +472,6 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     import torch
 
     from inflight.bench.floor import batch_work, floor_us, peak_for
-    from inflight.model_config import BackendParameters
     from inflight.runtime import cuda
 
     spec = get_model(cfg.model)
@@ -489,32 +487,32 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     work = {b: batch_work(spec, reference, b, seq, cfg.precision) for b in cfg.batches}
     for i, v in enumerate(variants_for(cfg.model, cfg.precision)):
         t0 = time.perf_counter()
-        engine = TorchEngine(
-            _artifact(cfg, v, tmp),
-            spec,
-            device_id=cfg.device_id,
-            precision=v.precision,
-            compile=v.compile,
+        artifact = _artifact(cfg, v, tmp)
+        # the served engine as the server builds and loads it (every batch bucket and the unpadded
+        # graphs at the warm-up length); the others at the measured batch sizes only
+        params = BackendParameters(
+            engine="torch",
+            precision=v.precision,  # type: ignore[arg-type]
+            compile=v.compile,  # type: ignore[arg-type]
             max_graphs=512,
-            unpad=i == 0,  # the served engine as the server runs it (BackendParameters.unpad)
+            unpad=i == 0,
+            batch_buckets=() if i == 0 else tuple(sorted(set(cfg.batches))),
+            seq_buckets=mixed_seqs or BackendParameters().seq_buckets,
+            warmup_seq_len=seq or BackendParameters().warmup_seq_len,
+            capture_at_load=False,
+            artifact=artifact.name,
         )
-        layout = Layout(spec, max_rows, mixed_seqs[-1] if mixed_seqs else None)
-        buckets = Buckets(
-            tuple(sorted(set(cfg.batches))) if i else pow2_buckets(max_rows),
-            mixed_seqs,
-            GPU_LAUNCH_COST_TOKENS,
-            tokens=token_buckets(max_rows * layout.max_seq) if engine.unpads and layout.max_seq else (),
-        )
-        runner = CudaRunner(engine, layout, buckets, device_id=cfg.device_id)
+        parts = assemble(params, spec, max_batch=max_rows, version_dir=artifact.parent, device_id=cfg.device_id)
+        runner, layout, buckets = parts.runner, parts.layout, parts.buckets
+        engine = parts.engine
+        assert isinstance(runner, CudaRunner) and isinstance(engine, TorchEngine)
         runner.make_slots(1)
         try:
-            runner.warmup((seq,), tuple(sorted(set(cfg.batches))))
-            if buckets.tokens and seq is not None:  # as the server loads it: unpadded graphs at the warm-up length
-                runner.warmup_unpadded(seq)
+            capture_at_load(parts, params)
             load_s = time.perf_counter() - t0
             err = _max_abs_error(runner, spec, seq, reference)
             # engine-only launches read the slot's device buffers: fill them all with valid inputs
-            _fill(runner, spec, layout.max_seq)
+            _fill(runner, spec, mixed_seqs[-1] if mixed_seqs else None)
             for b in cfg.batches:
                 t = _time_launches(runner, [_group(b, seq, spec)], cfg.iters, cfg.warmup)
                 flops, nbytes = work[b]
@@ -642,29 +640,43 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     spec = get_model(cfg.model)
     seq = cfg.seq_len if spec.variable_seq else None
     max_rows = max(cfg.batches)
-    layout = Layout(spec, max_rows, seq)
-    buckets = Buckets(tuple(sorted(set(cfg.batches))), (seq,) if seq else None)
     variant_rows: list[dict[str, Any]] = []
     mixed: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="inflight-bench-") as tmp:
         variant_rows, mixed = bench_variants(cfg, Path(tmp))
     served = variants_for(cfg.model, cfg.precision)[0].label
-    engine = TorchEngine(cfg.artifact, spec, device_id=cfg.device_id, precision=cfg.precision, max_graphs=512)
+    # the served engine padded at the measured batch sizes, one runner per executor (the sync
+    # executor gets 1 slot, the pipelined one `slots`), each with its own engine as two instances have
+    params = BackendParameters(
+        engine="torch",
+        precision=cfg.precision,  # type: ignore[arg-type]
+        max_graphs=512,
+        unpad=False,
+        batch_buckets=tuple(sorted(set(cfg.batches))),
+        seq_buckets=(seq,) if seq else BackendParameters().seq_buckets,
+        warmup_seq_len=seq or BackendParameters().warmup_seq_len,
+        capture_at_load=False,
+        completion_wait=cfg.wait_mode,  # type: ignore[arg-type]
+        artifact=cfg.artifact.name,
+    )
+    sync_parts, pipe_parts = (
+        assemble(params, spec, max_batch=max_rows, version_dir=cfg.artifact.parent, device_id=cfg.device_id)
+        for _ in range(2)
+    )
+    sync_runner, pipe_runner = sync_parts.runner, pipe_parts.runner
+    engine, pipe_engine = sync_parts.engine, pipe_parts.engine
+    assert isinstance(sync_runner, CudaRunner) and isinstance(pipe_runner, CudaRunner)
+    assert isinstance(engine, TorchEngine) and isinstance(pipe_engine, TorchEngine)
     sink = CountingSink()
     rows_out: list[dict[str, Any]] = []
     rng = np.random.default_rng(0)
 
-    # one runner per executor: the sync executor gets 1 slot, the pipelined one `slots`
-    sync_runner = CudaRunner(engine, layout, buckets, device_id=cfg.device_id, wait_mode=cfg.wait_mode)
     sync_ex = SyncExecutor(sync_runner)
-    pipe_engine = TorchEngine(cfg.artifact, spec, device_id=cfg.device_id, precision=cfg.precision, max_graphs=512)
-    pipe_runner = CudaRunner(
-        pipe_engine, Layout(spec, max_rows, seq), buckets, device_id=cfg.device_id, wait_mode=cfg.wait_mode
-    )
     pipe_ex = PipelinedExecutor(pipe_runner, sink, slots=cfg.slots, response_threads=cfg.response_threads)
+    buckets = sync_parts.buckets
     t0 = time.perf_counter()
-    sync_runner.warmup((seq,))
-    pipe_runner.warmup((seq,))
+    capture_at_load(sync_parts, params)
+    capture_at_load(pipe_parts, params)
     _fill(sync_runner, spec, seq)  # the engine-only bound below reads the slot's device buffers
     LOGGER.info("captured %d + %d graphs in %.1f s", engine.graphs(), pipe_engine.graphs(), time.perf_counter() - t0)
 

@@ -33,15 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from inflight.errors import ConfigError, InflightError, ShuttingDownError, ValidationError
+from inflight.errors import ConfigError, ShuttingDownError, ValidationError
 from inflight.log import gpu_metrics_provider, install_stack_dump, route_to_triton
 from inflight.model_config import BackendParameters, parameters_of, proto_from_json
 from inflight.models.registry import ModelSpec, get_model
-from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Batch, Buckets, Item, Layout, pow2_buckets, token_buckets
-from inflight.runtime.engines.base import Engine
+from inflight.runtime.assembly import assemble, capture_at_load
+from inflight.runtime.batch import Batch, Item
 from inflight.runtime.executor import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor
 from inflight.runtime.gcwatch import GcWatch
-from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
 
 LOGGER = logging.getLogger(__name__)
 
@@ -156,63 +155,6 @@ def resolve_spec(model_name: str, params: BackendParameters) -> ModelSpec:
         ) from None
 
 
-def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int | None) -> Engine:
-    """Build the configured engine (``auto``: TensorRT when possible, else Torch).
-
-    Raises:
-        EngineError: when the engine cannot be created (missing artifact, no TensorRT...).
-    """
-    from inflight.runtime.engines.torch_engine import TorchEngine
-
-    engine = params.engine
-    if engine in ("tensorrt", "auto") and device_id is not None:
-        from inflight.runtime.engines.tensorrt_engine import TensorRTEngine, import_tensorrt
-
-        plan = version_dir / params.plan
-        if engine == "tensorrt" or (import_tensorrt() is not None and plan.is_file()):
-            try:
-                return TensorRTEngine(
-                    plan,
-                    spec,
-                    device_id=device_id,
-                    slots=1 if params.mode == "sync" else params.slots,
-                    cuda_graphs=params.cuda_graphs,
-                )
-            except InflightError as e:
-                if engine == "tensorrt":
-                    raise
-                LOGGER.warning("engine=auto: TensorRT not usable (%s); using the Torch engine", e)
-    if engine == "tensorrt" and device_id is None:
-        raise ConfigError(
-            "engine=tensorrt needs a GPU instance (instance_group kind KIND_GPU); use engine=torch on CPU"
-        )
-    return TorchEngine(
-        version_dir / params.artifact,
-        spec,
-        device_id=device_id,
-        precision=params.precision,
-        cuda_graphs=params.cuda_graphs,
-        max_graphs=params.max_graphs,
-        compile=params.compile,
-        # the budget applies to every capture at load; without capture_at_load only the warm-up
-        # bucket is captured there (InflightModel), the others on first use
-        graph_memory_mb=params.graph_memory_mb,
-        unpad=params.unpad,
-    )
-
-
-def capture_order(seq_buckets: tuple[int, ...] | None, warmup_seq_len: int) -> list[int | None]:
-    """Sequence buckets in the order graphs are captured at load.
-
-    The warm-up length's bucket first, then the others from the shortest (a memory budget cuts the
-    longest, most memory-hungry ones).
-    """
-    if seq_buckets is None:
-        return [None]
-    warm = Buckets((1,), seq_buckets).seq_bucket(min(warmup_seq_len, seq_buckets[-1]))
-    return [warm, *(s for s in seq_buckets if s != warm)]
-
-
 class InflightModel:
     """One model instance of the inflight backend.
 
@@ -249,35 +191,9 @@ class InflightModel:
         self._reject_logged: dict[str, float] = {}
 
         spec, p = self.spec, self.params
-        max_seq = None
-        seq_buckets: tuple[int, ...] | None = None
-        if spec.variable_seq:
-            limit = spec.max_seq_len or max(p.seq_buckets)
-            seq_buckets = tuple(s for s in p.seq_buckets if s <= limit)
-            if not seq_buckets or seq_buckets[-1] < limit:
-                seq_buckets = (*seq_buckets, limit)
-            max_seq = seq_buckets[-1]
-        self.layout = Layout(spec, self.max_batch, max_seq)
-        engine = make_engine(p, spec, version_dir, self.device_id)
-        runner: Runner
-        if self.device_id is None:
-            # the CPU computes exactly what arrived: no padding to buckets
-            buckets = Buckets(tuple(range(1, self.max_batch + 1)), tuple(range(1, max_seq + 1)) if max_seq else None)
-            runner = CpuRunner(engine, self.layout, buckets)
-        else:
-            batch_buckets = p.batch_buckets or pow2_buckets(self.max_batch)
-            if batch_buckets[-1] < self.max_batch:
-                batch_buckets = (*batch_buckets, self.max_batch)
-            unpads = engine.unpads and max_seq is not None
-            buckets = Buckets(
-                batch_buckets,
-                seq_buckets,
-                GPU_LAUNCH_COST_TOKENS,
-                tokens=token_buckets(self.max_batch * max_seq) if unpads and max_seq else (),
-                unpad_token_cost=p.unpad_token_cost,
-            )
-            runner = CudaRunner(engine, self.layout, buckets, device_id=self.device_id, wait_mode=p.completion_wait)
-        self.runner = runner
+        parts = assemble(p, spec, max_batch=self.max_batch, version_dir=version_dir, device_id=self.device_id)
+        self.layout = parts.layout
+        runner = self.runner = parts.runner
         self.executor: SyncExecutor | PipelinedExecutor
         if p.mode == "sync":
             self.executor = SyncExecutor(runner, self.ranges)
@@ -309,19 +225,7 @@ class InflightModel:
                 ranges=self.ranges,
             )
             slots = p.slots
-        graphs = 0
-        graph_note = ""
-        if isinstance(runner, CudaRunner):
-            seqs = capture_order(seq_buckets, p.warmup_seq_len)
-            t_capture = time.perf_counter()
-            # the warm-up bucket always; the others at load when capture_at_load (within the budget)
-            graphs = runner.warmup(seqs[:1])
-            if buckets.tokens and seqs[0] is not None:  # unpadded launches at the warm-up length too
-                graphs = runner.warmup_unpadded(seqs[0])
-            if p.capture_at_load and len(seqs) > 1:
-                graphs = runner.warmup(seqs[1:])
-            held = getattr(engine, "graph_memory_mb", lambda: 0.0)()
-            graph_note = f" ({held:.0f} MB held, captured in {time.perf_counter() - t_capture:.1f} s)"
+        graphs, graph_note = capture_at_load(parts, p)  # after the executor made its slots
         self.metrics = self._make_metrics(slots)
         # where the execute thread's time goes (finalize logs it next to the executor's counters)
         self.timing: dict[str, float] = {

@@ -1,0 +1,174 @@
+"""One construction path for an instance's device side: sequence buckets, layout, engine, buckets, runner.
+
+``InflightModel`` builds through :func:`assemble` and :func:`capture_at_load`, and so does
+``inflight bench-engine``, so what the bench measures is what the server runs: the same bucket
+arithmetic, the same engine options (precision, compile, graphs, unpadded launches) and the same
+graphs captured at load.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from inflight.errors import ConfigError, InflightError
+from inflight.model_config import BackendParameters
+from inflight.models.registry import ModelSpec
+from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Buckets, Layout, pow2_buckets, token_buckets
+from inflight.runtime.engines.base import Engine
+from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
+
+LOGGER = logging.getLogger(__name__)
+
+
+def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int | None) -> Engine:
+    """Build the configured engine (``auto``: TensorRT when possible, else Torch).
+
+    Raises:
+        EngineError: when the engine cannot be created (missing artifact, no TensorRT...).
+    """
+    from inflight.runtime.engines.torch_engine import TorchEngine
+
+    engine = params.engine
+    if engine in ("tensorrt", "auto") and device_id is not None:
+        from inflight.runtime.engines.tensorrt_engine import TensorRTEngine, import_tensorrt
+
+        plan = version_dir / params.plan
+        if engine == "tensorrt" or (import_tensorrt() is not None and plan.is_file()):
+            try:
+                return TensorRTEngine(
+                    plan,
+                    spec,
+                    device_id=device_id,
+                    slots=1 if params.mode == "sync" else params.slots,
+                    cuda_graphs=params.cuda_graphs,
+                )
+            except InflightError as e:
+                if engine == "tensorrt":
+                    raise
+                LOGGER.warning("engine=auto: TensorRT not usable (%s); using the Torch engine", e)
+    if engine == "tensorrt" and device_id is None:
+        raise ConfigError(
+            "engine=tensorrt needs a GPU instance (instance_group kind KIND_GPU); use engine=torch on CPU"
+        )
+    return TorchEngine(
+        version_dir / params.artifact,
+        spec,
+        device_id=device_id,
+        precision=params.precision,
+        cuda_graphs=params.cuda_graphs,
+        max_graphs=params.max_graphs,
+        compile=params.compile,
+        # the budget applies to every capture at load; without capture_at_load only the warm-up
+        # bucket is captured there (InflightModel), the others on first use
+        graph_memory_mb=params.graph_memory_mb,
+        unpad=params.unpad,
+    )
+
+
+def capture_order(seq_buckets: tuple[int, ...] | None, warmup_seq_len: int) -> list[int | None]:
+    """Sequence buckets in the order graphs are captured at load.
+
+    The warm-up length's bucket first, then the others from the shortest (a memory budget cuts the
+    longest, most memory-hungry ones).
+    """
+    if seq_buckets is None:
+        return [None]
+    warm = Buckets((1,), seq_buckets).seq_bucket(min(warmup_seq_len, seq_buckets[-1]))
+    return [warm, *(s for s in seq_buckets if s != warm)]
+
+
+def seq_buckets_for(spec: ModelSpec, params: BackendParameters) -> tuple[int, ...] | None:
+    """The configured sequence buckets up to the model's longest sequence, which is always one (None: fixed shapes)."""
+    if not spec.variable_seq:
+        return None
+    limit = spec.max_seq_len or max(params.seq_buckets)
+    seq_buckets = tuple(s for s in params.seq_buckets if s <= limit)
+    if not seq_buckets or seq_buckets[-1] < limit:
+        seq_buckets = (*seq_buckets, limit)
+    return seq_buckets
+
+
+@dataclass(eq=False)
+class InstanceParts:
+    """What :func:`assemble` builds for one instance; the runner owns the engine (``runner.close()``).
+
+    Attributes:
+        layout: The slot buffers' layout (items, longest sequence).
+        buckets: Batch, sequence and token buckets of the launches.
+        runner: The device's streams and buffers (CUDA) or compute thread (CPU), with the engine.
+        seq_buckets: The sequence buckets (None for fixed-shape models).
+    """
+
+    layout: Layout
+    buckets: Buckets
+    runner: Runner
+    seq_buckets: tuple[int, ...] | None
+
+    @property
+    def engine(self) -> Engine:
+        """The runner's engine."""
+        return self.runner.engine
+
+
+def assemble(
+    params: BackendParameters, spec: ModelSpec, *, max_batch: int, version_dir: Path, device_id: int | None
+) -> InstanceParts:
+    """Build the layout, engine, buckets and runner of one instance as ``params`` configure them.
+
+    On the CPU every launch is exactly what arrived (a bucket per size and length); on a GPU the
+    batch buckets are ``batch_buckets`` (powers of two by default) up to ``max_batch``, the
+    sequence buckets :func:`seq_buckets_for`, and token buckets when the engine runs unpadded
+    launches. No slot exists yet: the executor makes them, then :func:`capture_at_load`.
+
+    Raises:
+        InflightError: when the engine cannot be built (see :func:`make_engine`).
+    """
+    seq_buckets = seq_buckets_for(spec, params)
+    max_seq = seq_buckets[-1] if seq_buckets else None
+    layout = Layout(spec, max_batch, max_seq)
+    engine = make_engine(params, spec, version_dir, device_id)
+    runner: Runner
+    if device_id is None:
+        # the CPU computes exactly what arrived: no padding to buckets
+        buckets = Buckets(tuple(range(1, max_batch + 1)), tuple(range(1, max_seq + 1)) if max_seq else None)
+        runner = CpuRunner(engine, layout, buckets)
+    else:
+        batch_buckets = params.batch_buckets or pow2_buckets(max_batch)
+        if batch_buckets[-1] < max_batch:
+            batch_buckets = (*batch_buckets, max_batch)
+        buckets = Buckets(
+            batch_buckets,
+            seq_buckets,
+            GPU_LAUNCH_COST_TOKENS,
+            tokens=token_buckets(max_batch * max_seq) if engine.unpads and max_seq else (),
+            unpad_token_cost=params.unpad_token_cost,
+        )
+        runner = CudaRunner(engine, layout, buckets, device_id=device_id, wait_mode=params.completion_wait)
+    return InstanceParts(layout=layout, buckets=buckets, runner=runner, seq_buckets=seq_buckets)
+
+
+def capture_at_load(parts: InstanceParts, params: BackendParameters) -> tuple[int, str]:
+    """Capture the graphs the configuration asks for at load (once the slots exist); synchronizes.
+
+    The warm-up length's batch buckets always, its unpadded token buckets when the engine unpads,
+    and every other sequence bucket when ``capture_at_load`` (within ``graph_memory_mb``).
+
+    Returns:
+        The graphs the engine holds and a note for the load line (memory held, time taken); ``(0,
+        "")`` on the CPU.
+    """
+    runner = parts.runner
+    if not isinstance(runner, CudaRunner):
+        return 0, ""
+    seqs = capture_order(parts.seq_buckets, params.warmup_seq_len)
+    t0 = time.perf_counter()
+    graphs = runner.warmup(seqs[:1])
+    if parts.buckets.tokens and seqs[0] is not None:  # unpadded launches at the warm-up length too
+        graphs = runner.warmup_unpadded(seqs[0])
+    if params.capture_at_load and len(seqs) > 1:
+        graphs = runner.warmup(seqs[1:])
+    held = getattr(runner.engine, "graph_memory_mb", lambda: 0.0)()
+    return graphs, f" ({held:.0f} MB held, captured in {time.perf_counter() - t0:.1f} s)"
