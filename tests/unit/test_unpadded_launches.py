@@ -142,3 +142,22 @@ def test_a_launch_runs_padded_when_padding_is_small_or_a_first_token_is_masked()
     assert buckets.unpadded(100, 64, 64) is None
     assert buckets.unpadded(60_000, 2048, 64) is not None
     assert UNPAD_COST_TOKENS > 0
+
+
+def test_bench_error_per_sequence_compares_each_sequence_alone() -> None:
+    from inflight.bench.engine_bench import _max_error_per_sequence
+
+    rng = np.random.default_rng(6)
+    ids = [rng.integers(1, 30522, size=n) for n in (5, 9, 12)]
+    masks = [np.ones_like(x) for x in ids]
+    full = make_module(0, cls_only=False).eval()
+    with torch.inference_mode():
+        got = np.stack(
+            [
+                full(torch.from_numpy(x[None]), torch.from_numpy(m[None])).numpy()[0]
+                for x, m in zip(ids, masks, strict=True)
+            ]
+        )
+    assert _max_error_per_sequence(got, ids, masks, full) <= 1e-6
+    got[1, 3] += 0.5
+    assert abs(_max_error_per_sequence(got, ids, masks, full) - 0.5) < 1e-5

@@ -314,6 +314,18 @@ def _graph_time(
     return start.elapsed_time(end) / 1e3 / iters, compile_s, out
 
 
+def _max_error_per_sequence(got: np.ndarray, ids: list[np.ndarray], masks: list[np.ndarray], reference: Any) -> float:
+    """Largest ``|got[i] - reference(sequence i alone)|`` over the first 64 sequences."""
+    import torch
+
+    err = 0.0
+    with torch.inference_mode():
+        for i in range(min(64, len(ids))):
+            want = reference(torch.from_numpy(ids[i][None]), torch.from_numpy(masks[i][None])).numpy()[0]
+            err = max(err, float(np.abs(got[i] - want).max()))
+    return err
+
+
 def unpadded_row(
     batch: Batch, precision: str, device_id: int, reference: Any, iters: int, warmup: int
 ) -> dict[str, Any]:
@@ -327,8 +339,6 @@ def unpadded_row(
     ones), the host time to unpad, and the largest error against the fp32 CPU model over the first
     64 sequences.
     """
-    import torch
-
     from inflight.models.bert import make_unpadded_module
     from inflight.models.packing import unpad
 
@@ -341,11 +351,7 @@ def unpadded_row(
     module = make_unpadded_module(0, max_len=max_len)
     seconds, compile_s, out = _graph_time(module, u.arrays(), precision, device_id, iters, warmup)
     got = out.float().cpu().numpy()
-    err = 0.0
-    with torch.inference_mode():
-        for i in range(min(64, len(ids))):
-            want = reference(torch.from_numpy(ids[i][None]), torch.from_numpy(masks[i][None])).numpy()[0]
-            err = max(err, float(np.abs(got[i] - want).max()))
+    err = _max_error_per_sequence(got, ids, masks, reference)
     return {
         "seconds_per_batch": seconds,
         "real_tokens": u.padded_tokens,
@@ -370,8 +376,6 @@ def packed_mixed_row(
     computed tokens, rows, the host time to pack, and the largest error against the fp32 CPU model
     over the first 64 sequences.
     """
-    import torch
-
     from inflight.models.bert import make_packed_module
     from inflight.models.packing import pack
 
@@ -383,11 +387,7 @@ def packed_mixed_row(
     module = make_packed_module(0)
     seconds, compile_s, out = _graph_time(module, packed.arrays(), precision, device_id, iters, warmup)
     got = packed.unpack(out.float().cpu().numpy())
-    err = 0.0
-    with torch.inference_mode():
-        for i in range(min(64, len(ids))):
-            want = reference(torch.from_numpy(ids[i][None]), torch.from_numpy(masks[i][None])).numpy()[0]
-            err = max(err, float(np.abs(got[i] - want).max()))
+    err = _max_error_per_sequence(got, ids, masks, reference)
     return {
         "seconds_per_batch": seconds,
         "real_tokens": packed.real_tokens,
