@@ -25,6 +25,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
 from inflight.models.registry import ModelSpec, get_model
+from inflight.runtime.batch import UNPAD_TOKEN_COST
 
 Variant = Literal["inflight", "sync", "trt", "null"]
 Kind = Literal["auto", "gpu", "cpu"]
@@ -113,8 +114,9 @@ class BackendParameters:
             attention; the others run padded as before.
         unpad_token_cost: What a token of an unpadded launch costs in tokens of a padded one: a
             launch runs unpadded when its token bucket at this price, plus a fixed 16,384 tokens, is
-            less than its padded tokens (bucket rows x bucket length). 1.25 was measured on the
-            H200; 0 unpads every launch whose first tokens are all unmasked.
+            less than its padded tokens (bucket rows x bucket length). The default,
+            ``inflight.runtime.batch.UNPAD_TOKEN_COST``, was measured on the H200; 0 unpads every launch
+            whose first tokens are all unmasked.
         capture_at_load: Capture every (batch, sequence) bucket at initialize, within
             ``graph_memory_mb``; otherwise only the ``warmup_seq_len`` bucket, the others on
             their first use.
@@ -153,7 +155,7 @@ class BackendParameters:
     seq_buckets: tuple[int, ...] = (16, 32, 48, 64, 80, 96, 112, 128, 192, 256, 384, 512)
     max_graphs: int = 512
     unpad: bool = True
-    unpad_token_cost: float = 1.25
+    unpad_token_cost: float = UNPAD_TOKEN_COST
     capture_at_load: bool = True
     graph_memory_mb: int = 4096
     warmup_seq_len: int = 64
