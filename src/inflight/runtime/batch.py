@@ -72,8 +72,10 @@ def pow2_buckets(limit: int) -> tuple[int, ...]:
 UNPAD_COST_TOKENS = 16384
 
 #: ``Buckets.unpad_token_cost`` on the H200: a 2,048 x 64 batch with the example inputs' masked tails
-#: took 628 us unpadded at its 101,120-token bucket and 623 us padded (131,072 tokens), so an
-#: unpadded token costs about 1.2 padded ones (FlashAttention's varlen kernel against cuDNN's)
+#: took 628 us unpadded at its 101,120-token bucket (``results/engine-profile-20261124/
+#: p-unpadded-scatter-gather.json``) and 625 us padded at 131,072 tokens (``engine_bench-unpadded-
+#: scatter.json`` there), so an unpadded token costs about 1.2 padded ones (FlashAttention's varlen
+#: kernel against cuDNN's)
 UNPAD_TOKEN_COST = 1.25
 
 
