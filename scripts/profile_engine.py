@@ -32,6 +32,14 @@ from typing import Any
 ITERS = 20
 
 
+def _option_value(text: str) -> Any:
+    """A ``--module`` value: JSON where it parses (``false``, ``3``), else the string (``explicit``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def profile_bucket(engine: Any, rows: int, seq: int, stream: Any) -> dict[str, Any]:
     """Replay time and the kernels of one ``(rows, seq)`` bucket."""
     import torch
@@ -182,7 +190,7 @@ def max_abs_error(engine: Any, spec: Any, seq: int) -> float:
     import torch
 
     x = spec.example_inputs(256, seq_len=seq, rng=np.random.default_rng(1))
-    ref_module = spec.make_module(0, cls_only=False)
+    ref_module = spec.make_module(0, cls_only=False, kernels=False)
     with torch.inference_mode():
         ref = ref_module(*[torch.from_numpy(x[t.name]) for t in spec.inputs]).double()
         got = engine._forward({t.name: torch.from_numpy(x[t.name]).to(engine.device) for t in spec.inputs})
@@ -227,7 +235,7 @@ def main() -> None:
     if a.unpadded:
         unpadded_main(a, artifact, a.out)
         return
-    options = dict(kv.split("=", 1) for kv in a.module)
+    options = {k: _option_value(v) for k, v in (kv.split("=", 1) for kv in a.module)}
     if options:
         from inflight.build import export_torch
 

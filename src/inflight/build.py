@@ -191,7 +191,8 @@ def build_model(
     }
     if onnx:
         path = repository / f"{name}_trt" / "1" / "model.onnx"
-        export_onnx(spec, module, path)
+        # the same weights without the fused operators, which ONNX cannot express
+        export_onnx(spec, spec.make_module(seed, **spec.portable_options), path)
         summary["onnx"] = str(path)
         meta["onnx_sha256"] = _sha256(path)
     (pt2.parent / "model.json").write_text(json.dumps(meta, indent=2) + "\n")

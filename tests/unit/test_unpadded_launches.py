@@ -128,8 +128,8 @@ def test_a_launch_runs_padded_when_padding_is_small_or_a_first_token_is_masked()
     gather(layout, buckets, slot, tails)
     assert slot.groups[0].tokens is None  # a quarter masked: not enough to pay the varlen kernel's price
     halves = _batch(rng, [64] * 40, 50)
-    for it in halves.items:  # half of every sequence masked
-        it.inputs["attention_mask"][:, 32:] = 0
+    for it in halves.items:  # three quarters of every sequence masked
+        it.inputs["attention_mask"][:, 16:] = 0
     gather(layout, buckets, slot, halves)
     assert slot.groups[0].tokens is not None
     free = Buckets(pow2_buckets(2048), (64,), 8192, tokens=token_buckets(2048 * 64), unpad_token_cost=0.0)
@@ -140,7 +140,8 @@ def test_a_launch_runs_padded_when_padding_is_small_or_a_first_token_is_masked()
     assert slot.groups[0].tokens is None  # a masked CLS token: its output differs unpadded
     # small launches pay the fixed cost of the unpadded graph
     assert buckets.unpadded(100, 64, 64) is None
-    assert buckets.unpadded(60_000, 2048, 64) is not None
+    assert buckets.unpadded(30_000, 2048, 64) is not None
+    assert buckets.unpadded(64_000, 2048, 64) is None  # half the tokens masked: not enough to pay
     assert UNPAD_COST_TOKENS > 0
 
 

@@ -135,18 +135,18 @@ def variants_for(model: str, precision: str) -> list[Variant]:
     served = Variant(f"inductor, served artifact, {precision}", "inductor", precision)
     out = [served, Variant(f"eager, served artifact, {precision}", "none", precision)]
     if model == "bert_tiny":
-        full = (("cls_only", False),)
+        full = (("cls_only", False), ("kernels", False))
         out = [
-            Variant(f"inductor, CLS-only last layer (served), {precision}", "inductor", precision),
+            Variant(f"inductor + Triton kernels, CLS-only last layer (served), {precision}", "inductor", precision),
             Variant(f"eager, unmodified model (the engine before), {precision}", "none", precision, full),
             Variant(f"inductor, unmodified model, {precision}", "inductor", precision, full),
-            Variant("inductor, CLS-only last layer (served), bf16", "inductor", "bf16"),
             Variant(
-                f"inductor, CLS-only, explicit attention, {precision}",
+                f"inductor, CLS-only last layer, unfused ops (served before the kernels), {precision}",
                 "inductor",
                 precision,
-                (("attention", "explicit"),),
+                (("kernels", False),),
             ),
+            Variant("inductor + Triton kernels, CLS-only last layer (served), bf16", "inductor", "bf16"),
         ]
     return out
 
@@ -477,7 +477,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     spec = get_model(cfg.model)
     seq = cfg.seq_len if spec.variable_seq else None
     peak = peak_for(cuda.device_name(cfg.device_id))
-    reference = spec.make_module(0, **({"cls_only": False} if cfg.model == "bert_tiny" else {}))
+    reference = spec.make_module(0, **({"cls_only": False, "kernels": False} if cfg.model == "bert_tiny" else {}))
     mixed_seqs: tuple[int, ...] | None = None
     if spec.variable_seq:
         mixed_seqs = tuple(s for s in BackendParameters().seq_buckets if s <= max(cfg.mixed[1], seq or 0))

@@ -30,6 +30,7 @@ def make_module(
     cls_only: bool = True,
     attention: str = "sdpa",
     cls_attention: str | None = None,
+    kernels: bool = True,
 ) -> torch.nn.Module:
     """Build bert-tiny in fp32 on the CPU, eval mode, weights from ``seed``.
 
@@ -42,10 +43,16 @@ def make_module(
             (matmul, additive mask, softmax, matmul: one fusable graph for the compiler).
         cls_attention: The attention of the CLS-only last layer (one query per sequence), ``sdpa``
             or ``explicit``; None: ``attention``.
+        kernels: Run the feed-forward block (with its residual and layer norm) and the ``sdpa``
+            attention through the fused operators of :mod:`inflight.models.kernels` (Triton kernels
+            on a GPU; on the CPU, and for shapes a kernel does not cover, the same PyTorch ops as
+            ``kernels=False``). False: plain PyTorch ops only (what ONNX export needs).
     """
     import torch
     from torch import nn
     from torch.nn import functional as F
+
+    from inflight.models import kernels as ops
 
     cls_how: str = cls_attention or attention
     for name, value in (("attention", attention), ("cls_attention", cls_how)):
@@ -97,23 +104,37 @@ def make_module(
             self.ffn_out = nn.Linear(FFN, HIDDEN)
             self.ln2 = nn.LayerNorm(HIDDEN, eps=1e-12)
 
+        def ffn(self, x: torch.Tensor) -> torch.Tensor:
+            """The feed-forward block, its residual and its layer norm."""
+            if kernels:
+                f, o, n = self.ffn_in, self.ffn_out, self.ln2
+                return ops.ffn_ln(x, f.weight, f.bias, o.weight, o.bias, n.weight, n.bias, n.eps)
+            return self.ln2(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+
         def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
             b, s, h = x.shape
-            q, k, v = self.qkv(x).view(b, s, 3, HEADS, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-            a = attend(q, k, v, keep)
-            x = self.ln1(x + self.attn_out(a.transpose(1, 2).reshape(b, s, h)))
-            return self.ln2(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+            if kernels and attention == "sdpa" and keep.shape[-2] == 1:  # a key mask (packed rows: per query)
+                a = ops.attention(self.qkv(x), keep[:, 0, 0, :], HEADS)
+            else:
+                q, k, v = self.qkv(x).view(b, s, 3, HEADS, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+                a = attend(q, k, v, keep).transpose(1, 2).reshape(b, s, h)
+            x = self.ln1(x + self.attn_out(a))
+            return self.ffn(x)
 
         def forward_cls(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
             """The layer's output at position 0 only, ``[b, h]``: queries, FFN and norms for CLS."""
             b, s, h = x.shape
             w, bias = self.qkv.weight, self.qkv.bias
-            kv = F.linear(x, w[h:], bias[h:]).view(b, s, 2, HEADS, head_dim).permute(2, 0, 3, 1, 4)
+            kv = F.linear(x, w[h:], bias[h:])  # [b, s, 2h]
             x0 = x[:, 0]
-            q = F.linear(x0, w[:h], bias[:h]).view(b, HEADS, 1, head_dim)
-            a = attend(q, kv[0], kv[1], keep, cls_how)  # [b, heads, 1, head_dim]
+            q = F.linear(x0, w[:h], bias[:h])
+            if kernels and cls_how == "sdpa":
+                a = ops.cls_attention(q, kv, keep[:, 0, 0, :], HEADS)
+            else:
+                k, v = kv.view(b, s, 2, HEADS, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+                a = attend(q.view(b, HEADS, 1, head_dim), k, v, keep, cls_how)  # [b, heads, 1, d]
             x0 = self.ln1(x0 + self.attn_out(a.reshape(b, h)))
-            return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
+            return self.ffn(x0)
 
         def forward_queries(self, x: torch.Tensor, keep: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
             """The layer's output at ``at`` (``[r, m]`` positions of each row) only, ``[r, m, h]``.
@@ -128,7 +149,7 @@ def make_module(
             q = F.linear(x0, w[:h], bias[:h]).view(r, m, HEADS, head_dim).transpose(1, 2)
             a = attend(q, kv[0], kv[1], keep, cls_how)  # [r, heads, m, head_dim]
             x0 = self.ln1(x0 + self.attn_out(a.transpose(1, 2).reshape(r, m, h)))
-            return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
+            return self.ffn(x0)
 
         def forward_varlen(self, x: torch.Tensor, cu: torch.Tensor, max_len: int) -> torch.Tensor:
             """The layer over unpadded sequences: ``x [t, h]``, sequence i is ``x[cu[i]:cu[i+1]]``."""
@@ -136,7 +157,7 @@ def make_module(
             q, k, v = self.qkv(x).view(t, 3, HEADS, head_dim).unbind(1)
             a = attend_varlen(q, k, v, cu, cu, max_len, max_len)
             x = self.ln1(x + self.attn_out(a.reshape(t, h)))
-            return self.ln2(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+            return self.ffn(x)
 
         def forward_varlen_cls(
             self, x: torch.Tensor, cu: torch.Tensor, cu_one: torch.Tensor, max_len: int
@@ -150,7 +171,7 @@ def make_module(
             q = F.linear(x0, w[:h], bias[:h]).view(n, HEADS, head_dim)
             a = attend_varlen(q, kv[:, 0], kv[:, 1], cu_one, cu, 1, max_len)
             x0 = self.ln1(x0 + self.attn_out(a.reshape(n, h)))
-            return self.ln2(x0 + self.ffn_out(F.gelu(self.ffn_in(x0))))
+            return self.ffn(x0)
 
     class BertTiny(nn.Module):
         def __init__(self) -> None:
@@ -309,4 +330,5 @@ SPEC = ModelSpec(
     seq_input="input_ids",
     mask_input="attention_mask",
     unpadded=True,
+    portable_options={"kernels": False},
 )

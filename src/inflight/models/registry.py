@@ -95,6 +95,8 @@ class ModelSpec:
             position_ids, cu_seqlens, max_len)`` over sequences laid end to end without their
             masked tokens (see ``inflight.models.packing``); the Torch engine on a GPU then runs
             launches with much padding that way (``unpad`` parameter).
+        portable_options: ``make_module`` options for exports that take plain PyTorch ops only
+            (ONNX): e.g. bert_tiny's ``kernels=False`` leaves its fused operators out.
     """
 
     name: str
@@ -102,13 +104,14 @@ class ModelSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     max_batch_size: int
-    make_module: Callable[[int], torch.nn.Module]
+    make_module: Callable[..., torch.nn.Module]
     default_seq_len: int | None = None
     max_seq_len: int | None = None
     vocab_size: int | None = None
     seq_input: str | None = None
     mask_input: str | None = None
     unpadded: bool = False
+    portable_options: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property

@@ -48,6 +48,8 @@ def load_module(artifact: Path, device: str = "cpu") -> Any:
     """
     import torch
 
+    import inflight.models.kernels  # noqa: F401  (registers the fused operators an artifact may call)
+
     if not artifact.is_file():
         raise EngineError(
             f"Torch artifact {artifact} not found; build it with `inflight build-models` (it writes "

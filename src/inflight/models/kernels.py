@@ -1,0 +1,526 @@
+"""Fused operators of the served encoder, with Triton kernels for the GPU.
+
+Three custom operators (``torch.library``), each defined by the plain PyTorch code it replaces:
+
+- ``inflight::ffn_ln(x, w1, b1, w2, b2, ln_w, ln_b, eps)``: a transformer layer's feed-forward
+  block with its residual and layer norm, ``layer_norm(x + linear(gelu(linear(x, w1, b1)), w2,
+  b2))`` (the exact erf GELU). The kernel keeps the ``[tokens, ffn]`` activation on chip: one
+  read of ``x`` and one write of the result per token instead of the activation written by the
+  first GEMM, read and written by the GELU, read by the second GEMM (in bert_tiny at 2,048 x 64
+  tokens, 134 MB each way).
+- ``inflight::attention(qkv, keep, heads)``: multi-head attention of short sequences straight from
+  the QKV projection ``[b, s, 3 * hidden]`` with a key mask ``[b, s]``, the output ``[b, s,
+  hidden]`` the next projection reads: one program per (sequence, head) holds the whole sequence
+  (up to ``MAX_SEQ`` tokens), where flash kernels tile for long sequences and leave most of a tile
+  empty at 64 tokens.
+- ``inflight::cls_attention(q, kv, keep, heads)``: one query per sequence (the CLS-only last
+  layer) over the sequence's keys and values ``[b, s, 2 * hidden]``.
+
+On the CPU, for shapes or dtypes a kernel does not cover, and where Triton is missing, each
+operator runs its defining PyTorch code; ``covers_*`` say which. The kernels compute in fp32
+and round once at their store, so their results differ from the unfused ops' by rounding only
+(tests compare both against the fp32 reference). A ``torch.export`` artifact whose module uses
+these operators loads only after this module is imported (``load_module`` imports it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+LOGGER = logging.getLogger(__name__)
+
+#: Longest sequence the attention kernels hold in one program (beyond it: the PyTorch attention).
+MAX_SEQ = 128
+#: Widest hidden size the feed-forward kernel takes whole (a power of two from 16).
+MAX_HIDDEN = 256
+#: Columns of the feed-forward activation computed per step (the ffn width must be a multiple),
+#: and the software pipeline's stages: the fastest of ``scripts/tune_ffn_kernel.py``'s grid on the
+#: H200 (``results/engine-profile-20261124/ffn_configs.json``).
+FFN_BLOCK = 32
+FFN_STAGES = 3
+
+_LOG2E = 1.4426950408889634
+_kernels: dict[bool, Any] = {}
+_warned: set[str] = set()
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _low_precision(*ts: torch.Tensor) -> bool:
+    return ts[0].dtype in (torch.float16, torch.bfloat16) and all(t.dtype == ts[0].dtype for t in ts)
+
+
+def triton_available() -> bool:
+    """True when Triton imports (it ships with PyTorch's CUDA wheels)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _on_gpu(*ts: torch.Tensor) -> bool:
+    if not all(t.is_cuda for t in ts) or len({t.device for t in ts}) != 1:
+        return False
+    if not triton_available():
+        if "triton" not in _warned:
+            _warned.add("triton")
+            LOGGER.warning("Triton is not importable: the fused kernels fall back to the unfused PyTorch ops")
+        return False
+    return True
+
+
+# -- the operators' definitions (the reference each kernel must match) --------------------------
+
+
+def ffn_ln_reference(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    ln_w: torch.Tensor,
+    ln_b: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    """``layer_norm(x + linear(gelu(linear(x, w1, b1)), w2, b2))``, the unfused ops."""
+    return F.layer_norm(x + F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2), (x.shape[-1],), ln_w, ln_b, eps)
+
+
+def attention_reference(qkv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    """``scaled_dot_product_attention`` of the heads in ``qkv [b, s, 3h]``, key mask ``keep [b, s]``: ``[b, s, h]``."""
+    b, s, three_h = qkv.shape
+    h = three_h // 3
+    q, k, v = qkv.view(b, s, 3, heads, h // heads).permute(2, 0, 3, 1, 4).unbind(0)
+    a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep.bool()[:, None, None, :])
+    return a.transpose(1, 2).reshape(b, s, h)
+
+
+def cls_attention_reference(q: torch.Tensor, kv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    """One query per sequence ``q [b, h]`` over ``kv [b, s, 2h]``, key mask ``keep [b, s]``: ``[b, h]``."""
+    b, s, two_h = kv.shape
+    h = two_h // 2
+    d = h // heads
+    k, v = kv.view(b, s, 2, heads, d).permute(2, 0, 3, 1, 4).unbind(0)
+    a = F.scaled_dot_product_attention(q.view(b, heads, 1, d), k, v, attn_mask=keep.bool()[:, None, None, :])
+    return a.reshape(b, h)
+
+
+# -- coverage -----------------------------------------------------------------------------------
+
+
+def covers_ffn_ln(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> bool:
+    """Whether the feed-forward kernel computes this call (shapes and dtypes; the device is checked apart).
+
+    fp16 or bf16 throughout, hidden a power of two from 16 to ``MAX_HIDDEN``, the ffn width a
+    multiple of ``FFN_BLOCK``, rows of ``x`` contiguous along the hidden axis, contiguous weights.
+    """
+    h = x.shape[-1]
+    return (
+        _low_precision(x, w1, w2)
+        and 16 <= h <= MAX_HIDDEN
+        and h & (h - 1) == 0
+        and w1.shape[1] == h
+        and w1.shape[0] % FFN_BLOCK == 0
+        and tuple(w2.shape) == (h, w1.shape[0])
+        and x.stride(-1) == 1
+        and w1.is_contiguous()
+        and w2.is_contiguous()
+    )
+
+
+def covers_attention(t: torch.Tensor, head_dim: int, seq: int) -> bool:
+    """Whether the attention kernels compute this call on ``t`` (the projection they read).
+
+    fp16 or bf16, the head size a power of two from 16, ``seq`` at most ``MAX_SEQ``, unit stride
+    along the hidden axis.
+    """
+    return (
+        t.dtype in (torch.float16, torch.bfloat16)
+        and 1 <= seq <= MAX_SEQ
+        and head_dim >= 16
+        and head_dim & (head_dim - 1) == 0
+        and t.stride(-1) == 1
+    )
+
+
+# -- Triton kernels -------------------------------------------------------------------------------
+
+
+def _build_kernels() -> dict[str, Any]:
+    """The three kernels (compiled per shape on first use; ``TRITON_INTERPRET=1`` runs them on the CPU)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def ffn_ln_kernel(  # type: ignore[no-untyped-def]
+        x_ptr,
+        w1_ptr,
+        b1_ptr,
+        w2_ptr,
+        b2_ptr,
+        g_ptr,
+        beta_ptr,
+        y_ptr,
+        M,
+        stride_x,
+        stride_y,
+        eps,
+        H: tl.constexpr,
+        FF: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_F: tl.constexpr,
+        ERF_POLY: tl.constexpr,
+    ):
+        rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        rh = tl.arange(0, H)
+        rf = tl.arange(0, BLOCK_F)
+        rows = rm < M
+        x = tl.load(x_ptr + rm[:, None] * stride_x + rh[None, :], mask=rows[:, None], other=0.0)
+        acc = tl.zeros((BLOCK_M, H), dtype=tl.float32)
+        for f0 in range(0, FF, BLOCK_F):
+            w1 = tl.load(w1_ptr + (f0 + rf)[None, :] * H + rh[:, None])  # [H, BLOCK_F] of w1 [FF, H]
+            a = tl.dot(x, w1) + tl.load(b1_ptr + f0 + rf).to(tl.float32)[None, :]
+            if ERF_POLY:
+                # erf by Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, about one fp32 ulp at 1): one exp2
+                z = tl.abs(a) * 0.7071067811865476
+                t = 1.0 / (1.0 + 0.3275911 * z)
+                poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+                e = 1.0 - poly * tl.exp2(-z * z * 1.4426950408889634)
+                a = 0.5 * a * (1.0 + tl.where(a < 0, -e, e))
+            else:
+                a = 0.5 * a * (1.0 + tl.math.erf(a * 0.7071067811865476))
+            w2 = tl.load(w2_ptr + rh[None, :] * FF + (f0 + rf)[:, None])  # [BLOCK_F, H] of w2 [H, FF]
+            acc = tl.dot(a.to(w2.dtype), w2, acc)
+        z = acc + tl.load(b2_ptr + rh).to(tl.float32)[None, :] + x.to(tl.float32)
+        mean = tl.sum(z, axis=1) / H
+        d = z - mean[:, None]
+        var = tl.sum(d * d, axis=1) / H
+        y = d / tl.sqrt(var + eps)[:, None]
+        y = y * tl.load(g_ptr + rh).to(tl.float32)[None, :] + tl.load(beta_ptr + rh).to(tl.float32)[None, :]
+        tl.store(y_ptr + rm[:, None] * stride_y + rh[None, :], y.to(y_ptr.dtype.element_ty), mask=rows[:, None])
+
+    @triton.jit
+    def attention_kernel(  # type: ignore[no-untyped-def]
+        qkv_ptr,
+        keep_ptr,
+        o_ptr,
+        S,
+        stride_qb,
+        stride_qs,
+        stride_kb,
+        stride_ob,
+        stride_os,
+        scale,
+        HEADS: tl.constexpr,
+        D: tl.constexpr,
+        BLOCK_S: tl.constexpr,
+    ):
+        b = tl.program_id(0)
+        head = tl.program_id(1)
+        rs = tl.arange(0, BLOCK_S)
+        rd = tl.arange(0, D)
+        valid = rs < S
+        at = qkv_ptr + b * stride_qb + rs[:, None] * stride_qs + head * D + rd[None, :]
+        q = tl.load(at, mask=valid[:, None], other=0.0)
+        k = tl.load(at + HEADS * D, mask=valid[:, None], other=0.0)
+        v = tl.load(at + 2 * HEADS * D, mask=valid[:, None], other=0.0)
+        keep = (tl.load(keep_ptr + b * stride_kb + rs, mask=valid, other=0) != 0) & valid
+        s = tl.dot(q, tl.trans(k)) * scale
+        # a finite floor: a sequence with every key masked averages its values instead of NaN
+        s = tl.where(keep[None, :], s, -1.0e30)
+        p = tl.exp2(s - tl.max(s, axis=1)[:, None])
+        o = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
+        out = o_ptr + b * stride_ob + rs[:, None] * stride_os + head * D + rd[None, :]
+        tl.store(out, o.to(o_ptr.dtype.element_ty), mask=valid[:, None])
+
+    @triton.jit
+    def cls_attention_kernel(  # type: ignore[no-untyped-def]
+        q_ptr,
+        kv_ptr,
+        keep_ptr,
+        o_ptr,
+        S,
+        stride_qb,
+        stride_kvb,
+        stride_kvs,
+        stride_kb,
+        stride_ob,
+        scale,
+        HEADS: tl.constexpr,
+        D: tl.constexpr,
+        BLOCK_S: tl.constexpr,
+    ):
+        b = tl.program_id(0)
+        rs = tl.arange(0, BLOCK_S)
+        rd = tl.arange(0, D)
+        valid = rs < S
+        keep = (tl.load(keep_ptr + b * stride_kb + rs, mask=valid, other=0) != 0) & valid
+        for head in tl.static_range(HEADS):
+            q = tl.load(q_ptr + b * stride_qb + head * D + rd).to(tl.float32)
+            at = kv_ptr + b * stride_kvb + rs[:, None] * stride_kvs + head * D + rd[None, :]
+            k = tl.load(at, mask=valid[:, None], other=0.0).to(tl.float32)
+            s = tl.sum(k * q[None, :], axis=1) * scale
+            s = tl.where(keep, s, -1.0e30)
+            p = tl.exp2(s - tl.max(s, axis=0))
+            v = tl.load(at + HEADS * D, mask=valid[:, None], other=0.0).to(tl.float32)
+            o = tl.sum(p[:, None] * v, axis=0) / tl.sum(p, axis=0)
+            tl.store(o_ptr + b * stride_ob + head * D + rd, o.to(o_ptr.dtype.element_ty))
+
+    return {"ffn_ln": ffn_ln_kernel, "attention": attention_kernel, "cls_attention": cls_attention_kernel}
+
+
+def _kernel(name: str) -> Any:
+    interpret = os.environ.get("TRITON_INTERPRET", "0") == "1"
+    if interpret not in _kernels:
+        _kernels[interpret] = _build_kernels()
+    return _kernels[interpret][name]
+
+
+def ffn_block_rows(rows: int) -> tuple[int, int]:
+    """(rows per program, warps) of the feed-forward kernel for ``rows`` tokens.
+
+    The tuning grid's fastest on the H200 (``scripts/tune_ffn_kernel.py``): 64 rows at 2,048 x 64
+    tokens, 128 at 512 x 64 (fewer programs, one wave), 16 for the CLS-only layer's few rows.
+    """
+    if rows >= 65536:
+        return 64, 4
+    if rows >= 8192:
+        return 128, 4
+    return 16, 4
+
+
+#: The feed-forward kernel's erf: ``poly`` (Abramowitz & Stegun 7.1.26, one exp2) or ``libdevice``.
+FFN_ERF = "poly"
+
+
+def triton_ffn_ln(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    ln_w: torch.Tensor,
+    ln_b: torch.Tensor,
+    eps: float,
+    config: tuple[int, int, int, int, str] | None = None,
+) -> torch.Tensor:
+    """The feed-forward kernel on a call ``covers_ffn_ln`` accepts.
+
+    Args:
+        x: Token states (see ``ffn_ln``).
+        w1: First linear layer's weight.
+        b1: Its bias.
+        w2: Second linear layer's weight.
+        b2: Its bias.
+        ln_w: Layer norm weight.
+        ln_b: Layer norm bias.
+        eps: Layer norm epsilon.
+        config: ``(rows per program, ffn columns per step, warps, stages, erf)`` in place of the
+            defaults (``ffn_block_rows``, ``FFN_BLOCK``, ``FFN_STAGES``, ``FFN_ERF``): for tuning.
+    """
+    h = x.shape[-1]
+    x2 = x.reshape(-1, h)
+    m = x2.shape[0]
+    y = torch.empty((m, h), dtype=x.dtype, device=x.device)
+    if m:
+        block_m, warps = ffn_block_rows(m)
+        block_f, stages, erf = FFN_BLOCK, FFN_STAGES, FFN_ERF
+        if config is not None:
+            block_m, block_f, warps, stages, erf = config
+        grid = ((m + block_m - 1) // block_m,)
+        _kernel("ffn_ln")[grid](
+            x2,
+            w1,
+            b1,
+            w2,
+            b2,
+            ln_w,
+            ln_b,
+            y,
+            m,
+            x2.stride(0),
+            y.stride(0),
+            float(eps),
+            H=h,
+            FF=w1.shape[0],
+            BLOCK_M=block_m,
+            BLOCK_F=block_f,
+            ERF_POLY=erf == "poly",
+            num_warps=warps,
+            num_stages=stages,
+        )
+    return y.view(*x.shape[:-1], h)
+
+
+def _keep_bytes(keep: torch.Tensor) -> torch.Tensor:
+    """The key mask as one byte per key (a bool tensor is viewed, not copied)."""
+    return keep.view(torch.uint8) if keep.dtype == torch.bool else keep
+
+
+def triton_attention(qkv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    """The attention kernel on a call ``covers_attention`` accepts."""
+    b, s, three_h = qkv.shape
+    h = three_h // 3
+    d = h // heads
+    if qkv.stride(1) != three_h or qkv.stride(2) != 1:
+        qkv = qkv.contiguous()
+    keep = _keep_bytes(keep)
+    o = torch.empty((b, s, h), dtype=qkv.dtype, device=qkv.device)
+    if b and s:
+        block_s = max(16, _next_pow2(s))
+        _kernel("attention")[(b, heads)](
+            qkv,
+            keep,
+            o,
+            s,
+            qkv.stride(0),
+            qkv.stride(1),
+            keep.stride(0),
+            o.stride(0),
+            o.stride(1),
+            _LOG2E / math.sqrt(d),
+            HEADS=heads,
+            D=d,
+            BLOCK_S=block_s,
+            num_warps=4 if block_s <= 64 else 8,
+        )
+    return o
+
+
+def triton_cls_attention(q: torch.Tensor, kv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    """The one-query attention kernel on a call ``covers_attention`` accepts (for ``kv``)."""
+    b, s, two_h = kv.shape
+    h = two_h // 2
+    d = h // heads
+    if kv.stride(2) != 1 or kv.stride(1) != two_h:
+        kv = kv.contiguous()
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    keep = _keep_bytes(keep)
+    o = torch.empty((b, h), dtype=kv.dtype, device=kv.device)
+    if b and s:
+        _kernel("cls_attention")[(b,)](
+            q,
+            kv,
+            keep,
+            o,
+            s,
+            q.stride(0),
+            kv.stride(0),
+            kv.stride(1),
+            keep.stride(0),
+            o.stride(0),
+            _LOG2E / math.sqrt(d),
+            HEADS=heads,
+            D=d,
+            BLOCK_S=max(16, _next_pow2(s)),
+            num_warps=4,
+        )
+    return o
+
+
+# -- the operators -------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("inflight::ffn_ln", mutates_args=())
+def ffn_ln(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    ln_w: torch.Tensor,
+    ln_b: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    """``layer_norm(x + linear(gelu(linear(x, w1, b1)), w2, b2), ln_w, ln_b, eps)`` over ``x [..., h]``.
+
+    Args:
+        x: ``[..., h]`` token states.
+        w1: ``[ffn, h]``: the first linear layer's weight (``nn.Linear`` layout).
+        b1: ``[ffn]``: its bias.
+        w2: ``[h, ffn]``: the second linear layer's weight.
+        b2: ``[h]``: its bias.
+        ln_w: ``[h]``: the layer norm's weight.
+        ln_b: ``[h]``: the layer norm's bias.
+        eps: The layer norm's epsilon.
+
+    Returns:
+        ``[..., h]`` in ``x``'s dtype (contiguous).
+    """
+    return ffn_ln_reference(x, w1, b1, w2, b2, ln_w, ln_b, eps).contiguous()
+
+
+@ffn_ln.register_fake
+def _(x: torch.Tensor, w1: torch.Tensor, *_: Any) -> torch.Tensor:
+    return x.new_empty(x.shape)
+
+
+@ffn_ln.register_kernel("cuda")
+def _(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor,
+    w2: torch.Tensor,
+    b2: torch.Tensor,
+    ln_w: torch.Tensor,
+    ln_b: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    if _on_gpu(x, w1, w2) and covers_ffn_ln(x, w1, w2) and _low_precision(x, b1, b2, ln_w, ln_b):
+        return triton_ffn_ln(x, w1, b1.contiguous(), w2, b2.contiguous(), ln_w.contiguous(), ln_b.contiguous(), eps)
+    return ffn_ln_reference(x, w1, b1, w2, b2, ln_w, ln_b, eps).contiguous()
+
+
+@torch.library.custom_op("inflight::attention", mutates_args=())
+def attention(qkv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    """Multi-head attention from a QKV projection: ``qkv [b, s, 3h]``, key mask ``keep [b, s]`` (nonzero: attend).
+
+    Returns:
+        ``[b, s, h]``: each position's heads side by side (what the output projection reads).
+    """
+    return attention_reference(qkv, keep, heads)
+
+
+@attention.register_fake
+def _(qkv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    b, s, three_h = qkv.shape
+    return qkv.new_empty((b, s, three_h // 3))
+
+
+@attention.register_kernel("cuda")
+def _(qkv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    if _on_gpu(qkv, keep) and covers_attention(qkv, qkv.shape[-1] // 3 // heads, qkv.shape[1]):
+        return triton_attention(qkv, keep, heads)
+    return attention_reference(qkv, keep, heads)
+
+
+@torch.library.custom_op("inflight::cls_attention", mutates_args=())
+def cls_attention(q: torch.Tensor, kv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    """One query per sequence: ``q [b, h]`` over keys and values ``kv [b, s, 2h]``, key mask ``keep [b, s]``.
+
+    Returns:
+        ``[b, h]``.
+    """
+    return cls_attention_reference(q, kv, keep, heads)
+
+
+@cls_attention.register_fake
+def _(q: torch.Tensor, kv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    return q.new_empty((q.shape[0], kv.shape[-1] // 2))
+
+
+@cls_attention.register_kernel("cuda")
+def _(q: torch.Tensor, kv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
+    if _on_gpu(q, kv, keep) and covers_attention(kv, kv.shape[-1] // 2 // heads, kv.shape[1]) and q.dtype == kv.dtype:
+        return triton_cls_attention(q, kv, keep, heads)
+    return cls_attention_reference(q, kv, keep, heads)
