@@ -85,6 +85,7 @@ def summary(root: Path) -> dict[str, Any] | None:
         "best_pipelined": best_pipe["spec"],
         "one_instance_pipelined": one_pipe["spec"] if one_pipe else None,
         "file": str(path.relative_to(root)),
+        "cpu_sets": (doc.get("load") or {}).get("cpu_sets"),
         "rows": rows,
     }
     # every sitting that compared a sync and a non-sync configuration (the window-to-window spread)
@@ -194,6 +195,13 @@ def _binding_limit(root: Path, block: dict[str, Any]) -> str | None:
     )
 
 
+def _cores(block: dict[str, Any]) -> str:
+    sets = block.get("cpu_sets") or {}
+    if not sets.get("server"):
+        return ""
+    return f" (server cores {sets['server']}, load generator cores {sets.get('client')})"
+
+
 def section(root: Path) -> list[str]:
     """The RESULTS.md section from ``results/summary.json``'s ``cpu_per_request`` block."""
     block = olr.summary_block(root, "cpu_per_request")
@@ -202,7 +210,7 @@ def section(root: Path) -> list[str]:
     lines = [
         "## Pipelining at the sync mode's cost: server CPU per request (`results/cpu-cost`)",
         "",
-        f"{block['device']}; closed loop (published load), server on its own cores; one sitting: "
+        f"{block['device']}; closed loop (published load), server on its own cores{_cores(block)}; one sitting: "
         f"`{block['file']}` (server CPU = tritonserver and its stubs per successful request). The open-loop "
         "figure comes from the newest open-loop sitting. Reproduce: `bash scripts/gpu_session.sh cost`. "
         "Source: the `cpu_per_request` block of `results/summary.json`.",
