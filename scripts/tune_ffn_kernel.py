@@ -43,8 +43,14 @@ def main() -> None:
     def rnd(*shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
         return (torch.randn(*shape, generator=g, device=dev) * scale + shift).to(dt)
 
-    w = [rnd(ff, h, scale=0.05), rnd(ff, scale=0.1), rnd(h, ff, scale=0.05), rnd(h, scale=0.1)]
-    w += [rnd(h, scale=0.1, shift=1.0), rnd(h, scale=0.1)]
+    w1, b1, w2, b2 = rnd(ff, h, scale=0.05), rnd(ff, scale=0.1), rnd(h, ff, scale=0.05), rnd(h, scale=0.1)
+    gain, beta = rnd(h, scale=0.1, shift=1.0), rnd(h, scale=0.1)
+
+    def fused(x: Any, config: Any = None) -> Any:
+        return K.triton_ffn_ln(x, w1, b1, w2, b2, gain, beta, 1e-12, config=config)
+
+    def unfused(x: Any) -> Any:
+        return K.ffn_ln_reference(x, w1, b1, w2, b2, gain, beta, 1e-12)
 
     def timed(fn: Any, iters: int) -> float:
         for _ in range(3):
@@ -60,23 +66,24 @@ def main() -> None:
     rows_out = []
     for rows in a.rows or [2048 * 64, 512 * 64]:
         x = rnd(rows, h)
-        ref = K.ffn_ln_reference(x.float(), *(t.float() for t in w), 1e-12)
-        unfused_us = timed(lambda x=x: K.ffn_ln_reference(x, *w, 1e-12), a.iters)
+        f32 = [t.float() for t in (w1, b1, w2, b2, gain, beta)]
+        ref = K.ffn_ln_reference(x.float(), f32[0], f32[1], f32[2], f32[3], f32[4], f32[5], 1e-12)
+        unfused_us = timed(lambda x=x: unfused(x), a.iters)
         entry: dict[str, Any] = {"rows": rows, "unfused_eager_us": unfused_us, "configs": []}
         for cfg in CONFIGS:
             for erf in ("libdevice", "poly"):
                 c = (*cfg, erf)
                 try:
-                    y = K.triton_ffn_ln(x, *w, 1e-12, config=c)
+                    y = fused(x, c)
                     err = (y.float() - ref).abs().max().item()
-                    us = timed(lambda x=x, c=c: K.triton_ffn_ln(x, *w, 1e-12, config=c), a.iters)
+                    us = timed(lambda x=x, c=c: fused(x, c), a.iters)
                 except Exception as e:  # a tile that does not fit (shared memory, registers): recorded, skipped
                     entry["configs"].append({"config": list(c), "error": f"{type(e).__name__}: {str(e)[:200]}"})
                     continue
                 entry["configs"].append({"config": list(c), "us": us, "max_abs_error": err})
         ok = sorted((r for r in entry["configs"] if "us" in r), key=lambda r: r["us"])
         entry["default"] = {"config": list(K.ffn_block_rows(rows)), "erf": K.FFN_ERF}
-        entry["default_us"] = timed(lambda x=x: K.triton_ffn_ln(x, *w, 1e-12), a.iters)
+        entry["default_us"] = timed(lambda x=x: fused(x), a.iters)
         rows_out.append(entry)
         print(f"rows {rows}: unfused eager {unfused_us:.1f} us, default {entry['default_us']:.1f} us; fastest:")
         for r in ok[:8]:

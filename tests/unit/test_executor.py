@@ -33,8 +33,9 @@ SPEC = ModelSpec(
 class ToyEngine(Engine):
     """y = [sum(x), len] per row; optionally slow, optionally failing on a marker value."""
 
-    def __init__(self, delay_s: float = 0.0, gate: threading.Event | None = None) -> None:
+    def __init__(self, delay_s: float = 0.0, gate: threading.Event | None = None, per_row_s: float = 0.0) -> None:
         self.delay_s = delay_s
+        self.per_row_s = per_row_s
         self.gate = gate
         self.calls = 0
 
@@ -49,8 +50,8 @@ class ToyEngine(Engine):
         self.calls += 1
         if self.gate is not None:
             self.gate.wait(10)
-        time.sleep(self.delay_s)
         x = inputs["x"]
+        time.sleep(self.delay_s + self.per_row_s * len(x))
         if (x == 666).any():
             raise RuntimeError("device fault")
         outputs["y"][:, 0] = x.sum(axis=1)
@@ -509,12 +510,22 @@ def test_a_bad_value_or_a_failing_chunk_fails_only_its_requests() -> None:
     assert ex.close(10)
 
 
+def _always_cut(policy_class: Any) -> Any:
+    """``AutoPolicy`` with its cut-or-whole choice fixed to cutting: the tests of the deferral alone."""
+
+    class AlwaysCut(policy_class):  # type: ignore[misc, valid-type]
+        def split(self, chunks: int) -> tuple[bool, str]:
+            return chunks > 1, "cheaper"
+
+    return AlwaysCut
+
+
 def test_auto_defers_the_last_chunk_when_waiting_costs_more_than_sending() -> None:
     from inflight.runtime.executor import AutoPolicy
 
     # a slow device and fast sends: once the wait for the last chunk is measured, auto defers it
     sink = Sink()
-    policy = AutoPolicy(send_us=10.0, explore_every=0)
+    policy = _always_cut(AutoPolicy)(send_us=10.0, explore_every=0)
     ex = _overlap(ToyEngine(delay_s=0.02), sink, policy)
     rng = np.random.default_rng(11)
     k = 0
@@ -546,7 +557,7 @@ def test_auto_returns_whole_batches_when_sending_costs_more_and_explores_now_and
 
     # a fast device and slow sends (the prior, then measured on the explored batches)
     sink = Sink(delay_s=0.01)
-    policy = AutoPolicy(send_us=5_000.0, explore_every=4)
+    policy = _always_cut(AutoPolicy)(send_us=5_000.0, explore_every=4)
     ex = _overlap(ToyEngine(), sink, policy)
     rng = np.random.default_rng(12)
     for b in range(8):
@@ -559,6 +570,60 @@ def test_auto_returns_whole_batches_when_sending_costs_more_and_explores_now_and
     assert st.auto_explored == 2 and st.auto_inline == 6 and st.auto_deferred == 0, st.snapshot()
     assert len(sink.got) == st.deferred_requests == 4
     assert st.auto_send_est_us > 5_000  # the 10 ms sends moved the estimate up
+
+
+def _auto_batches(ex: Any, batches: int, respond: Any, rng: np.random.Generator) -> None:
+    """Run ``batches`` batches of 6 requests x 4 items (3 chunks of 8 items when cut); check every answer."""
+    for b in range(batches):
+        items = [_item(b * 6 + j, 4, 5, rng) for j in range(6)]
+        with ex.issuing():
+            out = ex.run(Batch(items), respond, _reject)
+        for it, o in zip(items, out, strict=True):
+            if o is not None:
+                np.testing.assert_array_equal(o[1]["y"], _expect(it))
+
+
+def test_auto_runs_a_batch_whole_when_cutting_it_costs_more() -> None:
+    from inflight.runtime.executor import AutoPolicy
+
+    # a fixed cost per launch and nothing to overlap it with: three chunks cost three launches
+    policy = AutoPolicy(send_us=1e9, explore_every=8)  # sends priced out: never deferred but when explored
+    ex = _overlap(ToyEngine(delay_s=0.004), Sink(), policy)
+    _auto_batches(ex, 24, _respond, np.random.default_rng(13))
+    assert ex.close(10)
+    st = ex.stats
+    assert st.auto_whole + st.auto_split == 24
+    assert st.auto_whole >= 18 and st.auto_split >= 2, st.snapshot()  # both measured, whole chosen
+    assert 0 < st.auto_whole_est_us < st.auto_split_est_us
+
+
+def test_auto_cuts_a_batch_when_overlapping_its_responses_with_the_device_pays() -> None:
+    from inflight.runtime.executor import AutoPolicy
+
+    def slow_respond(outputs: Mapping[str, np.ndarray] | None, error: str | None) -> Any:
+        time.sleep(0.002)  # host work per response, overlapped with the next chunk when cut
+        return _respond(outputs, error)
+
+    policy = AutoPolicy(send_us=1e9, explore_every=8)
+    ex = _overlap(ToyEngine(per_row_s=0.0006), Sink(), policy)  # device time in proportion to rows
+    _auto_batches(ex, 24, slow_respond, np.random.default_rng(14))
+    assert ex.close(10)
+    st = ex.stats
+    assert st.auto_split >= 18 and st.auto_whole >= 2, st.snapshot()
+    assert 0 < st.auto_split_est_us < st.auto_whole_est_us
+
+
+def test_auto_policy_tries_each_branch_then_takes_the_cheaper_and_explores() -> None:
+    from inflight.runtime.executor import AutoPolicy
+
+    p = AutoPolicy(explore_every=4)
+    assert p.split(1) == (False, "one chunk")
+    assert p.split(3) == (True, "unmeasured")
+    p.ran(True, 0.002, 100)  # 20 us per item cut
+    assert p.split(3) == (False, "unmeasured")
+    p.ran(False, 0.001, 100)  # 10 us per item whole
+    choices = [p.split(3) for _ in range(8)]
+    assert choices.count((False, "cheaper")) == 6 and choices.count((True, "explored")) == 2
 
 
 def test_overlap_needs_two_slots() -> None:

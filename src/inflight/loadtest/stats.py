@@ -493,6 +493,8 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "auto_inline": int(tot.get("auto_inline", 0)),
         "auto_deferred": int(tot.get("auto_deferred", 0)),
         "auto_explored": int(tot.get("auto_explored", 0)),
+        "auto_whole": int(tot.get("auto_whole", 0)),
+        "auto_split": int(tot.get("auto_split", 0)),
         "deferred_requests": int(tot.get("deferred_requests", 0)),
         # launches, and those run unpadded (masked tokens left out); computed over real tokens
         "launches": int(tot["launches"]) if "launches" in tot else None,

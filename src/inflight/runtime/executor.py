@@ -106,6 +106,11 @@ class ExecutorStats:
         auto_explored: ``auto`` batches that took the other branch to refresh its estimate.
         auto_wait_est_us: ``auto``'s current estimate of the execute thread's wait for a last chunk.
         auto_send_est_us: ``auto``'s current estimate of one ``send()`` per request.
+        auto_whole: ``auto`` batches run as one chunk because one chunk cost less per item than
+            several (or the batch was too small to cut).
+        auto_split: ``auto`` batches cut into chunks because that cost less per item.
+        auto_whole_est_us: ``auto``'s estimate of ``run()``'s time per item for a batch run whole.
+        auto_split_est_us: ``auto``'s estimate of ``run()``'s time per item for a batch cut into chunks.
         batch_sizes: Real rows of recent batches (bounded; drained by the metrics publisher).
     """
 
@@ -143,6 +148,10 @@ class ExecutorStats:
     auto_explored: int = 0
     auto_wait_est_us: float = 0.0
     auto_send_est_us: float = 0.0
+    auto_whole: int = 0
+    auto_split: int = 0
+    auto_whole_est_us: float = 0.0
+    auto_split_est_us: float = 0.0
     batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
 
     def snapshot(self) -> dict[str, Any]:
@@ -599,7 +608,14 @@ def chunk_bounds(counts: Sequence[int], chunk_items: int, max_chunks: int) -> li
 
 @dataclass
 class AutoPolicy:
-    """How ``auto`` mode decides, per batch, whether to defer the batch's last chunk.
+    """How ``auto`` mode decides, per batch, whether to cut the batch into chunks and whether to defer the last one.
+
+    Cutting overlaps one chunk's host work with the GPU running the next, and costs each extra
+    chunk its own acquire, gather, launch, wait and output copy: it pays only when the GPU's part
+    of a batch is longer than that. Both are measured as ``run()``'s time per item of the batches
+    run whole and of those cut (batches returned in full only: a deferred chunk's time is not
+    spent in ``run()``); the cheaper one is chosen, and every ``explore_every``-th batch (half a
+    period apart from the deferral's exploration) takes the other.
 
     Deferring saves the execute thread its wait for the last chunk (it returns once the chunk is
     launched and the earlier chunks' responses are built) and costs one ``send()`` round trip per
@@ -619,7 +635,39 @@ class AutoPolicy:
     wait_us: float | None = None
     explore_every: int = 32
     alpha: float = 0.1
+    whole_us: float | None = None
+    split_us: float | None = None
     _batches: int = 0
+    _cuts: int = 0
+
+    def split(self, chunks: int) -> tuple[bool, str]:
+        """Whether to cut a batch that ``chunk_bounds`` would cut into ``chunks`` chunks.
+
+        Returns:
+            The decision and its reason: ``one chunk`` (nothing to cut), ``unmeasured`` (a branch
+            without an estimate is tried first), ``cheaper`` or ``explored``.
+        """
+        if chunks <= 1:
+            return False, "one chunk"
+        self._cuts += 1
+        if self.split_us is None:
+            return True, "unmeasured"
+        if self.whole_us is None:
+            return False, "unmeasured"
+        cut = self.split_us < self.whole_us
+        if self.explore_every and self._cuts % self.explore_every == self.explore_every // 2:
+            return not cut, "explored"
+        return cut, "cheaper"
+
+    def ran(self, cut: bool, seconds: float, items: int) -> None:
+        """A batch of ``items`` items, returned in full, took ``seconds`` in ``run()`` (cut or whole)."""
+        us = seconds * 1e6 / max(1, items)
+        old = self.split_us if cut else self.whole_us
+        new = us if old is None else old + self.alpha * (us - old)
+        if cut:
+            self.split_us = new
+        else:
+            self.whole_us = new
 
     def decide(self, tail_requests: int) -> tuple[bool, str]:
         """Whether to defer a last chunk of ``tail_requests`` requests.
@@ -723,11 +771,23 @@ class OverlapExecutor(PipelinedExecutor):
         ``reject(error)``, the requests of a chunk that failed get ``respond(None, message)``, and the
         other chunks carry on.
         """
+        t0 = time.perf_counter()
         items = batch.items
         self._deferred = []
         out: list[Any] = [None] * len(items)
         position = {id(it): k for k, it in enumerate(items)}
         bounds = chunk_bounds([it.count for it in items], self.chunk_items, self.max_chunks)
+        cut = len(bounds) > 1
+        chose = self.policy is not None and cut  # auto measures only the batches it could cut
+        if self.policy is not None and cut:
+            cut, _ = self.policy.split(len(bounds))
+            with self._lock:
+                if cut:
+                    self.stats.auto_split += 1
+                else:
+                    self.stats.auto_whole += 1
+            if not cut:
+                bounds = [(0, len(items))]
         defer = False
         if self.policy is not None and bounds:
             lo, hi = bounds[-1]
@@ -757,6 +817,11 @@ class OverlapExecutor(PipelinedExecutor):
             while len(pending) > (0 if last else 1):
                 finishing = pending.popleft()
                 self._finish(finishing, out, position, respond, last_chunk=last and not pending and not defer)
+        if self.policy is not None and chose and not defer:
+            self.policy.ran(cut, time.perf_counter() - t0, sum(it.count for it in items))
+            with self._lock:
+                self.stats.auto_whole_est_us = self.policy.whole_us or 0.0
+                self.stats.auto_split_est_us = self.policy.split_us or 0.0
         return out
 
     def _start(

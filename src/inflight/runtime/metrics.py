@@ -135,6 +135,14 @@ class MetricsPublisher:
                 "inflight_auto_explored_batches_total",
                 "auto: batches that took the other branch to refresh its estimate",
             ),
+            "auto_whole": (
+                "inflight_auto_whole_batches_total",
+                "auto: batches run as one chunk (cheaper per item than cutting them, as measured)",
+            ),
+            "auto_split": (
+                "inflight_auto_split_batches_total",
+                "auto: batches cut into chunks (cheaper per item than one chunk, as measured)",
+            ),
         }
         self.m_counters = {
             attr: family(name, desc, mf.COUNTER).Metric(labels=labels) for attr, (name, desc) in counters.items()
@@ -142,6 +150,8 @@ class MetricsPublisher:
         gauges = {
             "auto_wait_est_us": ("inflight_auto_wait_estimate_us", "auto: estimated wait for a batch's last chunk"),
             "auto_send_est_us": ("inflight_auto_send_estimate_us", "auto: estimated cost of one send() per request"),
+            "auto_whole_est_us": ("inflight_auto_whole_estimate_us", "auto: execute time per item, batches run whole"),
+            "auto_split_est_us": ("inflight_auto_split_estimate_us", "auto: execute time per item, batches cut"),
         }
         self.m_gauges = {
             attr: family(name, desc, mf.GAUGE).Metric(labels=labels) for attr, (name, desc) in gauges.items()
