@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from inflight.build import export_torch  # noqa: E402
 from inflight.models.bert import SPEC, make_module  # noqa: E402
-from inflight.runtime.engines.torch_engine import TorchEngine  # noqa: E402
+from inflight.runtime.engines.torch_engine import TorchHostEngine  # noqa: E402
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "explicit"])
@@ -52,15 +52,15 @@ def test_inductor_compiled_engine_matches_eager_on_cpu(tmp_path: Path) -> None:
     """torch.compile (inductor, dynamic shapes) of the exported artifact: one program, several shapes."""
     art = tmp_path / "model.pt2"
     export_torch(SPEC, make_module(0), art)
-    eager = TorchEngine(art, SPEC, device_id=None, compile="none")
-    compiled = TorchEngine(art, SPEC, device_id=None, compile="inductor")
+    eager = TorchHostEngine(art, SPEC, compile="none")
+    compiled = TorchHostEngine(art, SPEC, compile="inductor")
     assert compiled.compiled and not eager.compiled and "inductor-compiled" in compiled.describe()
     for rows, seq in ((3, 16), (17, 40)):
         x = SPEC.example_inputs(rows, seq_len=seq, rng=np.random.default_rng(rows))
         a = np.zeros((rows, 128), np.float32)
         b = np.zeros((rows, 128), np.float32)
-        eager.run_host(x, {"cls": a})
-        compiled.run_host(x, {"cls": b})
+        eager.run(x, {"cls": a})
+        compiled.run(x, {"cls": b})
         assert np.abs(a - b).max() <= 1e-4
     eager.close()
     compiled.close()

@@ -14,7 +14,7 @@ import pytest
 
 from inflight.models.registry import ModelSpec, TensorSpec
 from inflight.runtime.batch import Batch, Buckets, Item, Layout, gather, outputs_for, plan, pow2_buckets
-from inflight.runtime.engines.base import Engine
+from inflight.runtime.engines.base import HostEngine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner
 
@@ -30,7 +30,7 @@ SPEC = ModelSpec(
 )
 
 
-class ToyEngine(Engine):
+class ToyEngine(HostEngine):
     """y = [sum(x), len] per row; optionally slow, optionally failing on a marker value."""
 
     def __init__(self, delay_s: float = 0.0, gate: threading.Event | None = None, per_row_s: float = 0.0) -> None:
@@ -39,14 +39,10 @@ class ToyEngine(Engine):
         self.gate = gate
         self.calls = 0
 
-    @property
-    def on_gpu(self) -> bool:
-        return False
-
     def describe(self) -> str:
         return "toy"
 
-    def run_host(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
+    def run(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
         self.calls += 1
         if self.gate is not None:
             self.gate.wait(10)
@@ -76,7 +72,7 @@ class Sink:
             self.threads.add(threading.current_thread().name)
 
 
-def _runner(engine: Engine) -> CpuRunner:
+def _runner(engine: HostEngine) -> CpuRunner:
     layout = Layout(SPEC, 64, 16)
     return CpuRunner(engine, layout, Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
 
@@ -325,8 +321,8 @@ TOKENS = ModelSpec(
 
 
 class TokenEngine(ToyEngine):
-    def run_host(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
-        super().run_host({"x": inputs["input_ids"]}, outputs)
+    def run(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
+        super().run({"x": inputs["input_ids"]}, outputs)
 
 
 def _token_item(i: int, bad: int | None = None) -> Item:
@@ -455,7 +451,7 @@ def test_chunk_bounds_cover_every_request_once() -> None:
         assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
 
 
-def _overlap(engine: Engine, sink: Sink, policy: Any = None, chunk_items: int = 8, slots: int = 3) -> Any:
+def _overlap(engine: HostEngine, sink: Sink, policy: Any = None, chunk_items: int = 8, slots: int = 3) -> Any:
     from inflight.runtime.executor import OverlapExecutor
 
     return OverlapExecutor(
@@ -489,10 +485,10 @@ def test_a_bad_value_or_a_failing_chunk_fails_only_its_requests() -> None:
     layout = Layout(TOKENS, 64, 16)
 
     class FaultyEngine(TokenEngine):
-        def run_host(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
+        def run(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
             if (inputs["input_ids"] == 99).any():
                 raise RuntimeError("device fault")
-            super().run_host(inputs, outputs)
+            super().run(inputs, outputs)
 
     runner = CpuRunner(FaultyEngine(), layout, Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
     ex = OverlapExecutor(runner, Sink(), slots=2, chunk_items=4, max_chunks=8)

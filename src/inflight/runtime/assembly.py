@@ -17,14 +17,30 @@ from inflight.errors import ConfigError, InflightError
 from inflight.model_config import BackendParameters
 from inflight.models.registry import ModelSpec
 from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Buckets, Layout, pow2_buckets, token_buckets
-from inflight.runtime.engines.base import Engine
+from inflight.runtime.engines.base import DeviceEngine, Engine, HostEngine
 from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
 
 LOGGER = logging.getLogger(__name__)
 
 
-def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int | None) -> Engine:
-    """Build the configured engine (``auto``: TensorRT when possible, else Torch).
+def make_host_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path) -> HostEngine:
+    """Build the CPU instance's engine (Torch, fp32).
+
+    Raises:
+        ConfigError: when the configuration asks for TensorRT, which needs a GPU.
+        EngineError: when the artifact is missing or cannot be loaded.
+    """
+    from inflight.runtime.engines.torch_engine import TorchHostEngine
+
+    if params.engine == "tensorrt":
+        raise ConfigError(
+            "engine=tensorrt needs a GPU instance (instance_group kind KIND_GPU); use engine=torch on CPU"
+        )
+    return TorchHostEngine(version_dir / params.artifact, spec, compile=params.compile)
+
+
+def make_device_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int) -> DeviceEngine:
+    """Build the GPU instance's configured engine (``auto``: TensorRT when possible, else Torch).
 
     Raises:
         EngineError: when the engine cannot be created (missing artifact, no TensorRT...).
@@ -32,7 +48,7 @@ def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, d
     from inflight.runtime.engines.torch_engine import TorchEngine
 
     engine = params.engine
-    if engine in ("tensorrt", "auto") and device_id is not None:
+    if engine in ("tensorrt", "auto"):
         from inflight.runtime.engines.tensorrt_engine import TensorRTEngine, import_tensorrt
 
         plan = version_dir / params.plan
@@ -49,10 +65,6 @@ def make_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, d
                 if engine == "tensorrt":
                     raise
                 LOGGER.warning("engine=auto: TensorRT not usable (%s); using the Torch engine", e)
-    if engine == "tensorrt" and device_id is None:
-        raise ConfigError(
-            "engine=tensorrt needs a GPU instance (instance_group kind KIND_GPU); use engine=torch on CPU"
-        )
     return TorchEngine(
         version_dir / params.artifact,
         spec,
@@ -124,18 +136,18 @@ def assemble(
     launches. No slot exists yet: the executor makes them, then :func:`capture_at_load`.
 
     Raises:
-        InflightError: when the engine cannot be built (see :func:`make_engine`).
+        InflightError: when the engine cannot be built (see :func:`make_host_engine`, :func:`make_device_engine`).
     """
     seq_buckets = seq_buckets_for(spec, params)
     max_seq = seq_buckets[-1] if seq_buckets else None
     layout = Layout(spec, max_batch, max_seq)
-    engine = make_engine(params, spec, version_dir, device_id)
     runner: Runner
     if device_id is None:
         # the CPU computes exactly what arrived: no padding to buckets
         buckets = Buckets(tuple(range(1, max_batch + 1)), tuple(range(1, max_seq + 1)) if max_seq else None)
-        runner = CpuRunner(engine, layout, buckets)
+        runner = CpuRunner(make_host_engine(params, spec, version_dir), layout, buckets)
     else:
+        engine = make_device_engine(params, spec, version_dir, device_id)
         batch_buckets = params.batch_buckets or pow2_buckets(max_batch)
         if batch_buckets[-1] < max_batch:
             batch_buckets = (*batch_buckets, max_batch)
@@ -170,5 +182,5 @@ def capture_at_load(parts: InstanceParts, params: BackendParameters) -> tuple[in
         graphs = runner.warmup_unpadded(seqs[0])
     if params.capture_at_load and len(seqs) > 1:
         graphs = runner.warmup(seqs[1:])
-    held = getattr(runner.engine, "graph_memory_mb", lambda: 0.0)()
+    held = runner.engine.graph_memory_mb()
     return graphs, f" ({held:.0f} MB held, captured in {time.perf_counter() - t0:.1f} s)"

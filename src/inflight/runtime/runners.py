@@ -25,7 +25,7 @@ import numpy as np
 from inflight.errors import EngineError
 from inflight.runtime import cuda
 from inflight.runtime.batch import Buckets, Layout, Slot
-from inflight.runtime.engines.base import Engine, SlotBuffers
+from inflight.runtime.engines.base import DeviceEngine, Engine, HostEngine, SlotBuffers
 
 LOGGER = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class CudaRunner(Runner):
     """Streams, pinned/device buffers and events on one GPU.
 
     Args:
-        engine: A GPU engine.
+        engine: The device engine.
         layout: Buffer layout (max items, max sequence).
         buckets: Batch/sequence buckets (graphs are captured per bucket).
         device_id: The GPU.
@@ -91,10 +91,10 @@ class CudaRunner(Runner):
     """
 
     def __init__(
-        self, engine: Engine, layout: Layout, buckets: Buckets, *, device_id: int, wait_mode: str = "blocking"
+        self, engine: DeviceEngine, layout: Layout, buckets: Buckets, *, device_id: int, wait_mode: str = "blocking"
     ) -> None:
         cuda.require_device(device_id)
-        self.engine = engine
+        self.engine: DeviceEngine = engine
         self.layout = layout
         self.buckets = buckets
         self.device_id = device_id
@@ -239,8 +239,8 @@ class _CpuSlotState:
 class CpuRunner(Runner):
     """One compute thread runs slots in launch order; the same contract as ``CudaRunner``."""
 
-    def __init__(self, engine: Engine, layout: Layout, buckets: Buckets) -> None:
-        self.engine = engine
+    def __init__(self, engine: HostEngine, layout: Layout, buckets: Buckets) -> None:
+        self.engine: HostEngine = engine
         self.layout = layout
         self.buckets = buckets
         self.slots: list[Slot] = []
@@ -288,7 +288,7 @@ class CpuRunner(Runner):
                         t.name: layout.view(slot.host_out[t.name][g.out_offset[t.name] :], t, g.rows, seq)
                         for t in spec.outputs
                     }
-                    self.engine.run_host(ins, outs)
+                    self.engine.run(ins, outs)
             except BaseException as e:  # reported to the batch's requests by wait()
                 st.error = e
             finally:

@@ -1,5 +1,5 @@
-"""Engines behind one small interface: Torch (CUDA graphs) and TensorRT (enqueueV3)."""
+"""Engines behind two small interfaces: on a device (Torch with CUDA graphs, TensorRT) or on the host (Torch)."""
 
-from inflight.runtime.engines.base import Engine, SlotBuffers
+from inflight.runtime.engines.base import DeviceEngine, Engine, HostEngine, SlotBuffers
 
-__all__ = ["Engine", "SlotBuffers"]
+__all__ = ["DeviceEngine", "Engine", "HostEngine", "SlotBuffers"]

@@ -1,4 +1,4 @@
-"""The engine interface: bind a slot's buffers, enqueue on a stream, capture graphs."""
+"""The engine interfaces: a device engine (bind, enqueue on a stream, capture graphs) or a host engine (run)."""
 
 from __future__ import annotations
 
@@ -24,37 +24,44 @@ class SlotBuffers:
 
 
 class Engine(ABC):
-    """Runs a model on one device.
+    """What every engine has: a name, a log line and a release.
 
-    GPU engines are bound to each slot's device buffers once (``bind``), then ``enqueue`` puts
-    one batch's compute on a stream without waiting; ``capture`` records a CUDA graph for a
-    ``(batch, seq)`` bucket that later ``enqueue`` calls replay. CPU engines implement
-    ``run_host`` instead.
+    An engine is one of two kinds, and the runner that drives it says which: a
+    :class:`DeviceEngine` puts a batch's compute on a CUDA stream without waiting (``CudaRunner``),
+    a :class:`HostEngine` computes from host arrays into host arrays (``CpuRunner``).
     """
 
     #: ``torch`` or ``tensorrt``
     kind: str = ""
 
-    @property
-    @abstractmethod
-    def on_gpu(self) -> bool:
-        """True when the engine runs on a CUDA device."""
-
     @abstractmethod
     def describe(self) -> str:
         """One line for the server log: engine, device, precision, graphs."""
 
-    def bind(self, slot: int, buffers: SlotBuffers) -> None:
-        """Remember (and wrap) a slot's device buffers (GPU engines)."""
-        raise NotImplementedError(f"{type(self).__name__} does not run on the GPU")
+    @abstractmethod
+    def close(self) -> None:
+        """Release graphs, contexts and weights."""
 
+
+class DeviceEngine(Engine):
+    """An engine on a CUDA device.
+
+    Bound to each slot's device buffers once (``bind``); ``enqueue`` then puts one launch of a
+    batch on a stream without waiting, and ``capture`` records a CUDA graph for a ``(batch, seq)``
+    bucket that later ``enqueue`` calls replay.
+    """
+
+    @abstractmethod
+    def bind(self, slot: int, buffers: SlotBuffers) -> None:
+        """Remember (and wrap) a slot's device buffers."""
+
+    @abstractmethod
     def enqueue(self, slot: int, group: Group, stream_ptr: int) -> bool:
-        """Enqueue one launch of a slot's batch on ``stream_ptr``; never waits (GPU engines).
+        """Enqueue one launch of a slot's batch on ``stream_ptr``; never waits.
 
         Returns:
             True when the launch replayed a CUDA graph, False when it ran without one.
         """
-        raise NotImplementedError(f"{type(self).__name__} does not run on the GPU")
 
     def capture(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> bool:
         """Capture a CUDA graph for the bucket; False when graphs are off or capture failed."""
@@ -73,10 +80,14 @@ class Engine(ABC):
         """Number of captured graphs."""
         return 0
 
-    def run_host(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
-        """Compute synchronously from host arrays into host arrays (CPU engines)."""
-        raise NotImplementedError(f"{type(self).__name__} does not run on the CPU")
+    def graph_memory_mb(self) -> float:
+        """GPU memory the engine holds beyond what was reserved before it (0 when it does not say)."""
+        return 0.0
+
+
+class HostEngine(Engine):
+    """An engine on the host's CPU: computes synchronously from host arrays into host arrays."""
 
     @abstractmethod
-    def close(self) -> None:
-        """Release graphs, contexts and weights."""
+    def run(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
+        """Compute one launch from ``inputs`` (views of a slot's host buffers) into ``outputs``."""

@@ -25,7 +25,7 @@ from inflight.errors import EngineError
 from inflight.models.registry import ModelSpec
 from inflight.runtime import cuda
 from inflight.runtime.batch import Group
-from inflight.runtime.engines.base import Engine, SlotBuffers
+from inflight.runtime.engines.base import DeviceEngine, SlotBuffers
 
 if TYPE_CHECKING:
     import tensorrt as trt
@@ -47,7 +47,7 @@ def import_tensorrt() -> ModuleType | None:
     return None
 
 
-class TensorRTEngine(Engine):
+class TensorRTEngine(DeviceEngine):
     """A serialized TensorRT plan executed with ``execute_async_v3``.
 
     Args:
@@ -102,11 +102,6 @@ class TensorRTEngine(Engine):
         self._consumed: dict[int, cuda.Event] = {}
         self._graphs: dict[tuple[int, int, int | None], Any] = {}
         self._buffers: dict[int, SlotBuffers] = {}
-
-    @property
-    def on_gpu(self) -> bool:
-        """Always True."""
-        return True
 
     def _engine(self) -> trt.ICudaEngine:
         if self.engine is None:

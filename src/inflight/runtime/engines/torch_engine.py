@@ -1,12 +1,13 @@
-"""The Torch engine: a ``torch.export`` artifact, compiled by inductor, replayed from CUDA graphs.
+"""The Torch engines: a ``torch.export`` artifact, compiled by inductor, replayed from CUDA graphs.
 
-On the GPU the module runs in fp16, bf16 or fp32, compiled with ``torch.compile`` (inductor,
-dynamic batch and sequence axes: one program for every bucket), on static tensors the engine
-owns. A launch copies its rows from the slot's device buffers into them, replays the graph of its
-``(batch bucket, seq bucket)``, and copies the output rows back, all on the runner's compute
-stream. Graphs are captured with torch's CUDA graph API on that stream
-(``torch.cuda.ExternalStream``), one per bucket for every slot, and share one memory pool: replays
-are serialized on that stream and everything a graph allocates is scratch, so they can share it.
+``TorchEngine`` runs on a GPU, ``TorchHostEngine`` on the CPU (fp32). On the GPU the module runs in
+fp16, bf16 or fp32, compiled with ``torch.compile`` (inductor, dynamic batch and sequence axes: one
+program for every bucket), on static tensors the engine owns. A launch copies its rows from the
+slot's device buffers into them, replays the graph of its ``(batch bucket, seq bucket)``, and
+copies the output rows back, all on the runner's compute stream. Graphs are captured with torch's
+CUDA graph API on that stream (``torch.cuda.ExternalStream``), one per bucket for every slot, and
+share one memory pool: replays are serialized on that stream and everything a graph allocates is
+scratch, so they can share it.
 
 With ``unpad`` (models whose module has ``forward_unpadded``, see ``ModelSpec.unpadded``), a launch
 the batch plan marks unpadded (``Group.tokens``) leaves its masked tokens out on the device: the
@@ -30,7 +31,7 @@ import numpy as np
 from inflight.errors import EngineError
 from inflight.models.registry import ModelSpec
 from inflight.runtime.batch import Group, Layout
-from inflight.runtime.engines.base import Engine, SlotBuffers
+from inflight.runtime.engines.base import DeviceEngine, HostEngine, SlotBuffers
 
 LOGGER = logging.getLogger(__name__)
 
@@ -81,29 +82,104 @@ COMPILE_MODES = ("auto", "inductor", "max-autotune", "none")
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
-class TorchEngine(Engine):
-    """A ``torch.export`` module on the CPU (fp32) or a GPU (fp16/bf16/fp32, compiled, CUDA graphs).
+def _compile_mode(compile: str, on_gpu: bool) -> str:
+    """``inductor``, ``max-autotune`` or ``none`` for a ``compile`` parameter (``auto``: inductor on a GPU)."""
+    if compile not in COMPILE_MODES:
+        raise EngineError(f"compile={compile!r}: choose one of {list(COMPILE_MODES)}")
+    if compile == "auto":
+        return "inductor" if on_gpu else "none"
+    return compile
 
-    On the GPU every launch runs on the engine's own static input and output tensors, sized for
-    the largest bucket: the launch copies its rows in from the slot's device buffers, replays the
-    ``(batch, seq)`` bucket's graph, and copies the rows out. Graphs are therefore shared by all
-    slots (one per bucket, not one per slot and bucket), and a launch may start at any offset of
-    the slot's buffers (a batch of several sequence buckets is several launches).
+
+def _compiled(module: Any, mode: str) -> Any:
+    """``module`` through ``torch.compile`` (dynamic batch and sequence axes) unless ``mode`` is ``none``."""
+    if mode == "none":
+        return module
+    import torch
+
+    # dynamic: one compiled program for every bucket (a static one would recompile per shape); the
+    # engine captures its own CUDA graphs, so max-autotune runs without inductor's
+    return torch.compile(module, dynamic=True, mode="max-autotune-no-cudagraphs" if mode == "max-autotune" else None)
+
+
+def _forward(module: Any, spec: ModelSpec, dtype: Any, inputs: Mapping[str, Any]) -> Any:
+    """Call ``module`` on the spec's inputs in order, floating-point ones cast to ``dtype``."""
+    args = []
+    for t in spec.inputs:
+        x = inputs[t.name]
+        if x.is_floating_point() and x.dtype != dtype:
+            x = x.to(dtype)
+        args.append(x)
+    return module(*args)
+
+
+_HOW = {"inductor": "inductor-compiled", "max-autotune": "inductor-compiled (max-autotune)", "none": "eager"}
+
+
+class TorchHostEngine(HostEngine):
+    """A ``torch.export`` module on the CPU, fp32 (the CPU host's engine and the reference path).
 
     Args:
         artifact: The ``.pt2`` file.
         spec: The model's tensors.
-        device_id: CUDA device, or None for the CPU.
-        precision: ``fp16``, ``bf16`` or ``fp32`` (GPU only; the CPU runs fp32).
-        cuda_graphs: Capture graphs (GPU only).
+        compile: ``inductor`` or ``max-autotune`` (``torch.compile``, dynamic batch and sequence
+            axes), ``none``, or ``auto`` (none on the CPU).
+    """
+
+    kind = "torch"
+
+    def __init__(self, artifact: Path, spec: ModelSpec, *, compile: str = "auto") -> None:
+        import torch
+
+        self.compile_mode = _compile_mode(compile, on_gpu=False)
+        self.compiled = self.compile_mode != "none"
+        self.spec = spec
+        self.precision = "fp32"
+        self._torch = torch
+        t0 = time.perf_counter()
+        self.module: Any = _compiled(load_module(artifact), self.compile_mode)
+        self.load_s = time.perf_counter() - t0
+
+    def describe(self) -> str:
+        """Engine, precision, compile mode and threads."""
+        how = _HOW[self.compile_mode]
+        return f"torch.export engine on CPU (fp32, {how}, {self._torch.get_num_threads()} threads)"
+
+    def run(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
+        """Run from numpy views into numpy views."""
+        torch = self._torch
+        with torch.inference_mode():
+            y = _forward(self.module, self.spec, torch.float32, {k: torch.from_numpy(v) for k, v in inputs.items()})
+        np.copyto(outputs[self.spec.outputs[0].name], y.numpy(), casting="same_kind")
+
+    def close(self) -> None:
+        """Drop the module."""
+        self.module = None
+
+
+class TorchEngine(DeviceEngine):
+    """A ``torch.export`` module on a GPU (fp16/bf16/fp32, compiled, CUDA graphs).
+
+    Every launch runs on the engine's own static input and output tensors, sized for the largest
+    bucket: the launch copies its rows in from the slot's device buffers, replays the ``(batch,
+    seq)`` bucket's graph, and copies the rows out. Graphs are therefore shared by all slots (one
+    per bucket, not one per slot and bucket), and a launch may start at any offset of the slot's
+    buffers (a batch of several sequence buckets is several launches).
+
+    Args:
+        artifact: The ``.pt2`` file.
+        spec: The model's tensors.
+        device_id: CUDA device.
+        precision: ``fp16``, ``bf16`` or ``fp32``.
+        cuda_graphs: Capture graphs.
         max_graphs: Graphs kept at once; beyond it the least recently used is dropped.
         compile: ``inductor`` (``torch.compile``, dynamic batch and sequence axes), ``max-autotune``
             (the same, each GEMM chosen by timing inductor's templates against cuBLAS), ``none``, or
-            ``auto`` (inductor on a GPU, none on the CPU).
+            ``auto`` (inductor).
         graph_memory_mb: Budget for graph memory captured at load (``capture`` returns False
             once the engine's GPU memory grew past it; those buckets are captured on first use).
-        unpad: Run the launches the batch plan marks unpadded without their masked tokens (GPU,
-            models with ``ModelSpec.unpadded``; ignored otherwise: ``unpads`` says).
+        unpad: Run the launches the batch plan marks unpadded without their masked tokens (models
+            with ``ModelSpec.unpadded``; ignored otherwise: ``unpads`` says).
     """
 
     kind = "torch"
@@ -113,7 +189,7 @@ class TorchEngine(Engine):
         artifact: Path,
         spec: ModelSpec,
         *,
-        device_id: int | None,
+        device_id: int,
         precision: str = "fp16",
         cuda_graphs: bool = True,
         max_graphs: int = 256,
@@ -123,40 +199,28 @@ class TorchEngine(Engine):
     ) -> None:
         import torch
 
-        if compile not in COMPILE_MODES:
-            raise EngineError(f"compile={compile!r}: choose one of {list(COMPILE_MODES)}")
+        self.compile_mode = _compile_mode(compile, on_gpu=True)
+        self.compiled = self.compile_mode != "none"
         self.spec = spec
         self.device_id = device_id
-        self.cuda_graphs = cuda_graphs and device_id is not None
+        self.cuda_graphs = cuda_graphs
         self.max_graphs = max_graphs
         self.graph_memory_bytes = graph_memory_mb << 20
         self._torch = torch
         t0 = time.perf_counter()
-        if device_id is None:
-            self.dtype = torch.float32
-            self.device = torch.device("cpu")
-            module = load_module(artifact)
-        else:
-            self.dtype = getattr(torch, _DTYPES[precision])
-            self.device = torch.device(f"cuda:{device_id}")
-            torch.cuda.set_device(self.device)
-            self._mem0 = torch.cuda.memory_reserved(self.device)
-            module = load_module(artifact, str(self.device)).to(self.device)
-            if self.dtype != torch.float32:
-                module = module.to(self.dtype)
-        self.compiled = compile in ("inductor", "max-autotune") or (compile == "auto" and device_id is not None)
-        self.compile_mode = "none" if not self.compiled else "max-autotune" if compile == "max-autotune" else "inductor"
-        loaded = module
-        if self.compiled:
-            # dynamic: one compiled program for every bucket (a static one would recompile per shape)
-            mode = "max-autotune-no-cudagraphs" if self.compile_mode == "max-autotune" else None
-            module = torch.compile(module, dynamic=True, mode=mode)
-        self.module = module
+        self.dtype = getattr(torch, _DTYPES[precision])
+        self.device = torch.device(f"cuda:{device_id}")
+        torch.cuda.set_device(self.device)
+        self._mem0 = torch.cuda.memory_reserved(self.device)
+        loaded = load_module(artifact, str(self.device)).to(self.device)
+        if self.dtype != torch.float32:
+            loaded = loaded.to(self.dtype)
+        self.module: Any = _compiled(loaded, self.compile_mode)
         self._unpad_fn: Any = None
         self._rows = 0  # items the slot buffers hold (the unpadded graphs' static rows)
-        if unpad and device_id is not None and spec.unpadded and spec.mask_input is not None:
+        if unpad and spec.unpadded and spec.mask_input is not None:
             self._unpad_fn = self._compile_unpadded(loaded)
-        self.precision = {v: k for k, v in _DTYPES.items()}[str(self.dtype).removeprefix("torch.")]
+        self.precision = precision
         self._views: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._static_in: dict[str, Any] = {}
         self._static_out: dict[str, Any] = {}
@@ -201,21 +265,11 @@ class TorchEngine(Engine):
         """True when launches marked unpadded run without their masked tokens."""
         return self._unpad_fn is not None
 
-    @property
-    def on_gpu(self) -> bool:
-        """True on a CUDA device."""
-        return self.device_id is not None
-
     def describe(self) -> str:
         """Engine, device, precision, compile and graph mode."""
-        how = {"inductor": "inductor-compiled", "max-autotune": "inductor-compiled (max-autotune)"}.get(
-            self.compile_mode, "eager"
-        )
-        if self.device_id is None:
-            return f"torch.export engine on CPU (fp32, {how}, {self._torch.get_num_threads()} threads)"
         name = self._torch.cuda.get_device_name(self.device_id)
         return (
-            f"torch.export engine on GPU {self.device_id} ({name}, {self.precision}, {how}, "
+            f"torch.export engine on GPU {self.device_id} ({name}, {self.precision}, {_HOW[self.compile_mode]}, "
             f"CUDA graphs {'on' if self.cuda_graphs else 'off'}, "
             f"{'masked tokens left out where padding is large, ' if self.unpads else ''}"
             f"torch {self._torch.__version__})"
@@ -223,34 +277,13 @@ class TorchEngine(Engine):
 
     def graph_memory_mb(self) -> float:
         """GPU memory the engine holds beyond what was reserved before it (weights, static tensors, graphs)."""
-        if self.device_id is None:
-            return 0.0
         return (self._torch.cuda.memory_reserved(self.device) - self._mem0) / 2**20
-
-    # -- compute --------------------------------------------------------------------------
-    def _forward(self, inputs: Mapping[str, Any]) -> Any:
-        args = []
-        for t in self.spec.inputs:
-            x = inputs[t.name]
-            if x.is_floating_point() and x.dtype != self.dtype:
-                x = x.to(self.dtype)
-            args.append(x)
-        return self.module(*args)
-
-    def run_host(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
-        """Run on the CPU from numpy views into numpy views."""
-        torch = self._torch
-        with torch.inference_mode():
-            y = self._forward({k: torch.from_numpy(v) for k, v in inputs.items()})
-        name = self.spec.outputs[0].name
-        np.copyto(outputs[name], y.numpy(), casting="same_kind")
 
     # -- GPU ------------------------------------------------------------------------------
     def bind(self, slot: int, buffers: SlotBuffers) -> None:
         """Wrap a slot's device buffers as flat torch tensors (no copy); size the static tensors."""
         from inflight.runtime.cuda import _CudaArray
 
-        assert self.device_id is not None
         torch = self._torch
 
         def wrap(buf: tuple[int, int], dtype: str) -> Any:
@@ -275,7 +308,7 @@ class TorchEngine(Engine):
             t.name: self._static_in[t.name][: _numel(t.shape(rows, seq))].view(t.shape(rows, seq))
             for t in self.spec.inputs
         }
-        y = self._forward(args)
+        y = _forward(self.module, self.spec, self.dtype, args)
         t = self.spec.outputs[0]
         self._static_out[t.name][: _numel(t.shape(rows, seq))].view(t.shape(rows, seq)).copy_(y)
 
@@ -420,14 +453,13 @@ class TorchEngine(Engine):
         self._pool = None
         self.module = None
         self._unpad_fn = None
-        if self.device_id is not None:
-            torch = self._torch
-            torch.cuda.synchronize(self.device)
-            # cuBLAS keeps a workspace per (handle, stream) outside the caching allocator's free list
-            clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
-            if clear is not None:
-                clear()
-            torch.cuda.empty_cache()
+        torch = self._torch
+        torch.cuda.synchronize(self.device)
+        # cuBLAS keeps a workspace per (handle, stream) outside the caching allocator's free list
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is not None:
+            clear()
+        torch.cuda.empty_cache()
 
 
 def _name(key: tuple[Any, ...]) -> str:
