@@ -65,7 +65,7 @@ for part in "${parts[@]}"; do
       $PY -m inflight.cli ab "${variants[@]}" "${extra[@]}" --preset published --users "$USERS" --window "$window" \
         --warmup "$WARMUP" --out "$out" 2>&1 | tee "$out/ab.log" | grep -E "req/s, p50|INVALID|CAVEAT|rror|^[A-H] " || true
       # DONE only when the newest result is valid (every run had successful requests, no Locust trouble)
-      $PY -c "import json, sys; from inflight.experiments import latest_ab; from pathlib import Path; \
+      $PY -c "import json, sys; from inflight.lab.experiments import latest_ab; from pathlib import Path; \
 p = latest_ab(Path('$out')); sys.exit(0 if p and json.loads(p.read_text()).get('valid') else 1)" \
         && touch "$out/DONE" || echo "== $part: result missing or INVALID; not marked done (rerun the part)"
       ;;

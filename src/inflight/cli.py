@@ -168,7 +168,7 @@ def bench_engine_cmd(
     """Engine-only bound vs sync vs pipelined executor on the GPU, one process; writes a JSON result."""
     setup_logging(verbose)
     from inflight.bench.engine_bench import BenchConfig, run, write
-    from inflight.open_loop_results import executor_rows, is_executor_row
+    from inflight.lab.open_loop_results import executor_rows, is_executor_row
 
     cfg = BenchConfig(
         model=model,
@@ -342,7 +342,7 @@ def results_report_cmd(
     out: Annotated[Optional[Path], typer.Option(help="Page to write (default docs/RESULTS.md).")] = None,  # noqa: UP045
 ) -> None:
     """Generate docs/RESULTS.md from the JSON files under results/ only."""
-    from inflight.results_report import write
+    from inflight.lab.results_report import write
 
     typer.echo(f"wrote {write(root, out)}")
 
@@ -355,7 +355,7 @@ def experiments_cmd(
     out: Annotated[Path, typer.Option(help="summary: where to write it.")] = Path("results/summary.json"),
 ) -> None:
     """The published experiment plan (see scripts/run_experiments.sh): its parts and its summary."""
-    from inflight import experiments as ex
+    from inflight.lab import experiments as ex
 
     if what == "plan":
         if arg not in ex.PLAN:

@@ -59,6 +59,9 @@ STACK_SIGNAL = signal.SIGUSR2
 #: ``inflight.profiling.cupti_live:LiveGpuMetrics.start`` under the name ``cupti``; the runtime finds
 #: it here without importing any diagnostics module itself.
 GPU_METRICS_GROUP = "inflight.gpu_metrics"
+#: Entry point group of the lab's diagnostics the load test calls when a server misbehaves
+#: (``stuck_stubs``: :func:`inflight.lab.stalls.dump_stuck_stubs`), found without importing the lab.
+DIAGNOSTICS_GROUP = "inflight.diagnostics"
 
 
 def install_stack_dump() -> bool:
@@ -76,20 +79,35 @@ def install_stack_dump() -> bool:
     return True
 
 
+def plugin(group: str, name: str, fix: str) -> Callable[..., Any]:
+    """The callable registered as ``name`` under the entry point ``group`` (a hook the caller does not import).
+
+    Args:
+        group: The entry point group (:data:`GPU_METRICS_GROUP`, :data:`DIAGNOSTICS_GROUP`).
+        name: The entry point's name.
+        fix: What to do when it is missing, for the error.
+
+    Raises:
+        LookupError: when no installed distribution registers it, saying ``fix``.
+    """
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=group):
+        if ep.name == name:
+            found: Callable[..., Any] = ep.load()
+            return found
+    raise LookupError(f"no {name!r} is installed (entry point group {group!r}); {fix}")
+
+
 def gpu_metrics_provider(name: str = "cupti") -> Callable[[], Any]:
     """The live GPU-metrics starter registered as ``name`` under :data:`GPU_METRICS_GROUP`.
 
     Raises:
-        LookupError: when no installed distribution registers it (install inflight with its
-            profiling extra: ``pip install -e '.[profiling]'``), with that advice.
+        LookupError: when no installed distribution registers it, with the advice to install
+            inflight as a package with cupti-python (or set cupti=false).
     """
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=GPU_METRICS_GROUP):
-        if ep.name == name:
-            starter: Callable[[], Any] = ep.load()
-            return starter
-    raise LookupError(
-        f"no live GPU metrics provider {name!r} is installed (entry point group {GPU_METRICS_GROUP!r}); "
-        "install inflight as a package (`pip install -e .`) with cupti-python, or set cupti=false"
+    return plugin(
+        GPU_METRICS_GROUP,
+        name,
+        "install inflight as a package (`pip install -e .`) with cupti-python, or set cupti=false",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inflight.cost_results import summary, write_summary
+from inflight.lab.cost_results import summary, write_summary
 
 
 def _variant(label: str, spec: str, mode: str | None) -> dict:

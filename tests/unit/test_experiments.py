@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from inflight import experiments as ex
+from inflight.lab import experiments as ex
 from inflight.model_config import parse_variant_arg
 from inflight.server.control import variant_config
 

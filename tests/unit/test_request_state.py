@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inflight.server.stalls import request_state
+from inflight.loadtest.stats import request_state
 
 TEXT = """\
 # HELP nv_inference_request_failure Number of failed inference requests, all batch sizes

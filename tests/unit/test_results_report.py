@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inflight import results_report as rr
-from inflight.results_report import render
+from inflight.lab import results_report as rr
+from inflight.lab.results_report import render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def test_engine_bench_rows_come_from_its_json() -> None:
 
 
 def test_experiment_plan_table_comes_from_the_committed_json() -> None:
-    from inflight import experiments as ex
+    from inflight.lab import experiments as ex
 
     page = render(ROOT)
     section = page.split("## The published experiment plan", 1)[1].split("\n## ", 1)[0]
@@ -88,7 +88,7 @@ def _ab_doc(protocol: str, rps: dict[str, float], instances: int = 1, sleep_us: 
 
 
 def test_ceiling_section_computes_the_ratios_from_the_json(tmp_path: Path) -> None:
-    from inflight.results_report import ceiling_section
+    from inflight.lab.results_report import ceiling_section
 
     d = tmp_path / "results" / "per-instance-ceiling"
     d.mkdir(parents=True)
@@ -105,7 +105,7 @@ def test_ceiling_section_computes_the_ratios_from_the_json(tmp_path: Path) -> No
 
 
 def test_ceiling_section_says_when_the_ceiling_allows_the_target(tmp_path: Path) -> None:
-    from inflight.results_report import ceiling_section
+    from inflight.lab.results_report import ceiling_section
 
     p = tmp_path / "ab-1.json"
     p.write_text(json.dumps(_ab_doc("grpc", {"null": 12000.0, "sync": 5000.0, "inflight": 11000.0})))
@@ -133,7 +133,7 @@ def _variant(label: str, kind: str, instances: int, **params: int) -> dict[str, 
 
 
 def test_ceiling_section_shows_the_deferred_null_instance(tmp_path: Path) -> None:
-    from inflight.results_report import ceiling_section
+    from inflight.lab.results_report import ceiling_section
 
     doc = _ab_doc("http", {"null": 9000.0, "sync": 5000.0, "inflight": 5500.0})
     doc["variants"].append(_variant("D", "null", 1, sleep_us=0, sender_threads=8))  # type: ignore[attr-defined]
@@ -147,7 +147,7 @@ def test_ceiling_section_shows_the_deferred_null_instance(tmp_path: Path) -> Non
 
 
 def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_path: Path) -> None:
-    from inflight.results_report import pipelined_ceiling_section
+    from inflight.lab.results_report import pipelined_ceiling_section
 
     variants = [
         _variant("A", "sync", 8),
@@ -189,7 +189,7 @@ def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_
 
 
 def test_pipelined_ceiling_section_says_when_no_executor_can_beat_the_sync(tmp_path: Path) -> None:
-    from inflight.results_report import pipelined_ceiling_section
+    from inflight.lab.results_report import pipelined_ceiling_section
 
     variants = [_variant("A", "sync", 8), _variant("B", "null", 8, sleep_us=1900, sender_threads=8)]
     summary = [{"variant": "A", "spec": "s", "rps": 20000.0}, {"variant": "B", "spec": "n", "rps": 17600.0}]
@@ -201,7 +201,7 @@ def test_pipelined_ceiling_section_says_when_no_executor_can_beat_the_sync(tmp_p
 
 
 def test_open_loop_section_comes_from_the_committed_json() -> None:
-    from inflight import open_loop_results as olr
+    from inflight.lab import open_loop_results as olr
 
     page = render(ROOT)
     block = olr.summary(ROOT)
@@ -241,8 +241,8 @@ def _open_loop_doc(caps: dict[str, tuple[str, dict[str, int], float]]) -> dict[s
 
 
 def test_open_loop_summary_takes_its_ratios_from_the_newest_sitting_only(tmp_path: Path) -> None:
-    from inflight import cost_results
-    from inflight import open_loop_results as olr
+    from inflight.lab import cost_results
+    from inflight.lab import open_loop_results as olr
 
     def put(sitting: str, run: str, doc: dict[str, object]) -> None:
         d = tmp_path / "results" / "open-loop" / sitting / run
@@ -269,7 +269,7 @@ def test_open_loop_summary_takes_its_ratios_from_the_newest_sitting_only(tmp_pat
 
 
 def test_cost_block_is_what_its_files_say() -> None:
-    from inflight import cost_results
+    from inflight.lab import cost_results
 
     committed = json.loads((ROOT / "results" / "summary.json").read_text())["cpu_per_request"]
     assert committed == json.loads(json.dumps(cost_results.summary(ROOT)))

@@ -13,7 +13,9 @@ from inflight import log
 SRC = Path(inflight.__file__).resolve().parent
 #: What the backend deploys: the runtime, the models, and the modules they share.
 RUNTIME = [SRC / "runtime", SRC / "models", SRC / "errors.py", SRC / "log.py", SRC / "model_config.py"]
-LAB = ("inflight.server", "inflight.profiling", "inflight.loadtest", "inflight.bench", "inflight.cli")
+LAB = ("inflight.server", "inflight.profiling", "inflight.loadtest", "inflight.bench", "inflight.cli", "inflight.lab")
+#: The tools users run beside the backend (load test, profiler, engine bench, server control): apart from the lab too.
+TOOLS = [SRC / "loadtest", SRC / "profiling", SRC / "bench", SRC / "server"]
 
 
 def _imports(path: Path) -> list[str]:
@@ -37,5 +39,23 @@ def test_the_cupti_gauges_are_found_through_their_entry_point() -> None:
     from inflight.profiling.cupti_live import LiveGpuMetrics
 
     assert log.gpu_metrics_provider("cupti") == LiveGpuMetrics.start
-    with pytest.raises(LookupError, match=r"no live GPU metrics provider 'nvml' is installed .* cupti=false"):
+    with pytest.raises(
+        LookupError, match=r"no 'nvml' is installed \(entry point group 'inflight.gpu_metrics'\).* cupti=false"
+    ):
         log.gpu_metrics_provider("nvml")
+
+
+def test_the_tools_import_nothing_of_the_lab() -> None:
+    """The load test, profiler, bench and server control stand without ``inflight.lab``."""
+    files = [p for r in TOOLS for p in sorted(r.rglob("*.py"))]
+    assert len(files) > 10
+    found = [f"{p.relative_to(SRC)}: {m}" for p in files for m in _imports(p) if m.startswith("inflight.lab")]
+    assert not found, found
+
+
+def test_the_load_test_finds_the_stall_diagnostics_through_their_entry_point() -> None:
+    from inflight.lab.stalls import dump_stuck_stubs
+
+    assert log.plugin(log.DIAGNOSTICS_GROUP, "stuck_stubs", "") == dump_stuck_stubs
+    with pytest.raises(LookupError, match="reinstall it"):
+        log.plugin(log.DIAGNOSTICS_GROUP, "no_such_probe", "reinstall it")

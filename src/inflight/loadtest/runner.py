@@ -58,9 +58,9 @@ from inflight.loadtest import openloop as ol
 from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
+from inflight.log import DIAGNOSTICS_GROUP, plugin
 from inflight.model_config import VariantConfig, parse_variant_arg
 from inflight.server import control
-from inflight.server.stalls import dump_stuck_stubs, request_state
 
 LOGGER = logging.getLogger(__name__)
 
@@ -551,6 +551,20 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def _dump_stuck_stubs(model: str, out_dir: Path, parent_pid: int | None) -> list[Path]:
+    """What the lab's stall diagnostics (entry point ``stuck_stubs``) found in the model's stuck stubs.
+
+    An empty list, with a warning, where they are not installed.
+    """
+    try:
+        dump = plugin(DIAGNOSTICS_GROUP, "stuck_stubs", "install inflight as a package (`pip install -e .`)")
+    except LookupError as e:
+        LOGGER.warning("no stack dumps of the stuck stubs: %s", e)
+        return []
+    dumps: list[Path] = dump(model, out_dir, parent_pid=parent_pid)
+    return dumps
+
+
 def scrape(url: str, timeout_s: float = 5.0) -> str | None:
     """The metrics endpoint's text, or None when it cannot be reached."""
     try:
@@ -565,14 +579,14 @@ def _joined(texts: Iterable[str | None]) -> str | None:
     """The servers' metrics texts that could be read, as one (None when none could).
 
     For means over instances (the GPU gauges) only: Triton's request counters must be read per
-    server (:func:`~inflight.server.stalls.request_state` merges a series seen twice).
+    server (:func:`~inflight.loadtest.stats.request_state` merges a series seen twice).
     """
     got = [t for t in texts if t is not None]
     return "\n".join(got) if got else None
 
 
 def _sum_counts(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Request counters of several servers (:func:`~inflight.server.stalls.request_state`) summed key by key.
+    """Request counters of several servers (:func:`~inflight.loadtest.stats.request_state`) summed key by key.
 
     A key is None where no server publishes it; the raw ``lines`` are left out.
     """
@@ -1185,7 +1199,7 @@ class AbRunner:
         if all(t is not None for t in texts):
             # Locust has stopped: every request it sent should have left Triton's queue by now. The counters are
             # read per server and summed (one server's series must not be merged with another's)
-            record["requests_after_window"] = _sum_counts([request_state(t, v.name) for t in texts if t is not None])
+            record["requests_after_window"] = _sum_counts([st.request_state(t, v.name) for t in texts if t is not None])
         if rate is not None:
             record["stub_memory"] = cpu.stub_memory(self._server_pids)
             record["generator"] = _generator_counts(raw_dir)
@@ -1267,7 +1281,7 @@ class AbRunner:
                 text = scrape(e.metrics)
                 if text is None:
                     return None
-                states.append(request_state(text, v.name))
+                states.append(st.request_state(text, v.name))
             now = tuple((c.get("success"), c.get("failure")) for c in states)
             if all(c.get("pending") in (0, None) for c in states) and now == last:
                 return round(time.monotonic() - t0, 2)
@@ -1353,12 +1367,12 @@ class AbRunner:
                 text = scrape(endpoints.metrics)
                 if text is not None:
                     # where the requests that hold the unload are: Triton's queue (pending > 0) or not
-                    counts = request_state(text, v.name)
+                    counts = st.request_state(text, v.name)
                     lines = counts.pop("lines")
                     record["requests_at_stall"] = counts
                     stuck.mkdir(parents=True, exist_ok=True)
                     (stuck / "request-metrics.txt").write_text("\n".join(lines) + "\n")
-                dumps = dump_stuck_stubs(v.name, stuck, parent_pid=pid)
+                dumps = _dump_stuck_stubs(v.name, stuck, pid)
                 record["unload_stalled"] = True
                 waited = time.monotonic() - t_unload
                 stalls.append(

@@ -569,3 +569,41 @@ def _mean_breakdown(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         else:
             out[k] = v
     return out
+
+
+#: Triton's per-model request counters (Prometheus names) and the keys :func:`request_state` gives them.
+REQUEST_METRICS: dict[str, str] = {
+    "pending": "nv_inference_pending_request_count",
+    "success": "nv_inference_request_success",
+    "failure": "nv_inference_request_failure",
+    "executions": "nv_inference_exec_count",
+}
+
+
+def request_state(metrics_text: str, model: str) -> dict[str, Any]:
+    """Where ``model``'s requests are, from one scrape of Triton's metrics endpoint.
+
+    ``pending`` is Triton's own count of requests accepted by the core and not yet handed to an
+    instance (its scheduler queue): when a model will not unload, a non-zero ``pending`` places the
+    stuck requests in Triton's scheduler, zero places them outside it (the HTTP frontend, or inside
+    an instance that never answered). The counters are summed over the model's versions (and
+    failure reasons); a series Triton publishes both with and without ``gpu_uuid`` counts once.
+
+    Returns:
+        ``{"pending": n, "success": n, "failure": n, "executions": n}``, a key set to None where the
+        server does not publish that metric, plus ``lines``: the model's raw sample lines.
+    """
+    out: dict[str, Any] = {}
+    for key, metric in REQUEST_METRICS.items():
+        # Triton 2.51 publishes some counters twice, with and without a gpu_uuid label: one per series
+        series: dict[tuple[tuple[str, str], ...], float] = {}
+        for labels, value in metric_samples(metrics_text, metric, model):
+            k = tuple(sorted((n, v) for n, v in labels.items() if n != "gpu_uuid"))
+            series[k] = max(series.get(k, value), value)
+        out[key] = int(sum(series.values())) if series else None
+    out["lines"] = [
+        ln
+        for ln in metrics_text.splitlines()
+        if ln.startswith(tuple(REQUEST_METRICS.values())) and f'model="{model}"' in ln
+    ]
+    return out

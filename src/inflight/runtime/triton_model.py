@@ -169,7 +169,7 @@ class InflightModel:
 
     def __init__(self, args: Mapping[str, str], pb_utils: Any) -> None:
         route_to_triton(pb_utils)
-        install_stack_dump()  # SIGUSR2: every thread's Python stack to the server log (see server/stalls.py)
+        install_stack_dump()  # SIGUSR2: every thread's Python stack to the server log (see inflight/lab/stalls.py)
         t_start = time.perf_counter()
         self.pb = pb_utils
         cfg = proto_from_json(args["model_config"])

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight import cost_results, open_loop_results
+from inflight.lab import cost_results, open_loop_results
 from inflight.loadtest import report
 
 
@@ -1192,7 +1192,7 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
     qualify the figures: profiles of another configuration, client-limited runs, unload stalls and
     requests that never got a response.
     """
-    from inflight import experiments as ex
+    from inflight.lab import experiments as ex
 
     bound_path = exp / "engine_bound.json"
     bound_doc = json.loads(bound_path.read_text()) if bound_path.is_file() else {}

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from inflight import open_loop_results as olr
+from inflight.lab import open_loop_results as olr
+from inflight.lab.open_loop_results import merge_summary
 from inflight.model_config import parse_variant_arg
-from inflight.open_loop_results import merge_summary
 
 COST_DIR = "cpu-cost"
 #: The issue's targets.
