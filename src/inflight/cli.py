@@ -339,9 +339,9 @@ def demo_ratio_lines(doc: dict[str, Any]) -> list[str]:
 @app.command("results-report")
 def results_report_cmd(
     root: Annotated[Path, typer.Option(help="Repository root holding results/.")] = Path("."),
-    out: Annotated[Optional[Path], typer.Option(help="Page to write (default docs/RESULTS.md).")] = None,  # noqa: UP045
+    out: Annotated[Optional[Path], typer.Option(help="Folder for the pages (default docs/).")] = None,  # noqa: UP045
 ) -> None:
-    """Generate docs/RESULTS.md from the JSON files under results/ only."""
+    """Generate docs/RESULTS.md and the A/B runs page it links from the JSON files under results/ only."""
     from inflight.lab.results_report import write
 
     typer.echo(f"wrote {write(root, out)}")

@@ -11,10 +11,33 @@ from inflight.lab.results_report import render
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_results_page_is_generated_from_the_committed_json() -> None:
-    page = render(ROOT)
-    committed = (ROOT / "docs" / "RESULTS.md").read_text()
-    assert committed == page, "docs/RESULTS.md is stale: run `inflight results-report`"
+def test_results_pages_are_generated_from_the_committed_json() -> None:
+    pages = rr.render_pages(ROOT)
+    assert list(pages) == [rr.MAIN_PAGE, rr.AB_RUNS_PAGE]
+    for rel, text in pages.items():
+        assert (ROOT / rel).read_text() == text, f"{rel} is stale: run `inflight results-report`"
+
+
+def test_the_main_page_opens_with_the_headline_and_links_the_runs_page() -> None:
+    pages = rr.render_pages(ROOT)
+    main, runs = pages[rr.MAIN_PAGE], pages[rr.AB_RUNS_PAGE]
+    assert main.splitlines()[4] == "## At a glance"
+    assert "](RESULTS-ab-runs.md)" in main and "](RESULTS.md)" in runs
+    # the per-run tables live on the runs page only
+    assert runs.count("\n### `results/") >= 10 and "\n### `results/" not in main.split("## Through the server", 1)[1]
+
+
+def test_write_puts_every_page_in_the_folder_asked_for(tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "results", root / "results")
+    (root / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "DESIGN.md", root / "docs" / "DESIGN.md")
+    out = tmp_path / "pages"
+    main = rr.write(root, out)
+    assert main == out / "RESULTS.md" and (out / "RESULTS-ab-runs.md").is_file()
+    assert (root / "results" / "README.md").is_file()
 
 
 def test_every_ab_figure_comes_from_its_json() -> None:
