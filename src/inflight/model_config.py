@@ -83,8 +83,10 @@ class BackendParameters:
             this runs as one chunk.
         max_chunks: Most chunks per batch (overlap and auto modes).
         auto_send_prior_us: ``auto``: the cost of one ``send()`` assumed until it is measured.
-        auto_explore_every: ``auto``: every this many batches take the other branch, to keep
-            both estimates current (0: never).
+        auto_explore_every: ``auto``: batches between explorations of the other branch while a
+            choice is new, to keep both estimates current (0: never).
+        auto_explore_max: ``auto``: the longest period between explorations once a choice has
+            held (it doubles from ``auto_explore_every`` at each exploration that confirms it).
         response_threads: Threads that send responses concurrently (pipelined mode).
         response_backlog: Batches whose responses may wait for the sender threads at once
             (pipelined mode); beyond it the completion side waits, and back-pressure reaches
@@ -143,6 +145,7 @@ class BackendParameters:
     max_chunks: int = 8
     auto_send_prior_us: float = 200.0
     auto_explore_every: int = 32
+    auto_explore_max: int = 1024
     response_threads: int = 8
     response_backlog: int = 8
     response_yield: bool = True
@@ -252,10 +255,15 @@ class BackendParameters:
                 f"chunk_items={self.chunk_items}, max_chunks={self.max_chunks}: use chunk_items >= 1 and "
                 "max_chunks 1..64"
             )
-        if self.auto_send_prior_us <= 0 or self.auto_explore_every < 0:
+        if (
+            self.auto_send_prior_us <= 0
+            or self.auto_explore_every < 0
+            or self.auto_explore_max < self.auto_explore_every
+        ):
             raise ConfigError(
-                f"auto_send_prior_us={self.auto_send_prior_us}, auto_explore_every={self.auto_explore_every}: "
-                "use a positive prior and an interval >= 0"
+                f"auto_send_prior_us={self.auto_send_prior_us}, auto_explore_every={self.auto_explore_every}, "
+                f"auto_explore_max={self.auto_explore_max}: use a positive prior, an interval >= 0 and a longest "
+                "interval at least that"
             )
         if self.response_threads < 1 or self.response_threads > 256:
             raise ConfigError(f"response_threads={self.response_threads}: use 1..256")

@@ -622,6 +622,21 @@ def test_auto_policy_tries_each_branch_then_takes_the_cheaper_and_explores() -> 
     assert choices.count((False, "cheaper")) == 6 and choices.count((True, "explored")) == 2
 
 
+def test_auto_policy_explores_less_while_its_choice_holds_and_again_when_it_changes() -> None:
+    from inflight.runtime.executor import AutoPolicy
+
+    p = AutoPolicy(explore_every=4, explore_max=16)  # no wait measured: never deferred but when explored
+    explored = [n for n in range(1, 101) if p.decide(3)[1] == "explored"]
+    assert explored == [4, 8, 16, 32, 48, 64, 80, 96]  # the period doubles to explore_max
+    assert p.explore_periods["defer"] == 16
+    p.wait_us = 1e9  # the wait grew: deferring is the choice now
+    decisions = [p.decide(3) for _ in range(101, 125)]
+    explored = [101 + i for i, d in enumerate(decisions) if d[1] == "explored"]
+    assert explored == [112, 116, 124]  # the changed choice is explored at explore_every again, then backs off
+    assert decisions[0] == (True, "deferred") and decisions[112 - 101] == (False, "explored")
+    assert AutoPolicy(explore_every=0).explore_periods == {"defer": 0, "split": 0}
+
+
 def test_overlap_needs_two_slots() -> None:
     with pytest.raises(ValueError, match="at least 2 slots"):
         _overlap(ToyEngine(), Sink(), slots=1)

@@ -87,6 +87,9 @@ def test_parameters_parse_and_errors_name_the_key() -> None:
         BackendParameters.from_parameters({"mode": "auto", "slots": "1"})
     with pytest.raises(ConfigError, match=r"max_chunks 1..64"):
         BackendParameters.from_parameters({"chunk_items": "0"})
+    with pytest.raises(ConfigError, match=r"auto_explore_max=16: .* a longest interval at least that"):
+        BackendParameters.from_parameters({"auto_explore_every": "32", "auto_explore_max": "16"})
+    assert BackendParameters.from_parameters({"auto_explore_max": "64"}).auto_explore_max == 64
 
 
 def test_an_inflight_variant_keeps_its_mode_and_a_sync_variant_is_sync() -> None:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from inflight.errors import ConfigError
+from inflight.models.artifact import load_module
 from inflight.models.registry import ModelSpec, get_model
 
 LOGGER = logging.getLogger(__name__)
@@ -402,7 +403,7 @@ def reference_outputs(
     import torch
 
     spec = get_model(model)
-    module = torch.export.load(str(path)).module()
+    module = load_module(path)
     out: list[dict[str, np.ndarray]] = []
     with torch.no_grad():
         for x in inputs:

@@ -20,7 +20,8 @@ On the CPU, for shapes or dtypes a kernel does not cover, and where Triton is mi
 operator runs its defining PyTorch code; ``covers_*`` say which. The kernels compute in fp32
 and round once at their store, so their results differ from the unfused ops' by rounding only
 (tests compare both against the fp32 reference). A ``torch.export`` artifact whose module uses
-these operators loads only after this module is imported (``load_module`` imports it).
+these operators loads only after this module is imported (``inflight.models.artifact.load_module``,
+the one loader, imports it).
 """
 
 from __future__ import annotations

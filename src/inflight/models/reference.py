@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from inflight.models.artifact import load_module
 from inflight.models.registry import get_model
 
 _LOCK = threading.Lock()
@@ -20,9 +21,7 @@ _LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=8)
 def _module(artifact: str) -> Any:
-    import torch
-
-    return torch.export.load(artifact).module()
+    return load_module(Path(artifact))
 
 
 def artifact_path(repository: Path | str, model: str) -> Path:

@@ -614,31 +614,65 @@ class AutoPolicy:
     chunk its own acquire, gather, launch, wait and output copy: it pays only when the GPU's part
     of a batch is longer than that. Both are measured as ``run()``'s time per item of the batches
     run whole and of those cut (batches returned in full only: a deferred chunk's time is not
-    spent in ``run()``); the cheaper one is chosen, and every ``explore_every``-th batch (half a
-    period apart from the deferral's exploration) takes the other.
+    spent in ``run()``); the cheaper one is chosen, and now and then a batch takes the other
+    (explored as below, the first time half a period before the deferral).
 
     Deferring saves the execute thread its wait for the last chunk (it returns once the chunk is
     launched and the earlier chunks' responses are built) and costs one ``send()`` round trip per
     request of that chunk. Both are measured: the wait on every batch returned whole, the send cost
-    on every deferred one; a batch defers when ``wait_us > tail requests x send_us``. Every
-    ``explore_every``-th batch takes the other branch, so that the estimate the current choice does
-    not measure stays current.
+    on every deferred one; a batch defers when ``wait_us > tail requests x send_us``. Now and then a
+    batch takes the other branch, so that the estimate the current choice does not measure stays
+    current.
+
+    Exploring costs what the losing branch loses (a deferred chunk's requests each pay a ``send()``
+    round trip), so it backs off: the first exploration of each choice comes after
+    ``explore_every`` batches, and each time the choice is still the one it was at the previous
+    exploration the period doubles, up to ``explore_max``; once the choice changes, the period is
+    ``explore_every`` again.
 
     Attributes:
         send_us: Estimated cost of one response sent through ``send()`` (starts at the prior).
         wait_us: Estimated wait for a last chunk; None until a batch returned whole measured it.
-        explore_every: Take the other branch every this many batches (0: never).
+        explore_every: Batches between explorations while the choice is new (0: never explore).
+        explore_max: Longest period between explorations once the choice has held.
         alpha: Weight of a new measurement in the moving averages.
     """
 
     send_us: float = 200.0
     wait_us: float | None = None
     explore_every: int = 32
+    explore_max: int = 1024
     alpha: float = 0.1
     whole_us: float | None = None
     split_us: float | None = None
     _batches: int = 0
     _cuts: int = 0
+    #: per decision (``defer``, ``split``): the count at which it is next explored, its period, and
+    #: the choice it had at its last exploration
+    _next: dict[str, int] = field(default_factory=dict)
+    _period: dict[str, int] = field(default_factory=dict)
+    _held: dict[str, bool] = field(default_factory=dict)
+
+    def _explore(self, decision: str, count: int, choice: bool) -> bool:
+        """Whether the ``count``-th ``decision`` explores the branch other than ``choice``."""
+        if not self.explore_every:
+            return False
+        first = self.explore_every if decision == "defer" else max(1, self.explore_every // 2)
+        if count < self._next.setdefault(decision, first):
+            return False
+        period = self._period.get(decision, self.explore_every)
+        if self._held.get(decision) == choice:
+            period = min(2 * period, max(self.explore_max, self.explore_every))
+        else:
+            period = self.explore_every
+        self._period[decision], self._held[decision] = period, choice
+        self._next[decision] = count + period
+        return True
+
+    @property
+    def explore_periods(self) -> dict[str, int]:
+        """The current period between explorations of each decision (``defer``, ``split``)."""
+        return {d: self._period.get(d, self.explore_every) for d in ("defer", "split")}
 
     def split(self, chunks: int) -> tuple[bool, str]:
         """Whether to cut a batch that ``chunk_bounds`` would cut into ``chunks`` chunks.
@@ -655,7 +689,7 @@ class AutoPolicy:
         if self.whole_us is None:
             return False, "unmeasured"
         cut = self.split_us < self.whole_us
-        if self.explore_every and self._cuts % self.explore_every == self.explore_every // 2:
+        if self._explore("split", self._cuts, cut):
             return not cut, "explored"
         return cut, "cheaper"
 
@@ -677,7 +711,7 @@ class AutoPolicy:
         """
         self._batches += 1
         defer = self.wait_us is not None and self.wait_us > tail_requests * self.send_us
-        if self.explore_every and self._batches % self.explore_every == 0:
+        if self._explore("defer", self._batches, defer):
             return not defer, "explored"
         return defer, "deferred" if defer else "inline"
 

@@ -201,7 +201,11 @@ class InflightModel:
         elif p.mode in ("overlap", "auto"):
             policy = None
             if p.mode == "auto":
-                policy = AutoPolicy(send_us=p.auto_send_prior_us, explore_every=p.auto_explore_every)
+                policy = AutoPolicy(
+                    send_us=p.auto_send_prior_us,
+                    explore_every=p.auto_explore_every,
+                    explore_max=p.auto_explore_max,
+                )
             self.executor = OverlapExecutor(
                 runner,
                 self.sink,

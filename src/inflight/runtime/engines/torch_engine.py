@@ -29,49 +29,12 @@ from typing import Any
 import numpy as np
 
 from inflight.errors import EngineError
+from inflight.models.artifact import load_module
 from inflight.models.registry import ModelSpec
 from inflight.runtime.batch import Group, Layout
 from inflight.runtime.engines.base import DeviceEngine, HostEngine, SlotBuffers
 
 LOGGER = logging.getLogger(__name__)
-
-
-def load_module(artifact: Path, device: str = "cpu") -> Any:
-    """Load a ``torch.export`` artifact (``.pt2``) as a module on ``device``.
-
-    Exported graphs record the device and dtype they were traced with: devices in op arguments
-    (moved with ``move_to_device_pass``) and ``_assert_tensor_metadata`` checks before ``.to()``
-    calls, which would reject the same graph run on the GPU or in fp16. The checks are removed
-    (they guard tracing assumptions, not results).
-
-    Raises:
-        EngineError: when the file is missing or not an exported program, saying how to build it.
-    """
-    import torch
-
-    import inflight.models.kernels  # noqa: F401  (registers the fused operators an artifact may call)
-
-    if not artifact.is_file():
-        raise EngineError(
-            f"Torch artifact {artifact} not found; build it with `inflight build-models` (it writes "
-            "<model>_inflight/1/model.pt2) or set the `artifact` parameter"
-        )
-    try:
-        ep = torch.export.load(str(artifact))
-    except Exception as e:
-        raise EngineError(f"{artifact} is not a loadable torch.export program ({type(e).__name__}: {e})") from None
-    if device != "cpu":
-        from torch.export.passes import move_to_device_pass
-
-        ep = move_to_device_pass(ep, device)
-    gm = ep.module()
-    assert_op = torch.ops.aten._assert_tensor_metadata.default
-    for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target is assert_op:
-            gm.graph.erase_node(node)
-    gm.graph.lint()
-    gm.recompile()
-    return gm
 
 
 #: Compile modes of ``TorchEngine`` (``auto``: inductor on a GPU, none on the CPU; ``max-autotune``:
