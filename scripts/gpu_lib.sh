@@ -1,4 +1,4 @@
-# Shared by scripts/gpu_session.sh, run_experiments.sh and run_experiments_lanes.sh (sourced from the
+# Shared by scripts/lab/gpu_session.sh, run_experiments.sh and run_experiments_lanes.sh (sourced from the
 # repository root). Sets PY (the Python interpreter: $PYTHON or python3) and unbuffered Python
 # output; profile_loaded needs USERS (Locust users) set by the caller.
 

@@ -354,7 +354,7 @@ def experiments_cmd(
     root: Annotated[Path, typer.Option(help="The experiments folder.")] = Path("results/experiments"),
     out: Annotated[Path, typer.Option(help="summary: where to write it.")] = Path("results/summary.json"),
 ) -> None:
-    """The published experiment plan (see scripts/run_experiments.sh): its parts and its summary."""
+    """The published experiment plan (see scripts/lab/run_experiments.sh): its parts and its summary."""
     from inflight.lab import experiments as ex
 
     if what == "plan":

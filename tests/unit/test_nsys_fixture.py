@@ -1,8 +1,8 @@
 """The summary against a real capture: a pipelined bert_tiny instance under Locust load on the H200.
 
-``fixtures/nsys-bert_tiny_inflight.sqlite`` is the output of ``scripts/gpu_session.sh profile``
+``fixtures/nsys-bert_tiny_inflight.sqlite`` is the output of ``scripts/lab/gpu_session.sh profile``
 (nsys 2025.3.1, ``-t cuda,nvtx,osrt --sample=none --cpuctxsw=none``, graph-level trace) cut to a
-short window by ``inflight nsys-trim`` (``scripts/gpu_session.sh fixture``). Every expected figure
+short window by ``inflight nsys-trim`` (``scripts/lab/gpu_session.sh fixture``). Every expected figure
 below is computed here straight from the tables with SQL and a plain interval merge, not with the
 code under test.
 """

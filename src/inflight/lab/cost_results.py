@@ -1,6 +1,6 @@
 """CPU cost results: the ``cpu_per_request`` block of ``results/summary.json``.
 
-Read from the closed-loop A/B files under ``results/cpu-cost`` (``scripts/gpu_session.sh cost``):
+Read from the closed-loop A/B files under ``results/cpu-cost`` (``scripts/lab/gpu_session.sh cost``):
 the server's CPU per successful request (tritonserver and its stubs, the server's own cores) and
 req/s of every variant, all variants of one file measured in one sitting. The block's figures come
 from the newest file that holds the null model, one sync instance and several sync instances, so
@@ -212,7 +212,7 @@ def section(root: Path) -> list[str]:
         "",
         f"{block['device']}; closed loop (published load), server on its own cores{_cores(block)}; one sitting: "
         f"`{block['file']}` (server CPU = tritonserver and its stubs per successful request). The open-loop "
-        "figure comes from the newest open-loop sitting. Reproduce: `bash scripts/gpu_session.sh cost`. "
+        "figure comes from the newest open-loop sitting. Reproduce: `bash scripts/lab/gpu_session.sh cost`. "
         "Source: the `cpu_per_request` block of `results/summary.json`.",
         "",
         "| figure | value | target | verdict |",

@@ -1,6 +1,6 @@
 """The published experiment plan, in parts that each fit one GPU-host call, and its summary.
 
-``scripts/run_experiments.sh`` runs the parts (resumable: a finished part is skipped); this
+``scripts/lab/run_experiments.sh`` runs the parts (resumable: a finished part is skipped); this
 module names the variants of each part, picks the best configuration of each execution mode
 from the A/B results, lists the batch sizes the runs formed (for the engine-only bound) and
 writes ``results/summary.json`` from the JSON files only.
@@ -120,7 +120,9 @@ def summary(root: Path) -> dict[str, Any]:
     bs, bp = best(root, SYNC_PARTS), best(root, PIPELINED_PARTS)
     if bs is None or bp is None:
         missing = [p for p in (*SYNC_PARTS, *PIPELINED_PARTS) if latest_ab(root / p) is None]
-        raise ValueError(f"no valid A/B result for {missing or 'sync/pipelined'}; run scripts/run_experiments.sh first")
+        raise ValueError(
+            f"no valid A/B result for {missing or 'sync/pipelined'}; run scripts/lab/run_experiments.sh first"
+        )
     (_, sync, sync_file), (_, pipe, pipe_file) = bs, bp
     bound_path = root / "engine_bound.json"
     bound_doc = json.loads(bound_path.read_text()) if bound_path.is_file() else {}

@@ -1,7 +1,7 @@
 """Open-loop results: the ``open_loop`` block of ``results/summary.json`` and its RESULTS.md section.
 
 Read from the open-loop A/B files under ``results/open-loop/`` (written by ``inflight ab --rate/--search``,
-see ``scripts/gpu_session.sh campaign``) and the engine-bound file written beside them. The files are
+see ``scripts/lab/gpu_session.sh campaign``) and the engine-bound file written beside them. The files are
 grouped by *sitting*: each first-level folder of ``results/open-loop/`` (``<date>-<time>-<name>``) holds
 the runs of one session on the GPU host, and ratios are only taken within one sitting. The summary
 block describes the newest sitting; the RESULTS section adds one line per earlier sitting. Nothing is
@@ -420,7 +420,7 @@ def section(root: Path) -> list[str]:
         "no failure and >= 98% of the requests due answered in the window. Server (tritonserver and every stub) "
         "and load generator on disjoint cores (each file records its CPU sets). Every figure below comes from "
         'this one sitting. Reproduce: `CAMPAIGN=results/open-loop/<date>-<name> PARTS="bound gen sync1 auto1 '
-        'pipe1 sync2 auto2 soak" bash scripts/gpu_session.sh campaign` on the 2 x H200 host. Source: the '
+        'pipe1 sync2 auto2 soak" bash scripts/lab/gpu_session.sh campaign` on the 2 x H200 host. Source: the '
         "`open_loop` block of `results/summary.json` (`inflight results-report`).",
         "",
         "| figure | value | target | verdict |",

@@ -301,7 +301,7 @@ def _not_served_lines(m: Mapping[str, Any]) -> list[str]:
 
 
 def _lane_line(path: Path) -> list[str]:
-    """Where a part ran when scripts/run_experiments_lanes.sh ran several side by side (its lane.json)."""
+    """Where a part ran when scripts/lab/run_experiments_lanes.sh ran several side by side (its lane.json)."""
     f = path.parent / "lane.json"
     if not f.is_file():
         return []
@@ -465,7 +465,7 @@ def nsys_section(paths: list[Path], root: Path) -> list[str]:
     header = ["figure", *[f["label"] for _, f, _ in entries]]
     rows = [[name, *[get(f["summary"]) for _, f, _ in entries]] for name, get in keys]
     lines += _table(header, rows)
-    lines += ["", "Reproduce: `bash scripts/gpu_session.sh profile` on the GPU host.", ""]
+    lines += ["", "Reproduce: `bash scripts/lab/gpu_session.sh profile` on the GPU host.", ""]
     return lines
 
 
@@ -517,7 +517,7 @@ def live_window_section(path: Path, root: Path) -> list[str]:
         "holds it (the backend logs the refusal above and serves on without them). Triton's NVML "
         "utilization gauge has no such limit, so it is the live figure measured over the same seconds.",
         "",
-        "Reproduce: `bash scripts/gpu_session.sh samewindow` on the GPU host.",
+        "Reproduce: `bash scripts/lab/gpu_session.sh samewindow` on the GPU host.",
         "",
     ]
     return lines
@@ -864,7 +864,7 @@ def summary_section(path: Path, root: Path) -> list[str]:
         f"{d.get('device')}, driver {det.get('driver')}; {det.get('window_s')} s windows. Best sync: "
         f"`{(det.get('best_sync') or {}).get('spec')}`; "
         f"best pipelined: `{(det.get('best_pipelined') or {}).get('spec')}`. "
-        "Reproduce: `bash scripts/run_experiments.sh all` on the GPU host.",
+        "Reproduce: `bash scripts/lab/run_experiments.sh all` on the GPU host.",
         "",
     ]
     lines += _table(["figure", "value", "target", ""], rows)
@@ -989,7 +989,8 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
         "executor could serve in one instance. Reproduce: `inflight ab "
         "'bert_tiny_null@instances=1' 'bert_tiny_null@instances=1,sender_threads=8' 'bert_tiny_sync@instances=1' "
         "'bert_tiny_inflight@instances=1,slots=4' "
-        "--preset published --window 30 --warmup 5` (add `--protocol grpc`), or `bash scripts/gpu_session.sh ceiling` "
+        "--preset published --window 30 --warmup 5` (add `--protocol grpc`), or "
+        "`bash scripts/lab/gpu_session.sh ceiling` "
         "(both protocols).",
         "",
     ]
@@ -1277,10 +1278,10 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
         f"## The published experiment plan (`{exp.relative_to(root)}`)",
         "",
         "bert_tiny, 1000 closed-loop users x 50 items (seq 64), every configuration of the plan; newest result "
-        "of each part. Reproduce: `bash scripts/run_experiments.sh all` on one GPU host"
+        "of each part. Reproduce: `bash scripts/lab/run_experiments.sh all` on one GPU host"
         + (
-            ', or `bash scripts/run_experiments_lanes.sh "sync-a1" "sync-a2" "sync-b" "pipe-a pipe-b"` '
-            "then `bash scripts/run_experiments.sh bound nsys summary` on a host of several GPUs (as here: the "
+            ', or `bash scripts/lab/run_experiments_lanes.sh "sync-a1" "sync-a2" "sync-b" "pipe-a pipe-b"` '
+            "then `bash scripts/lab/run_experiments.sh bound nsys summary` on a host of several GPUs (as here: the "
             "parts ran side by side, one GPU and 16 cores each; compare rows of one part first)"
             if lanes
             else ""

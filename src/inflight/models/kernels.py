@@ -41,7 +41,7 @@ MAX_SEQ = 128
 #: Widest hidden size the feed-forward kernel takes whole (a power of two from 16).
 MAX_HIDDEN = 256
 #: Columns of the feed-forward activation computed per step (the ffn width must be a multiple),
-#: and the software pipeline's stages: the fastest of ``scripts/tune_ffn_kernel.py``'s grid on the
+#: and the software pipeline's stages: the fastest of ``scripts/lab/tune_ffn_kernel.py``'s grid on the
 #: H200 (``results/engine-profile-20261124/ffn_configs.json``).
 FFN_BLOCK = 32
 FFN_STAGES = 3
@@ -289,7 +289,7 @@ def _kernel(name: str) -> Any:
 def ffn_block_rows(rows: int) -> tuple[int, int]:
     """(rows per program, warps) of the feed-forward kernel for ``rows`` tokens.
 
-    The tuning grid's fastest on the H200 (``scripts/tune_ffn_kernel.py``): 64 rows at 2,048 x 64
+    The tuning grid's fastest on the H200 (``scripts/lab/tune_ffn_kernel.py``): 64 rows at 2,048 x 64
     tokens, 128 at 512 x 64 (fewer programs, one wave), 16 for the CLS-only layer's few rows.
     """
     if rows >= 65536:

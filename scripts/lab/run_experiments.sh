@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The published experiment plan on one H100/H200 host, resumable in parts (issue 6).
 #
-#   bash scripts/run_experiments.sh all                # every part not yet done, in order
-#   bash scripts/run_experiments.sh sync-a1 pipe-b     # named parts (each fits a 10-minute call)
+#   bash scripts/lab/run_experiments.sh all                # every part not yet done, in order
+#   bash scripts/lab/run_experiments.sh sync-a1 pipe-b     # named parts (each fits a 10-minute call)
 #
 # Parts (variants: `inflight experiments plan PART`):
 #   sync-a1  bert_tiny sync: 4 instances 500 us; 4 instances, preferred 512/1024/2000
@@ -22,12 +22,12 @@
 # default 60, after which an unload counts as stalled and its stubs are dumped). BOUND_BATCHES="40 2000" and BEST_SYNC / BEST_PIPELINED
 # (model@key=value,...) give the bound and nsys parts their inputs when the runs' results are not
 # in EXP_ROOT (e.g. they ran in an earlier call). On a host of several GPUs,
-# scripts/run_experiments_lanes.sh runs parts side by side, one GPU and one share of the cores each
+# scripts/lab/run_experiments_lanes.sh runs parts side by side, one GPU and one share of the cores each
 # (it sets EXP_LANE, which gives each server its own Python-backend shared-memory prefix).
 # A dry run on a CPU host:
-#   EXP_ROOT=runs/exp-dry/experiments USERS=20 WINDOW=2 WARMUP=1 bash scripts/run_experiments.sh sync-b pipe-b summary).
+#   EXP_ROOT=runs/exp-dry/experiments USERS=20 WINDOW=2 WARMUP=1 bash scripts/lab/run_experiments.sh sync-b pipe-b summary).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source scripts/gpu_lib.sh
 [ $# -ge 1 ] || { usage "$0"; exit 2; }
 kit_setup

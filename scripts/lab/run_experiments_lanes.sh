@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Run parts of scripts/run_experiments.sh side by side on a host of several GPUs: one lane per
+# Run parts of scripts/lab/run_experiments.sh side by side on a host of several GPUs: one lane per
 # GPU, each lane pinned to its own equal share of the cores, so every lane sees what a one-GPU
 # host gives one run (on the 4-GPU H200 host: 16 cores per lane, as on the 1-GPU one).
 #
-#   bash scripts/run_experiments_lanes.sh "sync-a1 sync-a2" "sync-b heads-b" "pipe-a" "pipe-b heads-a"
+#   bash scripts/lab/run_experiments_lanes.sh "sync-a1 sync-a2" "sync-b heads-b" "pipe-a" "pipe-b heads-a"
 #
 # Lane i (0-based) runs its parts ('-': none, only LANE_AFTER_i) in order on GPU i and cores [i*C, (i+1)*C), C = cores / lanes.
 # Each server gets its own Python-backend shared-memory prefix (EXP_LANE). Each part writes
@@ -13,7 +13,7 @@
 # Caveat, stated with the results: lanes share the host's memory bandwidth, PCIe root and
 # loopback network; compare variants of one lane first, across lanes second.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 source scripts/gpu_lib.sh
 [ $# -ge 1 ] || { usage "$0"; exit 2; }
 kit_setup
@@ -35,7 +35,7 @@ for parts in "$@"; do
     export CUDA_VISIBLE_DEVICES=$i EXP_LANE=$i EXP_CPUS=$cpus EXP_LANE_PARTS="$parts"
     # shellcheck disable=SC2086
     if [ "$parts" != - ]; then
-      OUT= timeout "${LANE_TIMEOUT:-3600}" taskset -c "$cpus" bash scripts/run_experiments.sh $parts
+      OUT= timeout "${LANE_TIMEOUT:-3600}" taskset -c "$cpus" bash scripts/lab/run_experiments.sh $parts
       echo "== lane $i parts done (rc $?) at $(date +%T)"
     fi
     if [ -n "${!after_var:-}" ]; then

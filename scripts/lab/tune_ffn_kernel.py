@@ -6,7 +6,7 @@ CUDA events over back-to-back launches, with the max abs error against the fp32 
 the unfused PyTorch ops (two cuBLAS GEMMs, the GELU, the residual and the layer norm, eager) for
 scale. Writes a JSON and prints the fastest configurations.
 
-Usage (GPU host): python3 scripts/tune_ffn_kernel.py --out ffn_configs.json
+Usage (GPU host): python3 scripts/lab/tune_ffn_kernel.py --out ffn_configs.json
 """
 
 from __future__ import annotations

@@ -1,31 +1,31 @@
 #!/usr/bin/env bash
 # The GPU-host experiments of this repository, one step per device call (each fits in 10 minutes).
 #
-#   bash scripts/gpu_session.sh throughput   # issue 3: sync at 1/2/4/8 instances vs pipelined at 1/2/4,
+#   bash scripts/lab/gpu_session.sh throughput   # issue 3: sync at 1/2/4/8 instances vs pipelined at 1/2/4,
 #                                            #   1000 users x 50 items, windows interleaved and repeated
-#   bash scripts/gpu_session.sh published    # issue 4: the published preset, 120 s per variant;
+#   bash scripts/lab/gpu_session.sh published    # issue 4: the published preset, 120 s per variant;
 #                                            #   response-path sweep; live CUPTI metrics
-#   bash scripts/gpu_session.sh profile      # issue 5: nsys of sync and pipelined under the same load
-#   bash scripts/gpu_session.sh sweep V...   # one short window per variant (model@key=value,...)
-#   bash scripts/gpu_session.sh engine       # issue 3: engine-only bound vs the executors (no server)
-#   bash scripts/gpu_session.sh fixture      # issue 5: the committed nsys fixture, from the profile step
-#   bash scripts/gpu_session.sh tracing      # issue 5: live CUPTI metrics on vs off, same load
-#   bash scripts/gpu_session.sh samewindow   # issue 5: nsys and the live CUPTI gauges over one window
-#   bash scripts/gpu_session.sh ceiling      # issue 3: one null / sync / pipelined instance, HTTP then gRPC
+#   bash scripts/lab/gpu_session.sh profile      # issue 5: nsys of sync and pipelined under the same load
+#   bash scripts/lab/gpu_session.sh sweep V...   # one short window per variant (model@key=value,...)
+#   bash scripts/lab/gpu_session.sh engine       # issue 3: engine-only bound vs the executors (no server)
+#   bash scripts/lab/gpu_session.sh fixture      # issue 5: the committed nsys fixture, from the profile step
+#   bash scripts/lab/gpu_session.sh tracing      # issue 5: live CUPTI metrics on vs off, same load
+#   bash scripts/lab/gpu_session.sh samewindow   # issue 5: nsys and the live CUPTI gauges over one window
+#   bash scripts/lab/gpu_session.sh ceiling      # issue 3: one null / sync / pipelined instance, HTTP then gRPC
 #                                            #   (results/per-instance-ceiling; docs/RESULTS.md "One instance")
-#   bash scripts/gpu_session.sh manyceiling  # sync at 8 vs the null model deferring its responses vs pipelined
+#   bash scripts/lab/gpu_session.sh manyceiling  # sync at 8 vs the null model deferring its responses vs pipelined
 #                                            #   (results/pipelined-ceiling; docs/RESULTS.md "Many instances")
-#   bash scripts/gpu_session.sh stallcontrol # the HTTP unload stall with the null model: HTTP vs gRPC
-#   bash scripts/gpu_session.sh capacity     # issue 15: engine bound, generator proof, capacity at p99 <= 50 ms
+#   bash scripts/lab/gpu_session.sh stallcontrol # the HTTP unload stall with the null model: HTTP vs gRPC
+#   bash scripts/lab/gpu_session.sh capacity     # issue 15: engine bound, generator proof, capacity at p99 <= 50 ms
 #                                            #   (sync and pipelined on GPU 0, sync on both GPUs)
-#   bash scripts/gpu_session.sh cost         # issue 17: server CPU per request and req/s, closed loop, server on
+#   bash scripts/lab/gpu_session.sh cost         # issue 17: server CPU per request and req/s, closed loop, server on
 #                                            #   its own cores: null, sync, pipelined, overlap, auto at 1 and many
 #                                            #   instances (results/cpu-cost; the log in $OUT/cost.log as it is written)
-#   bash scripts/gpu_session.sh costopen     # issues 15/17: capacity at p99 <= 50 ms of sync, the deferred
+#   bash scripts/lab/gpu_session.sh costopen     # issues 15/17: capacity at p99 <= 50 ms of sync, the deferred
 #                                            #   pipelined mode and auto on GPU 0 (results/open-loop)
-#   CAMPAIGN=DIR PARTS="..." bash scripts/gpu_session.sh campaign  # issue 15 in one sitting (see the step)
-#   SOAK_RATE=R bash scripts/gpu_session.sh soak  # issue 15: five one-minute open-loop windows at R req/s
-#   bash scripts/gpu_session.sh openloop NAME ARGS...  # open-loop `inflight ab ARGS` (variants, --rate/--search)
+#   CAMPAIGN=DIR PARTS="..." bash scripts/lab/gpu_session.sh campaign  # issue 15 in one sitting (see the step)
+#   SOAK_RATE=R bash scripts/lab/gpu_session.sh soak  # issue 15: five one-minute open-loop windows at R req/s
+#   bash scripts/lab/gpu_session.sh openloop NAME ARGS...  # open-loop `inflight ab ARGS` (variants, --rate/--search)
 #                                            #   into $OL_ROOT/<date>-NAME; server and Locust on
 #                                            #   disjoint halves of the cores; the log in $OUT/openloop-NAME.log
 #
@@ -34,7 +34,7 @@
 # and copies a tarball of it to $OUT when that is set. WINDOW / WARMUP / USERS / REPEAT override
 # the load (e.g. for a dry run on a CPU host).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 STEP=${1:?usage: gpu_session.sh throughput|published|profile|sweep VARIANT...|final}
 OUT=${OUT:-runs/gpu-out}
 mkdir -p "$OUT" results

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-tool call: set up the offline kit, build models, run the GPU tests and the engine bench.
-# Usage (GPU host, repo root): bash scripts/gpu_smoke.sh [pytest -k expr]
+# Usage (GPU host, repo root): bash scripts/lab/gpu_smoke.sh [pytest -k expr]
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-runs/gpu-out}; mkdir -p "$OUT"

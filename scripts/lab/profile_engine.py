@@ -18,7 +18,7 @@ not key on them).
 example inputs' masked tails, and one of lengths 16-128 at 128, each through the engine's unpadded
 graph of its token bucket.
 
-Usage (GPU host): python3 scripts/profile_engine.py --batch 512 --batch 2048 --out prof.json
+Usage (GPU host): python3 scripts/lab/profile_engine.py --batch 512 --batch 2048 --out prof.json
 """
 
 from __future__ import annotations
