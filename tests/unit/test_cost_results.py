@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inflight.lab.cost_results import summary, write_summary
+from inflight.lab.cost_results import overlap_bound, summary, table, verdict, write_summary
 
 
 def _variant(label: str, spec: str, mode: str | None) -> dict:
@@ -58,3 +58,43 @@ def test_block_from_the_sitting_with_null_and_sync_and_every_ratio(tmp_path: Pat
     assert [round(s["rps_ratio"], 2) for s in block["sittings"]] == [0.75, 1.1]
     doc = json.loads((tmp_path / "results" / "summary.json").read_text())
     assert doc["kept"] == 1 and doc["cpu_per_request"]["file"].endswith("ab-1.json")
+
+
+def test_one_instance_target_carries_the_overlap_bound_of_the_sync_instance(tmp_path: Path) -> None:
+    _file(
+        tmp_path,
+        "1",
+        [
+            ("A", "m_null@instances=8", None, 30000.0, 200.0),
+            ("B", "m_sync@instances=1", "sync", 6000.0, 240.0),
+            ("C", "m_sync@instances=8", "sync", 20000.0, 250.0),
+            ("D", "m_inflight@instances=1,mode=auto", "auto", 6100.0, 260.0),
+        ],
+    )
+    path = next((tmp_path / "results" / "cpu-cost").rglob("ab-*.json"))
+    doc = json.loads(path.read_text())
+    # cycle 3 + 5 = 8 ms of which 0.8 ms device wait: at most 8 / 7.2 from overlap
+    doc["summary"][1]["executor"] = {"execute_ms": 3.0, "between_executes_ms": 5.0, "device_wait_ms": 0.8}
+    path.write_text(json.dumps(doc))
+    block = summary(tmp_path)
+    assert block is not None
+    bound = block["one_instance_overlap_bound"]
+    assert abs(bound["value"] - 8.0 / 7.2) < 1e-9 and bound["device_wait_ms"] == 0.8
+    one = block["targets"][2]
+    assert one["met"] is False and abs(one["bound"] - 8.0 / 7.2) < 1e-9
+    assert verdict(one) == "**missed** (overlap bound 1.111)"
+    assert verdict(block["targets"][0]) == "met"
+
+
+def test_overlap_bound_needs_every_figure() -> None:
+    assert overlap_bound(None) is None
+    assert overlap_bound({"execute_ms": 3.0, "between_executes_ms": 5.0}) is None
+    assert overlap_bound({"execute_ms": 3.0, "between_executes_ms": None, "device_wait_ms": 1.0}) is None
+    assert overlap_bound({"execute_ms": 0.5, "between_executes_ms": 0.0, "device_wait_ms": 1.0}) is None
+
+
+def test_design_holds_the_current_cost_table() -> None:
+    """docs/DESIGN.md's cost table is what ``python -m inflight.lab.cost_results`` prints from results/."""
+    root = Path(__file__).resolve().parents[2]
+    design = (root / "docs" / "DESIGN.md").read_text()
+    assert "\n".join(table(root)) in design, "regenerate it: python -m inflight.lab.cost_results"

@@ -344,6 +344,8 @@ def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> No
     assert len(rows) == want
     for t in d["open_loop"]["targets"] + d["cpu_per_request"]["targets"]:
         verdict = "met" if t["met"] else "**missed**"
+        if t.get("bound") is not None and not t["met"]:
+            verdict += f" (overlap bound {t['bound']:.3f})"
         assert any(f"| {t['figure']} |" in r and f"| {verdict} |" in r for r in rows), t["figure"]
     met = sum("| met |" in r for r in rows)
     assert f"({met} of {want} met;" in lines[2]

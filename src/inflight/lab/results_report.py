@@ -621,7 +621,7 @@ def headline_section(results: Path) -> list[str]:
                 t["figure"],
                 "n/a" if v is None else f"{v:.3f}",
                 t["target"],
-                _verdict(t["met"]),
+                cost_results.verdict(t),
                 "Pipelining at the sync mode's cost",
             ]
         )
