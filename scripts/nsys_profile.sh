@@ -310,9 +310,9 @@ cat >"$OUT/run.json" <<EOF
 EOF
 
 if [[ $SUMMARY -eq 1 ]]; then
-  if "$PY_BIN" -c 'import inflight.profiling.nsys_summary' >/dev/null 2>&1; then
+  if "$PY_BIN" -c 'import inflight.cli' >/dev/null 2>&1; then
     log "summary"
-    "$PY_BIN" -m inflight.profiling.nsys_summary "$REP.sqlite" --out "$OUT" --label "$NAME" >/dev/null \
+    "$PY_BIN" -m inflight.cli nsys-summary "$REP.sqlite" --out "$OUT" --label "$NAME" >/dev/null \
       || log "warning: the summary failed; run: $PY_BIN $SCRIPT_DIR/nsys_summary.py $REP.sqlite --out $OUT"
   else
     log "inflight is not importable by $PY_BIN; summary skipped (run scripts/nsys_summary.py $REP.sqlite --out $OUT)"

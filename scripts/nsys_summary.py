@@ -2,7 +2,7 @@
 """Summarise nsys sqlite exports: GPU activity, sync share, dispatches, regime (thin wrapper).
 
 Usage: scripts/nsys_summary.py FILE.sqlite [FILE ...] [--out DIR] [--nvtx NAME] [--json] ...
-See ``python -m inflight.profiling.nsys_summary --help``; ``inflight nsys-summary`` is the same.
+The ``inflight nsys-summary`` command itself (``inflight nsys-summary --help``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 try:
-    from inflight.profiling.nsys_summary import main
+    from inflight.profiling.cli import nsys_summary_main as main
 except ImportError:  # a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from inflight.profiling.nsys_summary import main
+    from inflight.profiling.cli import nsys_summary_main as main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from inflight.models.registry import WIRE_TYPES
+from inflight.models.spec import WIRE_TYPES
 
 
 def http_inputs(inputs: Mapping[str, np.ndarray]) -> list[Any]:

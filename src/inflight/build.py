@@ -22,7 +22,8 @@ from typing import Any
 
 from inflight.errors import ConfigError
 from inflight.model_config import VARIANTS, BackendParameters, BatchingConfig, Kind, VariantConfig
-from inflight.models.registry import MODELS, ModelSpec
+from inflight.models.registry import MODELS
+from inflight.models.spec import ModelSpec
 
 LOGGER = logging.getLogger(__name__)
 

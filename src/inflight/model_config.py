@@ -24,8 +24,9 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
-from inflight.models.registry import ModelSpec, get_model
-from inflight.runtime.batch import UNPAD_TOKEN_COST
+from inflight.models.packing import UNPAD_TOKEN_COST
+from inflight.models.registry import get_model
+from inflight.models.spec import ModelSpec
 
 Variant = Literal["inflight", "sync", "trt", "null"]
 Kind = Literal["auto", "gpu", "cpu"]
@@ -115,10 +116,10 @@ class BackendParameters:
             its masked tokens, FlashAttention's variable-length kernel doing each sequence's
             attention; the others run padded as before.
         unpad_token_cost: What a token of an unpadded launch costs in tokens of a padded one: a
-            launch runs unpadded when its token bucket at this price, plus a fixed 16,384 tokens, is
-            less than its padded tokens (bucket rows x bucket length). The default,
-            ``inflight.runtime.batch.UNPAD_TOKEN_COST``, was measured on the H200; 0 unpads every launch
-            whose first tokens are all unmasked.
+            launch runs unpadded when its token bucket at this price, plus a fixed
+            ``inflight.models.packing.UNPAD_COST_TOKENS``, is less than its padded tokens (bucket
+            rows x bucket length). The default, ``inflight.models.packing.UNPAD_TOKEN_COST``, was
+            measured on the H200; 0 unpads every launch whose first tokens are all unmasked.
         capture_at_load: Capture every (batch, sequence) bucket at initialize, within
             ``graph_memory_mb``; otherwise only the ``warmup_seq_len`` bucket, the others on
             their first use.

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inflight.models.registry import ModelSpec, TensorSpec
+from inflight.models.spec import ModelSpec, TensorSpec
 from inflight.runtime.batch import Batch, Buckets, Item, Layout, gather, outputs_for, plan, pow2_buckets
 from inflight.runtime.engines.base import HostEngine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor

@@ -22,7 +22,8 @@ import typer
 from typer.testing import CliRunner
 
 from inflight.profiling import activity as act
-from inflight.profiling.nsys_summary import NsysDb, NsysExportError, main, run, split_global_id, summarize_file
+from inflight.profiling.cli import nsys_summary_main as main
+from inflight.profiling.nsys_summary import NsysDb, NsysExportError, run, split_global_id, summarize_file
 
 ROOT = Path(__file__).resolve().parents[2]
 US = 1_000  # ns
@@ -848,7 +849,7 @@ def test_live_counters_give_batches_and_items_per_batch_between_first_and_last_s
 
 
 def test_module_entry_point_is_the_inflight_command(capsys: pytest.CaptureFixture[str]) -> None:
-    """``python -m inflight.profiling.nsys_summary`` and ``inflight nsys-summary`` are one command line."""
+    """``scripts/nsys_summary.py`` (``nsys_summary_main``) and ``inflight nsys-summary`` are one command line."""
     assert main(["--bogus"]) == 2
     assert main(["--help"]) == 0
     text = capsys.readouterr().out

@@ -15,9 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from inflight.models.bert import SPEC, make_module  # noqa: E402
-from inflight.models.packing import forward_rows_unpadded, unpad, unpad_rows  # noqa: E402
+from inflight.models.packing import UNPAD_COST_TOKENS, forward_rows_unpadded, unpad, unpad_rows  # noqa: E402
 from inflight.runtime.batch import (  # noqa: E402
-    UNPAD_COST_TOKENS,
     Batch,
     Buckets,
     Item,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from inflight.models.registry import ModelSpec
+from inflight.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)

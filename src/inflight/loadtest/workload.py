@@ -31,7 +31,8 @@ import numpy as np
 
 from inflight.errors import ConfigError
 from inflight.models.artifact import load_module
-from inflight.models.registry import ModelSpec, get_model
+from inflight.models.registry import get_model
+from inflight.models.spec import ModelSpec
 
 LOGGER = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from inflight.models.registry import ModelSpec, TensorSpec
+from inflight.models.spec import ModelSpec, TensorSpec
 
 if TYPE_CHECKING:
     import torch

@@ -173,6 +173,22 @@ def nsys_summary_cmd(
     typer.echo(to_json(summaries) if as_json else to_markdown(summaries))
 
 
+def nsys_summary_main(argv: Sequence[str] | None = None) -> int:
+    """``inflight nsys-summary`` standalone (``scripts/nsys_summary.py``): the same command line.
+
+    Returns the exit status (2 for a file that is not a usable export or a bad option).
+    """
+    from typer.main import get_command
+
+    app = typer.Typer(add_completion=False)
+    app.command()(nsys_summary_cmd)
+    try:  # standalone: usage errors print as on the command line (exit 2), typer.Exit gives its code
+        get_command(app).main(args=list(argv) if argv is not None else None, prog_name="nsys_summary")
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return 0
+
+
 def nsys_trim_cmd(
     src: Annotated[Path, typer.Argument(help="An nsys sqlite export.")],
     dst: Annotated[Path, typer.Argument(help="Where to write the trimmed copy.")],

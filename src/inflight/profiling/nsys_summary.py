@@ -815,27 +815,3 @@ def run(
         (out / "summary.json").write_text(to_json(files))
         LOGGER.info("wrote %s and %s", out / "summary.md", out / "summary.json")
     return files
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m inflight.profiling.nsys_summary``: the ``inflight nsys-summary`` command itself.
-
-    One command line, defined once (:func:`inflight.profiling.cli.nsys_summary_cmd`); returns the
-    exit status (2 for a file that is not a usable export or a bad option).
-    """
-    import typer
-    from typer.main import get_command
-
-    from inflight.profiling.cli import nsys_summary_cmd
-
-    app = typer.Typer(add_completion=False)
-    app.command()(nsys_summary_cmd)
-    try:  # standalone: usage errors print as on the command line (exit 2), typer.Exit gives its code
-        get_command(app).main(args=list(argv) if argv is not None else None, prog_name="nsys_summary")
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from inflight.errors import ConfigError, InflightError
 from inflight.model_config import BackendParameters
-from inflight.models.registry import ModelSpec
+from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Buckets, Layout, pow2_buckets, token_buckets
 from inflight.runtime.engines.base import DeviceEngine, Engine, HostEngine
 from inflight.runtime.runners import CpuRunner, CudaRunner, Runner

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from inflight.models.registry import ModelSpec, TensorSpec
+from inflight.models.packing import UNPAD_COST_TOKENS, UNPAD_TOKEN_COST
+from inflight.models.spec import ModelSpec, TensorSpec
 
 
 @dataclass(eq=False)
@@ -61,21 +62,6 @@ def pow2_buckets(limit: int) -> tuple[int, ...]:
     if out[-1] != limit:
         out.append(limit)
     return tuple(out)
-
-
-#: What an unpadded launch costs beyond its token bucket, in padded-token equivalents: unpadding
-#: on the device over every row of the engine's static input and the last layer over all of its
-#: rows (fixed in size, so that one graph serves any number of rows). Fitted on the H200 with the
-#: fused kernels (``results/engine-profile-20261124/engine_bench-kernels-cost-fit.json``): the
-#: served unpadded launches took 332.0 us at a 35,776-token bucket and 465.6 us at 65,536 (about
-#: 171 us plus 4.5 ns per token), the padded ones 249.1 us at 65,536 tokens and 446.8 us at
-#: 131,072 (about 51 us plus 3.0 ns per token): about 40,000 padded tokens more.
-UNPAD_COST_TOKENS = 40960
-
-#: ``Buckets.unpad_token_cost`` on the H200, from the same rows: 4.5 ns per unpadded token against
-#: 3.0 per padded one (FlashAttention's varlen kernel against the fused short-sequence attention
-#: kernel of the padded launch, ``inflight.models.kernels``).
-UNPAD_TOKEN_COST = 1.5
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ import numpy as np
 from inflight.errors import ConfigError, ShuttingDownError, ValidationError
 from inflight.log import gpu_metrics_provider, install_stack_dump, route_to_triton
 from inflight.model_config import BackendParameters, parameters_of, proto_from_json
-from inflight.models.registry import ModelSpec, get_model
+from inflight.models.registry import get_model
+from inflight.models.spec import ModelSpec
 from inflight.runtime.assembly import assemble, capture_at_load
 from inflight.runtime.batch import Batch, Item
 from inflight.runtime.executor import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inflight.errors import EngineError
-from inflight.models.registry import ModelSpec
+from inflight.models.spec import ModelSpec
 from inflight.runtime import cuda
 from inflight.runtime.batch import Group
 from inflight.runtime.engines.base import DeviceEngine, SlotBuffers

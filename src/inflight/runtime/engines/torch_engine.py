@@ -30,7 +30,7 @@ import numpy as np
 
 from inflight.errors import EngineError
 from inflight.models.artifact import load_module
-from inflight.models.registry import ModelSpec
+from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import Group, Layout
 from inflight.runtime.engines.base import DeviceEngine, HostEngine, SlotBuffers
 
