@@ -18,9 +18,10 @@
 #   bash scripts/lab/gpu_session.sh stallcontrol # the HTTP unload stall with the null model: HTTP vs gRPC
 #   bash scripts/lab/gpu_session.sh capacity     # issue 15: engine bound, generator proof, capacity at p99 <= 50 ms
 #                                            #   (sync and pipelined on GPU 0, sync on both GPUs)
-#   bash scripts/lab/gpu_session.sh cost         # issue 17: server CPU per request and req/s, closed loop, server on
+#   bash scripts/lab/gpu_session.sh cost [V...] # issue 17: server CPU per request and req/s, closed loop, server on
 #                                            #   its own cores: null, sync, pipelined, overlap, auto at 1 and many
-#                                            #   instances (results/cpu-cost; the log in $OUT/cost.log as it is written)
+#                                            #   instances (results/cpu-cost; the log in $OUT/cost.log as it is written;
+#                                            #   AB_CPUS="--server-cpus A --client-cpus B", PROCS, WINDOW, REPEAT)
 #   bash scripts/lab/gpu_session.sh costopen     # issues 15/17: capacity at p99 <= 50 ms of sync, the deferred
 #                                            #   pipelined mode and auto on GPU 0 (results/open-loop)
 #   CAMPAIGN=DIR PARTS="..." bash scripts/lab/gpu_session.sh campaign  # issue 15 in one sitting (see the step)
@@ -35,7 +36,7 @@
 # the load (e.g. for a dry run on a CPU host).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-STEP=${1:?usage: gpu_session.sh throughput|published|profile|sweep VARIANT...|final}
+STEP=${1:?usage: gpu_session.sh STEP [ARGS...]; the steps and what each runs are listed at the top of this file}
 OUT=${OUT:-runs/gpu-out}
 mkdir -p "$OUT" results
 source scripts/gpu_lib.sh
@@ -79,7 +80,8 @@ case "$STEP" in
       "bert_tiny_sync@instances=8,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=4,slots=4,gpus=0,$FAST_LOAD" \
       "bert_tiny_inflight@instances=8,mode=overlap,gpus=0,$FAST_LOAD" "bert_tiny_inflight@instances=8,mode=auto,gpus=0,$FAST_LOAD"
     fi
-    timeout "${COST_TIMEOUT:-530}" $PY -m inflight.cli ab ${BACKEND_CONFIG:+--backend-config "$BACKEND_CONFIG"} --preset published --users "$USERS" \
+    # shellcheck disable=SC2086  # AB_CPUS holds several options (e.g. "--server-cpus 0-7 --client-cpus 8-15")
+    timeout "${COST_TIMEOUT:-530}" $PY -m inflight.cli ab ${BACKEND_CONFIG:+--backend-config "$BACKEND_CONFIG"} ${AB_CPUS:-} --preset published --users "$USERS" \
       --window "${WINDOW:-12}" --warmup "${WARMUP:-4}" --repeat "${REPEAT:-1}" --processes "${PROCS:-14}" --out "results/cpu-cost/$(date +%Y%m%d-%H%M)" \
       "$@" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" > "$OUT/cost.log"
     tail -40 "$OUT/cost.log"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inflight.lab.cost_results import overlap_bound, summary, table, verdict, write_summary
+from inflight.lab.cost_results import overlap_bound, reproduce_command, summary, table, verdict, write_summary
 
 
 def _variant(label: str, spec: str, mode: str | None) -> dict:
@@ -98,3 +98,21 @@ def test_design_holds_the_current_cost_table() -> None:
     root = Path(__file__).resolve().parents[2]
     design = (root / "docs" / "DESIGN.md").read_text()
     assert "\n".join(table(root)) in design, "regenerate it: python -m inflight.lab.cost_results"
+
+
+def test_reproduce_command_comes_from_the_file_settings() -> None:
+    doc = {
+        "load": {
+            "cpu_sets": {"server": "0-7", "client": "8-15"},
+            "processes": 7,
+            "window_s": 10.0,
+            "warmup_s": 4.0,
+            "repeat": 2,
+        },
+        "summary": [{"spec": "m_null@instances=8"}, {"spec": "m_sync@instances=1"}],
+    }
+    assert reproduce_command(doc) == (
+        'AB_CPUS="--server-cpus 0-7 --client-cpus 8-15" PROCS=7 WINDOW=10 WARMUP=4 REPEAT=2 '
+        "bash scripts/lab/gpu_session.sh cost 'm_null@instances=8' 'm_sync@instances=1'"
+    )
+    assert reproduce_command({}) == "bash scripts/lab/gpu_session.sh cost"

@@ -49,6 +49,25 @@ def overlap_bound(executor: dict[str, Any] | None) -> dict[str, float] | None:
     }
 
 
+def reproduce_command(doc: dict[str, Any]) -> str:
+    """The ``scripts/lab/gpu_session.sh cost`` line that re-runs an A/B file's sitting.
+
+    Built from what the file recorded: its CPU sets, Locust processes, window, warm-up, rounds and
+    variants (in their order), so the line cannot drift from the run it reproduces.
+    """
+    load = doc.get("load") or {}
+    sets = load.get("cpu_sets") or {}
+    env = []
+    if sets.get("server") and sets.get("client"):
+        env.append(f'AB_CPUS="--server-cpus {sets["server"]} --client-cpus {sets["client"]}"')
+    for name, key in (("PROCS", "processes"), ("WINDOW", "window_s"), ("WARMUP", "warmup_s"), ("REPEAT", "repeat")):
+        v = load.get(key)
+        if v is not None:
+            env.append(f"{name}={v:g}" if isinstance(v, float) else f"{name}={v}")
+    specs = " ".join(f"'{s['spec']}'" for s in doc.get("summary", []))
+    return " ".join([*env, "bash scripts/lab/gpu_session.sh cost", specs]).strip()
+
+
 def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     variants = {v["label"]: v for v in doc.get("variants", [])}
@@ -113,6 +132,7 @@ def summary(root: Path) -> dict[str, Any] | None:
         "one_instance_pipelined": one_pipe["spec"] if one_pipe else None,
         "file": str(path.relative_to(root)),
         "cpu_sets": (doc.get("load") or {}).get("cpu_sets"),
+        "reproduce": reproduce_command(doc),
         "rows": rows,
     }
     # every sitting that compared a sync and a non-sync configuration (the window-to-window spread)
@@ -248,7 +268,8 @@ def section(root: Path) -> list[str]:
         "",
         f"{block['device']}; closed loop (published load), server on its own cores{_cores(block)}; one sitting: "
         f"`{block['file']}` (server CPU = tritonserver and its stubs per successful request). The open-loop "
-        "figure comes from the newest open-loop sitting. Reproduce: `bash scripts/lab/gpu_session.sh cost`. "
+        "figure comes from the newest open-loop sitting. Reproduce (on the GPU host, from the file's own settings): "
+        f"`{block.get('reproduce') or 'bash scripts/lab/gpu_session.sh cost'}`. "
         "Source: the `cpu_per_request` block of `results/summary.json`.",
         "",
         "| figure | value | target | verdict |",
