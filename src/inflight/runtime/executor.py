@@ -103,12 +103,14 @@ class ExecutorStats:
         auto_inline: ``auto`` batches returned whole: the measured wait for the last chunk was at
             most the measured cost of sending its responses.
         auto_deferred: ``auto`` batches whose last chunk was deferred: the wait was longer.
-        auto_explored: ``auto`` batches that took the other branch to refresh its estimate.
+        auto_explored: ``auto`` batches that took the other branch (of cutting or of deferring) to
+            refresh its estimate.
         auto_wait_est_us: ``auto``'s current estimate of the execute thread's wait for a last chunk.
         auto_send_est_us: ``auto``'s current estimate of one ``send()`` per request.
-        auto_whole: ``auto`` batches run as one chunk because one chunk cost less per item than
-            several (or the batch was too small to cut).
-        auto_split: ``auto`` batches cut into chunks because that cost less per item.
+        auto_whole: ``auto`` batches that could be cut, run as one chunk because one chunk cost
+            less per item than several (or cutting was not measured yet; explorations excluded).
+        auto_split: ``auto`` batches cut into chunks because that cost less per item (or running
+            whole was not measured yet; explorations excluded).
         auto_whole_est_us: ``auto``'s estimate of ``run()``'s time per item for a batch run whole.
         auto_split_est_us: ``auto``'s estimate of ``run()``'s time per item for a batch cut into chunks.
         batch_sizes: Real rows of recent batches (bounded; drained by the metrics publisher).
@@ -627,8 +629,12 @@ class AutoPolicy:
     Exploring costs what the losing branch loses (a deferred chunk's requests each pay a ``send()``
     round trip), so it backs off: the first exploration of each choice comes after
     ``explore_every`` batches, and each time the choice is still the one it was at the previous
-    exploration the period doubles, up to ``explore_max``; once the choice changes, the period is
-    ``explore_every`` again.
+    exploration the period doubles, up to ``explore_max``; when an exploration finds the choice
+    changed since the previous one, the period is ``explore_every`` again. A change needs no
+    exploration to be seen: the branch given up was the one being measured until then, so its
+    estimate is fresh, and the schedule only keeps the branch not taken from going stale. A batch
+    that explores cutting (or running whole) is returned in full, never deferred, so that its time
+    is measured.
 
     Attributes:
         send_us: Estimated cost of one response sent through ``send()`` (starts at the prior).
@@ -813,17 +819,22 @@ class OverlapExecutor(PipelinedExecutor):
         bounds = chunk_bounds([it.count for it in items], self.chunk_items, self.max_chunks)
         cut = len(bounds) > 1
         chose = self.policy is not None and cut  # auto measures only the batches it could cut
+        split_explored = False
         if self.policy is not None and cut:
-            cut, _ = self.policy.split(len(bounds))
+            cut, why = self.policy.split(len(bounds))
+            split_explored = why == "explored"
             with self._lock:
-                if cut:
+                if split_explored:
+                    self.stats.auto_explored += 1
+                elif cut:
                     self.stats.auto_split += 1
                 else:
                     self.stats.auto_whole += 1
             if not cut:
                 bounds = [(0, len(items))]
         defer = False
-        if self.policy is not None and bounds:
+        # a batch exploring cut-or-whole is returned in full: a deferred chunk's time is not measured
+        if self.policy is not None and bounds and not split_explored:
             lo, hi = bounds[-1]
             defer, why = self.policy.decide(hi - lo)
             with self._lock:

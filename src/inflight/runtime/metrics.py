@@ -133,15 +133,15 @@ class MetricsPublisher:
             ),
             "auto_explored": (
                 "inflight_auto_explored_batches_total",
-                "auto: batches that took the other branch to refresh its estimate",
+                "auto: batches that took the other branch (cut or whole, defer or not) to refresh its estimate",
             ),
             "auto_whole": (
                 "inflight_auto_whole_batches_total",
-                "auto: batches run as one chunk (cheaper per item than cutting them, as measured)",
+                "auto: batches run as one chunk (cheaper per item than cutting them as measured; explorations apart)",
             ),
             "auto_split": (
                 "inflight_auto_split_batches_total",
-                "auto: batches cut into chunks (cheaper per item than one chunk, as measured)",
+                "auto: batches cut into chunks (cheaper per item than one chunk as measured; explorations apart)",
             ),
         }
         self.m_counters = {
