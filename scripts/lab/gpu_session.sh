@@ -8,6 +8,8 @@
 #   bash scripts/lab/gpu_session.sh profile      # issue 5: nsys of sync and pipelined under the same load
 #   bash scripts/lab/gpu_session.sh sweep V...   # one short window per variant (model@key=value,...)
 #   bash scripts/lab/gpu_session.sh engine       # issue 3: engine-only bound vs the executors (no server)
+#   bash scripts/lab/gpu_session.sh heads        # issue 16: linear, stacked and seqlen head engines, inductor vs
+#                                            #   eager with the floor (results/engine-heads/<head>.json)
 #   bash scripts/lab/gpu_session.sh fixture      # issue 5: the committed nsys fixture, from the profile step
 #   bash scripts/lab/gpu_session.sh tracing      # issue 5: live CUPTI metrics on vs off, same load
 #   bash scripts/lab/gpu_session.sh samewindow   # issue 5: nsys and the live CUPTI gauges over one window
@@ -247,6 +249,16 @@ case "$STEP" in
     timeout 70 bash "$0" _cupti_only
     tar czf "$OUT/results-cupti.tgz" results/cupti 2>/dev/null
     WINDOW=4 DELAY=10 timeout 190 bash "$0" profile
+    ;;
+  heads)  # issue 16: the three heads' engines (inductor vs eager, time vs floor), one JSON per head
+    ensure_built linear_head stacked_head seqlen_head
+    mkdir -p results/engine-heads
+    for head in linear_head stacked_head seqlen_head; do
+      timeout "${HEAD_TIMEOUT:-170}" $PY -m inflight.cli bench-engine --model "$head" --repository model_repository \
+        --iters "${ITERS:-100}" --out "results/engine-heads/$head.json" > "$OUT/heads-$head.log" 2>&1
+      echo "$head rc=$?"; grep -v "INFO inflight.bench" "$OUT/heads-$head.log" | tail -6
+    done
+    pack_results "$OUT/results-heads.tgz" results/engine-heads; exit 0
     ;;
   engine)  # issue 3: engine-only bound vs sync vs pipelined executors, no server
     timeout 200 $PY -m inflight.cli bench-engine --repository model_repository --iters 200 \
