@@ -9,7 +9,8 @@
 #   bash scripts/lab/gpu_session.sh sweep V...   # one short window per variant (model@key=value,...)
 #   bash scripts/lab/gpu_session.sh engine       # issue 3: engine-only bound vs the executors (no server)
 #   bash scripts/lab/gpu_session.sh heads        # issue 16: linear, stacked and seqlen head engines, inductor vs
-#                                            #   eager with the floor (results/engine-heads/<head>.json)
+#                                            #   eager with the floor (results/engine-heads/<head>.json), and
+#                                            #   their kernels at 2048 (results/engine-heads/profiles)
 #   bash scripts/lab/gpu_session.sh fixture      # issue 5: the committed nsys fixture, from the profile step
 #   bash scripts/lab/gpu_session.sh tracing      # issue 5: live CUPTI metrics on vs off, same load
 #   bash scripts/lab/gpu_session.sh samewindow   # issue 5: nsys and the live CUPTI gauges over one window
@@ -258,6 +259,21 @@ case "$STEP" in
         --iters "${ITERS:-100}" --out "results/engine-heads/$head.json" > "$OUT/heads-$head.log" 2>&1
       echo "$head rc=$?"; grep -v "INFO inflight.bench" "$OUT/heads-$head.log" | tail -6
     done
+    # where each head's time goes at 2048: the served engine and the published head as the engine
+    # ran it before (inductor), kernel by kernel (GEMM kernels vs the others)
+    mkdir -p results/engine-heads/profiles
+    for head in linear_head stacked_head seqlen_head; do
+      # the published head's make_module options, or "same" when the served engine is the engine before
+      ref=$($PY -c "from inflight.models import MODELS; s = MODELS['$head']; o = s.reference_options
+print(' '.join(f'--module {k}={str(v).lower()}' for k, v in o.items()) or ('same' if s.gpu_compile == 'inductor' else ''))")
+      timeout 120 $PY scripts/lab/profile_engine.py --model "$head" --batch 2048 \
+        --out "results/engine-heads/profiles/$head-served.json" > "$OUT/profile-$head.log" 2>&1
+      # shellcheck disable=SC2086
+      [ "$ref" = same ] || timeout 120 $PY scripts/lab/profile_engine.py --model "$head" --batch 2048 --compile inductor \
+        $ref --out "results/engine-heads/profiles/$head-before.json" >> "$OUT/profile-$head.log" 2>&1
+      echo "$head profiles rc=$?"; grep -A3 "^batch" "$OUT/profile-$head.log"
+    done
+    rm -f results/engine-heads/profiles/*.pt2
     pack_results "$OUT/results-heads.tgz" results/engine-heads; exit 0
     ;;
   engine)  # issue 3: engine-only bound vs sync vs pipelined executors, no server

@@ -1,10 +1,11 @@
 """Where a bucket's GPU time goes: the served Torch engine's kernels at (batch, seq), by time.
 
-Builds the engine the backend serves (``TorchEngine`` on the repository's ``model.pt2``, compiled,
-fp16), captures the bucket's CUDA graph, times graph replays with CUDA events, then runs the same
-compiled step under ``torch.profiler`` (kineto/CUPTI, bundled with torch) and lists the kernels by
-total GPU time per batch. Writes a JSON (device, versions, per bucket: replay time, kernel count,
-kernel rows) and prints a table.
+Builds the engine the backend serves (``TorchEngine`` on the repository's ``model.pt2``, compiled
+as ``compile=auto`` compiles it, fp16), captures the bucket's CUDA graph, times graph replays with
+CUDA events, then runs the same compiled step under ``torch.profiler`` (kineto/CUPTI, bundled with
+torch) and lists the kernels by total GPU time per batch. Writes a JSON (device, versions, per
+bucket: replay time, kernel count, kernel rows, and the GPU time in GEMM kernels vs the others)
+and prints a table.
 
 Options for trying rewrites: ``--module key=value`` exports ``make_module(0, key=value...)`` in
 place of the repository's artifact (e.g. ``cls_attention=explicit``), and ``--no-cudnn-sdp`` turns
@@ -19,6 +20,7 @@ example inputs' masked tails, and one of lengths 16-128 at 128, each through the
 graph of its token bucket.
 
 Usage (GPU host): python3 scripts/lab/profile_engine.py --batch 512 --batch 2048 --out prof.json
+(``--model seqlen_head``: a head; its ``--seq`` is ignored)
 """
 
 from __future__ import annotations
@@ -40,16 +42,16 @@ def _option_value(text: str) -> Any:
         return text
 
 
-def profile_bucket(engine: Any, rows: int, seq: int, stream: Any) -> dict[str, Any]:
-    """Replay time and the kernels of one ``(rows, seq)`` bucket."""
+def _replay_and_profile(engine: Any, group: Any, stream: Any, step: Any) -> tuple[float, list[dict[str, Any]]]:
+    """Replay time and kernels of ``group``.
+
+    Returns the mean time of 100 replays of ``group``'s captured graph, and the kernels of
+    ``step()`` per batch (the same compiled step, run outside the graph so the profiler sees each
+    kernel).
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from inflight.runtime.batch import Group
-
-    spec = engine.spec
-    group = Group((rows, seq), rows, 0, {t.name: 0 for t in spec.inputs}, {t.name: 0 for t in spec.outputs})
-    assert engine.capture(0, rows, seq, stream.cuda_stream)
     for _ in range(10):
         engine.enqueue(0, group, stream.cuda_stream)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -60,21 +62,13 @@ def profile_bucket(engine: Any, rows: int, seq: int, stream: Any) -> dict[str, A
     end.synchronize()
     replay_us = start.elapsed_time(end) * 1e3 / 100
     with torch.inference_mode(), torch.cuda.stream(stream):
-        engine._step(rows, seq)  # compiled for this shape already
+        step()
         stream.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(ITERS):
-                engine._step(rows, seq)
+                step()
             stream.synchronize()
-    rows_out = _kernels(prof)
-    return {
-        "batch": rows,
-        "seq": seq,
-        "replay_us": replay_us,
-        "kernel_us_sum": sum(r["us"] for r in rows_out),
-        "kernels_per_batch": sum(r["calls"] for r in rows_out),
-        "kernels": rows_out,
-    }
+    return replay_us, _kernels(prof)
 
 
 def _kernels(prof: Any) -> list[dict[str, Any]]:
@@ -88,11 +82,42 @@ def _kernels(prof: Any) -> list[dict[str, Any]]:
     return sorted(({"kernel": n, **v} for n, v in kernels.items()), key=lambda r: -float(r["us"]))
 
 
+#: substrings of the names of cuBLAS/CUTLASS GEMM kernels (Hopper's nvjet and sm90 xmma included)
+GEMM_KERNELS = ("gemm", "nvjet", "cutlass", "xmma")
+
+
+def kernel_classes(kernels: list[dict[str, Any]]) -> dict[str, float]:
+    """GPU microseconds per batch in GEMM kernels and in all the others."""
+    gemm = sum(float(k["us"]) for k in kernels if any(g in k["kernel"].lower() for g in GEMM_KERNELS))
+    return {"gemm_us": gemm, "other_us": sum(float(k["us"]) for k in kernels) - gemm}
+
+
+def _profile_doc(replay_us: float, kernels: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    return {
+        **fields,
+        "replay_us": replay_us,
+        "kernel_us_sum": sum(r["us"] for r in kernels),
+        "kernels_per_batch": sum(r["calls"] for r in kernels),
+        **kernel_classes(kernels),
+        "kernels": kernels,
+    }
+
+
+def profile_bucket(engine: Any, rows: int, seq: int | None, stream: Any) -> dict[str, Any]:
+    """Replay time and the kernels of one ``(rows, seq)`` bucket."""
+    from inflight.runtime.batch import Group
+
+    spec = engine.spec
+    group = Group((rows, seq), rows, 0, {t.name: 0 for t in spec.inputs}, {t.name: 0 for t in spec.outputs})
+    assert engine.capture(0, rows, seq, stream.cuda_stream)
+    replay_us, kernels = _replay_and_profile(engine, group, stream, lambda: engine._step(rows, seq))
+    return _profile_doc(replay_us, kernels, batch=rows, seq=seq)
+
+
 def profile_unpadded(engine: Any, bufs: dict[str, Any], name: str, x: dict[str, Any], stream: Any) -> dict[str, Any]:
     """Replay time and kernels of the unpadded launch of the rows ``x`` (written to the slot's buffers)."""
     import numpy as np
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from inflight.runtime.batch import Group, token_buckets
 
@@ -104,34 +129,8 @@ def profile_unpadded(engine: Any, bufs: dict[str, Any], name: str, x: dict[str, 
     tokens = next(b for b in token_buckets(rows * 128) if b >= kept)
     group = Group((rows, seq), rows, 0, {t.name: 0 for t in spec.inputs}, {t.name: 0 for t in spec.outputs}, tokens)
     assert engine.capture_unpadded(seq, tokens, stream.cuda_stream)
-    for _ in range(10):
-        engine.enqueue(0, group, stream.cuda_stream)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record(stream)
-    for _ in range(100):
-        engine.enqueue(0, group, stream.cuda_stream)
-    end.record(stream)
-    end.synchronize()
-    replay_us = start.elapsed_time(end) * 1e3 / 100
-    with torch.inference_mode(), torch.cuda.stream(stream):
-        engine._step_unpadded(seq, tokens)
-        stream.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(ITERS):
-                engine._step_unpadded(seq, tokens)
-            stream.synchronize()
-    kernels = _kernels(prof)
-    return {
-        "batch": name,
-        "seq": seq,
-        "rows": rows,
-        "kept_tokens": kept,
-        "tokens": tokens,
-        "replay_us": replay_us,
-        "kernel_us_sum": sum(r["us"] for r in kernels),
-        "kernels_per_batch": sum(r["calls"] for r in kernels),
-        "kernels": kernels,
-    }
+    replay_us, kernels = _replay_and_profile(engine, group, stream, lambda: engine._step_unpadded(seq, tokens))
+    return _profile_doc(replay_us, kernels, batch=name, seq=seq, rows=rows, kept_tokens=kept, tokens=tokens)
 
 
 def unpadded_main(a: Any, artifact: Path, out: Path) -> None:
@@ -184,16 +183,19 @@ def unpadded_main(a: Any, artifact: Path, out: Path) -> None:
     out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
-def max_abs_error(engine: Any, spec: Any, seq: int) -> float:
-    """Largest ``|engine - unmodified fp32 CPU model|`` over 256 items with padded masks."""
+def max_abs_error(engine: Any, spec: Any, seq: int | None) -> float:
+    """Largest ``|engine - unmodified fp32 CPU model|`` over 256 items (with padded masks where the model has them)."""
     import numpy as np
     import torch
 
+    from inflight.runtime.engines.torch_engine import _forward
+
     x = spec.example_inputs(256, seq_len=seq, rng=np.random.default_rng(1))
-    ref_module = spec.make_module(0, cls_only=False, kernels=False)
+    ref_module = spec.make_module(0, **spec.reference_options)
     with torch.inference_mode():
         ref = ref_module(*[torch.from_numpy(x[t.name]) for t in spec.inputs]).double()
-        got = engine._forward({t.name: torch.from_numpy(x[t.name]).to(engine.device) for t in spec.inputs})
+        args = {t.name: torch.from_numpy(x[t.name]).to(engine.device) for t in spec.inputs}
+        got = _forward(engine.module, spec, engine.dtype, args)
     return float((got.double().cpu() - ref).abs().max())
 
 
@@ -214,7 +216,7 @@ def main() -> None:
     p.add_argument("--precision", default="fp16")
     p.add_argument("--module", action="append", default=[], help="make_module option key=value (exports anew)")
     p.add_argument("--no-cudnn-sdp", action="store_true", help="torch.backends.cuda.enable_cudnn_sdp(False)")
-    p.add_argument("--compile", default="inductor", help="TorchEngine compile mode (inductor, max-autotune)")
+    p.add_argument("--compile", default="auto", help="TorchEngine compile mode (auto: as served, inductor, none...)")
     p.add_argument(
         "--inductor", action="append", default=[], help="torch._inductor.config attribute key=value (JSON value)"
     )
@@ -244,13 +246,14 @@ def main() -> None:
     if a.no_cudnn_sdp:
         torch.backends.cuda.enable_cudnn_sdp(False)
     engine = TorchEngine(artifact, spec, device_id=0, precision=a.precision, compile=a.compile)
-    layout = Layout(spec, max(batches), a.seq)
+    seq = a.seq if spec.variable_seq else None
+    layout = Layout(spec, max(batches), seq)
     bufs = {
-        t.name: torch.ones(layout.max_items * Layout.per_item(t, a.seq), dtype=getattr(torch, t.dtype), device="cuda")
+        t.name: torch.ones(layout.max_items * Layout.per_item(t, seq), dtype=getattr(torch, t.dtype), device="cuda")
         for t in spec.inputs
     }
     outs = {
-        t.name: torch.zeros(layout.max_items * Layout.per_item(t, a.seq), dtype=getattr(torch, t.dtype), device="cuda")
+        t.name: torch.zeros(layout.max_items * Layout.per_item(t, seq), dtype=getattr(torch, t.dtype), device="cuda")
         for t in spec.outputs
     }
     engine.bind(
@@ -261,7 +264,7 @@ def main() -> None:
         ),
     )
     stream = torch.cuda.Stream()
-    buckets = [profile_bucket(engine, b, a.seq, stream) for b in batches]
+    buckets = [profile_bucket(engine, b, seq, stream) for b in batches]
     doc: dict[str, Any] = {
         "kind": "engine_profile",
         "device": torch.cuda.get_device_name(0),
@@ -270,14 +273,14 @@ def main() -> None:
         "module_options": options,
         "cudnn_sdp": not a.no_cudnn_sdp,
         "inductor_config": inductor,
-        "max_abs_error_vs_fp32_cpu": max_abs_error(engine, spec, a.seq),
+        "max_abs_error_vs_fp32_cpu": max_abs_error(engine, spec, seq),
         "buckets": buckets,
     }
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
     for b in buckets:
         print(
             f"batch {b['batch']} seq {b['seq']}: replay {b['replay_us']:.1f} us, kernels {b['kernel_us_sum']:.1f} us "
-            f"in {b['kernels_per_batch']:.0f} launches"
+            f"in {b['kernels_per_batch']:.0f} launches ({b['gemm_us']:.1f} us in GEMM kernels)"
         )
         for k in b["kernels"][:25]:
             print(f"  {k['us']:8.1f} us  x{k['calls']:.0f}  {k['kernel'][:110]}")

@@ -99,7 +99,9 @@ class BackendParameters:
             response; a shorter interval bounds how long one waits for a thread that computes.
         completion_wait: ``blocking`` (blocking-sync events) or ``poll`` (cudaEventQuery).
         precision: ``fp16``, ``bf16`` or ``fp32`` on the GPU (the CPU always runs fp32).
-        compile: ``auto`` (inductor on a GPU, none on the CPU), ``inductor`` (``torch.compile``),
+        compile: ``auto`` (on a GPU the model's measured choice, ``ModelSpec.gpu_compile``: none
+            for linear_head, inductor for the others; none on the CPU), ``inductor``
+            (``torch.compile``),
             ``max-autotune`` (inductor choosing each GEMM among cuBLAS and its own templates by
             timing them: a longer first compile) or ``none`` (Torch engine).
         cuda_graphs: Capture and replay CUDA graphs per (batch, sequence) bucket.

@@ -131,12 +131,15 @@ class Variant:
 
 
 def variants_for(model: str, precision: str) -> list[Variant]:
-    """The engines compared for ``model``: the served one first, then the others."""
-    served = Variant(f"inductor, served artifact, {precision}", "inductor", precision)
-    out = [served, Variant(f"eager, served artifact, {precision}", "none", precision)]
+    """The engines compared for ``model``: the served one first, then the others.
+
+    bert_tiny compares its rewrites and kernels one by one; a head compares the served engine
+    (its rewrite, compiled as ``compile=auto`` compiles it on a GPU) with the other compile mode
+    and with the published head as the engine ran it before (inductor) and eager.
+    """
     if model == "bert_tiny":
         full = (("cls_only", False), ("kernels", False))
-        out = [
+        return [
             Variant(f"inductor + Triton kernels, CLS-only last layer (served), {precision}", "inductor", precision),
             Variant(f"eager, unmodified model (the engine before), {precision}", "none", precision, full),
             Variant(f"inductor, unmodified model, {precision}", "inductor", precision, full),
@@ -147,6 +150,23 @@ def variants_for(model: str, precision: str) -> list[Variant]:
                 (("kernels", False),),
             ),
             Variant("inductor + Triton kernels, CLS-only last layer (served), bf16", "inductor", "bf16"),
+        ]
+    spec = get_model(model)
+    served, other = spec.gpu_compile, "none" if spec.gpu_compile == "inductor" else "inductor"
+    name = {"inductor": "inductor", "none": "eager"}
+    rewrite = "bias+ReLU in the GEMM epilogue, " if model == "linear_head" else ""
+    # without a rewrite, the engine before is the served artifact under inductor (compile=auto's
+    # choice on a GPU before the heads were measured)
+    before = {c: "" if spec.reference_options or c != "inductor" else ", the engine before" for c in (served, other)}
+    out = [
+        Variant(f"{name[served]}, {rewrite}served artifact{before[served]} (served), {precision}", served, precision),
+        Variant(f"{name[other]}, {rewrite}served artifact{before[other]}, {precision}", other, precision),
+    ]
+    if spec.reference_options:
+        ref = tuple(sorted(spec.reference_options.items()))
+        out += [
+            Variant(f"inductor, published head (the engine before), {precision}", "inductor", precision, ref),
+            Variant(f"eager, published head, {precision}", "none", precision, ref),
         ]
     return out
 
@@ -477,7 +497,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     spec = get_model(cfg.model)
     seq = cfg.seq_len if spec.variable_seq else None
     peak = peak_for(cuda.device_name(cfg.device_id))
-    reference = spec.make_module(0, **({"cls_only": False, "kernels": False} if cfg.model == "bert_tiny" else {}))
+    reference = spec.make_module(0, **spec.reference_options)
     mixed_seqs: tuple[int, ...] | None = None
     if spec.variable_seq:
         mixed_seqs = tuple(s for s in BackendParameters().seq_buckets if s <= max(cfg.mixed[1], seq or 0))

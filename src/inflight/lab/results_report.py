@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab import cost_results, open_loop_results
+from inflight.lab import cost_results, heads_results, open_loop_results
 from inflight.loadtest import report
 
 
@@ -558,6 +558,7 @@ def render_pages(root: Path) -> dict[str, str]:
     eb = results / "engine_bench.json"
     if eb.is_file():
         lines += engine_section(eb, root)
+    lines += heads_results.section(root)
     ceiling = results / "per-instance-ceiling"
     if ceiling.is_dir():
         lines += ceiling_section(sorted(ceiling.rglob("ab-*.json")), root)

@@ -331,4 +331,5 @@ SPEC = ModelSpec(
     mask_input="attention_mask",
     unpadded=True,
     portable_options={"kernels": False},
+    reference_options={"cls_only": False, "kernels": False},
 )

@@ -14,7 +14,7 @@ the GPU sees:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from inflight.models.spec import ModelSpec, TensorSpec
 
@@ -40,8 +40,17 @@ def _init(m: torch.nn.Module, seed: int) -> torch.nn.Module:
     return m.eval()
 
 
-def make_linear(seed: int = 0) -> torch.nn.Module:
-    """``linear_head`` in fp32 on the CPU."""
+def make_linear(seed: int = 0, *, fused_epilogue: bool = True) -> torch.nn.Module:
+    """``linear_head`` in fp32 on the CPU.
+
+    Args:
+        seed: Weight seed.
+        fused_epilogue: Run each hidden layer as one ``torch._addmm_activation`` (on a GPU a
+            cuBLASLt GEMM whose epilogue adds the bias and applies the ReLU: one kernel per layer,
+            no separate ReLU pass over the activations). False: ``nn.Linear`` then ``nn.ReLU``, the
+            published head. Same weights and the same output either way.
+    """
+    import torch
     from torch import nn
 
     layers: list[nn.Module] = []
@@ -55,7 +64,12 @@ def make_linear(seed: int = 0) -> torch.nn.Module:
             self.body = nn.Sequential(*layers)
 
         def forward(self, features: torch.Tensor) -> torch.Tensor:
-            return self.body(features).float()
+            if not fused_epilogue:
+                return self.body(features).float()
+            x = features
+            for fc in cast("list[nn.Linear]", list(self.body)[:-1:2]):
+                x = torch._addmm_activation(fc.bias, x, fc.weight.t())
+            return self.body[-1](x).float()
 
     return _init(LinearHead(), seed)
 
@@ -112,7 +126,15 @@ def make_seqlen(seed: int = 0) -> torch.nn.Module:
     return _init(SeqlenHead(), seed)
 
 
-def _spec(name: str, description: str, make: object) -> ModelSpec:
+def _spec(
+    name: str,
+    description: str,
+    make: object,
+    *,
+    gpu_compile: str,
+    reference: dict[str, bool] | None = None,
+    portable: dict[str, bool] | None = None,
+) -> ModelSpec:
     return ModelSpec(
         name=name,
         description=description,
@@ -120,9 +142,27 @@ def _spec(name: str, description: str, make: object) -> ModelSpec:
         outputs=(TensorSpec(name="logits", dtype="float32", dims=(2,)),),
         max_batch_size=2048,
         make_module=make,  # type: ignore[arg-type]
+        portable_options=portable or {},
+        reference_options=reference or {},
+        gpu_compile=gpu_compile,  # type: ignore[arg-type]
     )
 
 
-LINEAR_SPEC = _spec("linear_head", "20 x Linear(1024->1024)+ReLU, then ->2", make_linear)
-STACKED_SPEC = _spec("stacked_head", "5 heads x 4 layers fused with bmm, averaged", make_stacked)
-SEQLEN_SPEC = _spec("seqlen_head", "expand to [B,128,1024], 20 x Linear+LayerNorm+ReLU, pool, ->2", make_seqlen)
+# gpu_compile: measured on an H200 (results/engine-heads): linear_head's layers are one cuBLASLt
+# kernel each, which inductor would split into a GEMM and a ReLU kernel; stacked_head runs as fast
+# eager as compiled and loads faster; inductor fuses seqlen_head's LayerNorm and ReLU into one pass
+LINEAR_SPEC = _spec(
+    "linear_head",
+    "20 x Linear(1024->1024)+ReLU, then ->2",
+    make_linear,
+    gpu_compile="none",
+    reference={"fused_epilogue": False},
+    portable={"fused_epilogue": False},  # ONNX has no _addmm_activation
+)
+STACKED_SPEC = _spec("stacked_head", "5 heads x 4 layers fused with bmm, averaged", make_stacked, gpu_compile="none")
+SEQLEN_SPEC = _spec(
+    "seqlen_head",
+    "expand to [B,128,1024], 20 x Linear+LayerNorm+ReLU, pool, ->2",
+    make_seqlen,
+    gpu_compile="inductor",
+)

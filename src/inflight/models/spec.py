@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -98,6 +98,11 @@ class ModelSpec:
             launches with much padding that way (``unpad`` parameter).
         portable_options: ``make_module`` options for exports that take plain PyTorch ops only
             (ONNX): e.g. bert_tiny's ``kernels=False`` leaves its fused operators out.
+        reference_options: ``make_module`` options that build the model without any of its
+            output-preserving rewrites: the model every rewrite is checked against.
+        gpu_compile: What the Torch engine's ``compile=auto`` means on a GPU for this model:
+            ``inductor`` or ``none``, whichever ran faster in ``inflight bench-engine`` (the
+            heads' choices are measured in ``results/engine-heads``).
     """
 
     name: str
@@ -113,6 +118,8 @@ class ModelSpec:
     mask_input: str | None = None
     unpadded: bool = False
     portable_options: Mapping[str, Any] = field(default_factory=dict)
+    reference_options: Mapping[str, Any] = field(default_factory=dict)
+    gpu_compile: Literal["inductor", "none"] = "inductor"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property

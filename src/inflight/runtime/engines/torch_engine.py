@@ -37,7 +37,7 @@ from inflight.runtime.engines.base import DeviceEngine, HostEngine, SlotBuffers
 LOGGER = logging.getLogger(__name__)
 
 
-#: Compile modes of ``TorchEngine`` (``auto``: inductor on a GPU, none on the CPU; ``max-autotune``:
+#: Compile modes of ``TorchEngine`` (``auto``: the model's ``gpu_compile`` on a GPU, none on the CPU; ``max-autotune``:
 #: inductor timing its GEMM templates against cuBLAS, without its own CUDA graphs, which the engine
 #: captures itself).
 COMPILE_MODES = ("auto", "inductor", "max-autotune", "none")
@@ -45,12 +45,17 @@ COMPILE_MODES = ("auto", "inductor", "max-autotune", "none")
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
-def _compile_mode(compile: str, on_gpu: bool) -> str:
-    """``inductor``, ``max-autotune`` or ``none`` for a ``compile`` parameter (``auto``: inductor on a GPU)."""
+def _compile_mode(compile: str, spec: ModelSpec, on_gpu: bool) -> str:
+    """``inductor``, ``max-autotune`` or ``none`` for a ``compile`` parameter.
+
+    ``auto`` is the model's measured choice on a GPU (``spec.gpu_compile``: none for linear_head,
+    whose layers are one cuBLASLt GEMM-bias-ReLU kernel each, inductor for the others) and none on
+    the CPU.
+    """
     if compile not in COMPILE_MODES:
         raise EngineError(f"compile={compile!r}: choose one of {list(COMPILE_MODES)}")
     if compile == "auto":
-        return "inductor" if on_gpu else "none"
+        return spec.gpu_compile if on_gpu else "none"
     return compile
 
 
@@ -94,7 +99,7 @@ class TorchHostEngine(HostEngine):
     def __init__(self, artifact: Path, spec: ModelSpec, *, compile: str = "auto") -> None:
         import torch
 
-        self.compile_mode = _compile_mode(compile, on_gpu=False)
+        self.compile_mode = _compile_mode(compile, spec, on_gpu=False)
         self.compiled = self.compile_mode != "none"
         self.spec = spec
         self.precision = "fp32"
@@ -162,7 +167,7 @@ class TorchEngine(DeviceEngine):
     ) -> None:
         import torch
 
-        self.compile_mode = _compile_mode(compile, on_gpu=True)
+        self.compile_mode = _compile_mode(compile, spec, on_gpu=True)
         self.compiled = self.compile_mode != "none"
         self.spec = spec
         self.device_id = device_id

@@ -1,0 +1,153 @@
+"""The three heads' engines: the RESULTS.md section from ``results/engine-heads``.
+
+``scripts/lab/gpu_session.sh heads`` writes one ``inflight bench-engine --model <head>`` file per
+head (every engine compared, per batch size, with the floor of the batch's FLOPs and bytes) and,
+under ``profiles/``, the kernels of the served engine and of the engine before at batch 2048
+(``scripts/lab/profile_engine.py``: GPU time in GEMM kernels vs the others). Everything printed
+here is read from those files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from inflight.lab.open_loop_results import is_executor_row
+
+HEADS_DIR = "engine-heads"
+HEADS = ("linear_head", "stacked_head", "seqlen_head")
+
+
+def _f(v: Any, spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def _over(us: float, floor: float | None) -> float | None:
+    return us / floor if floor else None
+
+
+def engine_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a bench file that time one engine (not the executors' rows)."""
+    return [r for r in doc.get("rows", []) if not is_executor_row(r) and r.get("engine_us_per_batch") is not None]
+
+
+def head_summary(doc: Mapping[str, Any], profile: Mapping[str, Any] | None) -> dict[str, Any]:
+    """At the bench's largest batch: the served engine, the engine before, and where the time goes.
+
+    Returns:
+        ``batch``, ``served`` and ``before`` (engine labels), ``served_us``, ``before_us``,
+        ``speedup`` (before / served), ``over_floor`` (served / floor) and, from the served
+        engine's profile at that batch when there is one, ``gemm_share`` (GEMM kernels' share of
+        the kernel time) and ``gemm_floor_fraction`` (the batch's floor over the time in GEMM
+        kernels: the fraction of the tensor peak the GEMMs reach when the FLOPs set the floor).
+    """
+    rows = engine_rows(doc)
+    batch = max(r["batch"] for r in rows)
+    at = {r["engine"]: r for r in rows if r["batch"] == batch}
+    served = next(e for e in at if "(served)" in e)
+    before = next(e for e in at if "the engine before" in e)
+    s, b = at[served], at[before]
+    out: dict[str, Any] = {
+        "batch": batch,
+        "served": served,
+        "before": before,
+        "served_us": s["engine_us_per_batch"],
+        "before_us": b["engine_us_per_batch"],
+        "speedup": b["engine_us_per_batch"] / s["engine_us_per_batch"],
+        "floor_us": s.get("floor_us_per_batch"),
+        "over_floor": _over(s["engine_us_per_batch"], s.get("floor_us_per_batch")),
+        "gemm_share": None,
+        "gemm_floor_fraction": None,
+    }
+    bucket = next((k for k in (profile or {}).get("buckets", []) if k.get("batch") == batch), None)
+    if bucket and bucket.get("kernel_us_sum"):
+        out["gemm_share"] = bucket["gemm_us"] / bucket["kernel_us_sum"]
+        if out["floor_us"] and bucket["gemm_us"]:
+            out["gemm_floor_fraction"] = out["floor_us"] / bucket["gemm_us"]
+    return out
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def section(root: Path) -> list[str]:
+    """The RESULTS.md section on the heads' engines (empty when ``results/engine-heads`` holds none)."""
+    folder = root / "results" / HEADS_DIR
+    docs = {h: _load(folder / f"{h}.json") for h in HEADS}
+    present = {h: d for h, d in docs.items() if d and engine_rows(d)}
+    if not present:
+        return []
+    first = next(iter(present.values()))
+    lines = [
+        f"## The three heads' engines (`results/{HEADS_DIR}`)",
+        "",
+        f"{first.get('device')}, driver {first.get('driver')}, torch {(first.get('versions') or {}).get('torch')}; "
+        "`inflight bench-engine --model <head>` per head (one CUDA graph replayed back to back per batch size; "
+        f"floor = the larger of the batch's FLOPs at the tensor peak and its bytes at the memory bandwidth, peaks: "
+        f"{first.get('peak')}); kernels at the largest batch from `scripts/lab/profile_engine.py` "
+        f"(`results/{HEADS_DIR}/profiles`). Reproduce: `bash scripts/lab/gpu_session.sh heads`. "
+        "*The engine before* is the published head compiled with inductor, as `compile=auto` served every model "
+        "before the heads were measured.",
+        "",
+    ]
+    summaries = {h: head_summary(d, _load(folder / "profiles" / f"{h}-served.json")) for h, d in present.items()}
+    lines += _table(
+        ["head", "batch", "served engine", "µs", "engine before µs", "speed-up", "x floor", "GEMM share of kernels"],
+        (
+            [
+                h,
+                str(s["batch"]),
+                s["served"],
+                _f(s["served_us"], ",.1f"),
+                _f(s["before_us"], ",.1f"),
+                f"{s['speedup']:.2f}x",
+                _f(s["over_floor"], ".2f"),
+                "n/a" if s["gemm_share"] is None else f"{100 * s['gemm_share']:.0f}%",
+            ]
+            for h, s in summaries.items()
+        ),
+    )
+    lines.append("")
+    for h, s in summaries.items():
+        if s["gemm_share"] is not None and s["gemm_floor_fraction"] is not None:
+            bound = "GEMM-bound" if s["gemm_share"] >= 0.5 else "not GEMM-bound"
+            lines.append(
+                f"- {h} at {s['batch']}: {bound}, {100 * s['gemm_share']:.0f}% of its kernel time in GEMM kernels, "
+                f"which take {1 / s['gemm_floor_fraction']:.2f}x the batch's floor "
+                f"({100 * s['gemm_floor_fraction']:.0f}% of the tensor peak when the FLOPs set the floor)."
+            )
+    lines.append("")
+    for h, d in present.items():
+        lines += [f"{h}:", ""]
+        lines += _table(
+            ["engine", "batch", "µs per batch", "floor µs", "x floor", "max abs error", "load s"],
+            (
+                [
+                    r["engine"],
+                    str(r["batch"]),
+                    _f(r["engine_us_per_batch"], ",.1f"),
+                    _f(r.get("floor_us_per_batch"), ",.1f"),
+                    _f(_over(r["engine_us_per_batch"], r.get("floor_us_per_batch")), ".2f"),
+                    _f(r.get("max_abs_error_vs_fp32_cpu"), ".2e"),
+                    _f(r.get("load_s"), ",.1f"),
+                ]
+                for r in engine_rows(d)
+            ),
+        )
+        lines.append("")
+    trials = sorted((folder / "trials").glob("*.log")) if (folder / "trials").is_dir() else []
+    if trials:
+        lines += [
+            "Rewrites tried and not served (their bench and profile logs, from the runs that measured them): "
+            + ", ".join(f"`{p.relative_to(root)}`" for p in trials)
+            + ". DESIGN.md says why each was dropped.",
+            "",
+        ]
+    return lines
