@@ -10,22 +10,14 @@ here is read from those files.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab.open_loop_results import is_executor_row
+from inflight.lab.open_loop_results import fmt, is_executor_row, markdown_table
 
 HEADS_DIR = "engine-heads"
 HEADS = ("linear_head", "stacked_head", "seqlen_head")
-
-
-def _f(v: Any, spec: str) -> str:
-    return "n/a" if v is None else format(v, spec)
-
-
-def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def _over(us: float, floor: float | None) -> float | None:
@@ -98,17 +90,17 @@ def section(root: Path) -> list[str]:
         "",
     ]
     summaries = {h: head_summary(d, _load(folder / "profiles" / f"{h}-served.json")) for h, d in present.items()}
-    lines += _table(
+    lines += markdown_table(
         ["head", "batch", "served engine", "µs", "engine before µs", "speed-up", "x floor", "GEMM share of kernels"],
         (
             [
                 h,
                 str(s["batch"]),
                 s["served"],
-                _f(s["served_us"], ",.1f"),
-                _f(s["before_us"], ",.1f"),
+                fmt(s["served_us"], ",.1f"),
+                fmt(s["before_us"], ",.1f"),
                 f"{s['speedup']:.2f}x",
-                _f(s["over_floor"], ".2f"),
+                fmt(s["over_floor"], ".2f"),
                 "n/a" if s["gemm_share"] is None else f"{100 * s['gemm_share']:.0f}%",
             ]
             for h, s in summaries.items()
@@ -126,17 +118,17 @@ def section(root: Path) -> list[str]:
     lines.append("")
     for h, d in present.items():
         lines += [f"{h}:", ""]
-        lines += _table(
+        lines += markdown_table(
             ["engine", "batch", "µs per batch", "floor µs", "x floor", "max abs error", "load s"],
             (
                 [
                     r["engine"],
                     str(r["batch"]),
-                    _f(r["engine_us_per_batch"], ",.1f"),
-                    _f(r.get("floor_us_per_batch"), ",.1f"),
-                    _f(_over(r["engine_us_per_batch"], r.get("floor_us_per_batch")), ".2f"),
-                    _f(r.get("max_abs_error_vs_fp32_cpu"), ".2e"),
-                    _f(r.get("load_s"), ",.1f"),
+                    fmt(r["engine_us_per_batch"], ",.1f"),
+                    fmt(r.get("floor_us_per_batch"), ",.1f"),
+                    fmt(_over(r["engine_us_per_batch"], r.get("floor_us_per_batch")), ".2f"),
+                    fmt(r.get("max_abs_error_vs_fp32_cpu"), ".2e"),
+                    fmt(r.get("load_s"), ",.1f"),
                 ]
                 for r in engine_rows(d)
             ),

@@ -315,7 +315,7 @@ def target_cells(t: Mapping[str, Any]) -> tuple[str, str]:
     elif isinstance(v, (int, float)) and not isinstance(v, bool) and unit == "fraction":
         value = f"{100 * v:.1f}%"
     else:
-        value = _fmt(v)
+        value = fmt(v)
     return value, "not measured" if t["met"] is None else ("met" if t["met"] else "**missed**")
 
 
@@ -377,12 +377,20 @@ def write_summary(root: Path) -> dict[str, Any] | None:
     return block
 
 
-def _fmt(v: Any, spec: str = ",.0f") -> str:
+def fmt(v: Any, spec: str = ",.0f") -> str:
+    """A table cell: ``v`` formatted with ``spec``; ``yes``/``no`` for a bool, ``n/a`` when missing or not finite."""
     if isinstance(v, bool):
         return "yes" if v else "no"
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
     return format(v, spec)
+
+
+def markdown_table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    """The lines of a Markdown table with ``header`` and ``rows`` (cells already formatted)."""
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
 
 
 def _binding_limit(block: Mapping[str, Any]) -> str | None:
@@ -440,8 +448,8 @@ def section(root: Path) -> list[str]:
         r = block.get(key)
         if r:
             rows.append(
-                f"| {label} | `{r['spec']}` | {_fmt(r['capacity_rps'])} | {_fmt(r.get('capacity_upper_rps'))} | "
-                f"{_fmt(r.get('avg_batch_items'), ',.0f')} | {'yes' if r['comparable'] else '**no**'} | "
+                f"| {label} | `{r['spec']}` | {fmt(r['capacity_rps'])} | {fmt(r.get('capacity_upper_rps'))} | "
+                f"{fmt(r.get('avg_batch_items'), ',.0f')} | {'yes' if r['comparable'] else '**no**'} | "
                 f"`{r['file']}` |"
             )
     lines += [
@@ -473,24 +481,24 @@ def section(root: Path) -> list[str]:
         for label, r in timed:
             x = r["executor"]
             lines.append(
-                f"| {label} | {_fmt(x.get('requests_per_batch'), '.1f')} | {_fmt(x.get('execute_ms'), '.2f')} | "
-                f"{_fmt(x.get('parse_ms'), '.2f')} | {_fmt(x.get('gather_ms'), '.2f')} | "
-                f"{_fmt(x.get('launch_ms'), '.2f')} | {_fmt(x.get('device_wait_ms'), '.2f')} | "
-                f"{_fmt(x.get('build_ms'), '.2f')} |"
+                f"| {label} | {fmt(x.get('requests_per_batch'), '.1f')} | {fmt(x.get('execute_ms'), '.2f')} | "
+                f"{fmt(x.get('parse_ms'), '.2f')} | {fmt(x.get('gather_ms'), '.2f')} | "
+                f"{fmt(x.get('launch_ms'), '.2f')} | {fmt(x.get('device_wait_ms'), '.2f')} | "
+                f"{fmt(x.get('build_ms'), '.2f')} |"
             )
         lines.append("")
     bound = block.get("engine_bound")
     if bound and bound.get("engine_ms_per_batch") is not None:
         lines.append(
             f"- The engine alone (no server, one process, CUDA graph replays back to back) takes "
-            f"{_fmt(bound['engine_ms_per_batch'], '.3f')} ms per {bound['bucket']}-item batch; the sync executor "
-            f"around it (gather, copies, a wait per batch) {_fmt(bound.get('sync_executor_ms_per_batch'), '.3f')} ms "
+            f"{fmt(bound['engine_ms_per_batch'], '.3f')} ms per {bound['bucket']}-item batch; the sync executor "
+            f"around it (gather, copies, a wait per batch) {fmt(bound.get('sync_executor_ms_per_batch'), '.3f')} ms "
             f"(`{bound['file']}`)."
         )
     if bound:
         lines.append(
             f"- Engine-only bound at the {bound['bucket']}-item bucket the best pipelined configuration's batches "
-            f"pad to: {_fmt(bound['items_per_s'])} items/s = {_fmt(bound['rps'])} req/s (`{bound['file']}`)."
+            f"pad to: {fmt(bound['items_per_s'])} items/s = {fmt(bound['rps'])} req/s (`{bound['file']}`)."
         )
     binds = _binding_limit(block)
     if binds:
@@ -498,7 +506,7 @@ def section(root: Path) -> list[str]:
     if block.get("generator_verified_rps") is not None:
         lines.append(
             f"- The load generator met the SLO against the null model, on schedule, up to "
-            f"{_fmt(block['generator_verified_rps'])} req/s (`{block.get('generator_file')}`)"
+            f"{fmt(block['generator_verified_rps'])} req/s (`{block.get('generator_file')}`)"
             + (
                 "; that covers twice every capacity above."
                 if block.get("generator_covers")
@@ -510,23 +518,23 @@ def section(root: Path) -> list[str]:
         if h.get("generator_busy_max") is None:
             continue
         lines.append(
-            f"  - null model at {_fmt(h['offered_rps'])} req/s offered: {_fmt(h['achieved_rps'])} answered per "
-            f"second, p99 {_fmt(h['p99_ms'], ',.1f')} ms, {100 * (h['very_late_fraction'] or 0):.1f}% of sends "
+            f"  - null model at {fmt(h['offered_rps'])} req/s offered: {fmt(h['achieved_rps'])} answered per "
+            f"second, p99 {fmt(h['p99_ms'], ',.1f')} ms, {100 * (h['very_late_fraction'] or 0):.1f}% of sends "
             f"over {LIMIT_LATE_MS:g} ms late; the generator's busiest process "
             f"{100 * h['generator_busy_max']:.0f}% busy, "
-            f"{_fmt(h['generator_us_per_request'], '.0f')} us of its CPU per request, "
-            f"{_fmt(h['generator_connections'])} connections open at most"
+            f"{fmt(h['generator_us_per_request'], '.0f')} us of its CPU per request, "
+            f"{fmt(h['generator_connections'])} connections open at most"
             + (
                 "."
                 if h.get("connection_waits") is None
-                else f", {_fmt(h['connection_waits'])} sends waited for a free connection."
+                else f", {fmt(h['connection_waits'])} sends waited for a free connection."
             )
         )
     soak = block.get("soak")
     if soak:
         lines.append(
-            f"- Soak: `{soak['spec']}` at {_fmt(soak['rate'])} req/s for {soak['windows']} consecutive windows of "
-            f"{_fmt(soak['window_s'][0], '.0f')} s: {soak['failures']} failures; p99 "
+            f"- Soak: `{soak['spec']}` at {fmt(soak['rate'])} req/s for {soak['windows']} consecutive windows of "
+            f"{fmt(soak['window_s'][0], '.0f')} s: {soak['failures']} failures; p99 "
             + " -> ".join(f"{x:.1f}" for x in soak["p99_ms"])
             + f" ms ({100 * soak['p99_change']:+.1f}% last vs first); the stubs' resident memory "
             f"{soak['stub_rss_bytes'][0] / 2**20:,.1f} -> {soak['stub_rss_bytes'][-1] / 2**20:,.1f} MiB "
@@ -545,12 +553,12 @@ def section(root: Path) -> list[str]:
 
         def cap(key: str, b: Mapping[str, Any] = b) -> str:
             r = b.get(key)
-            return f"{_fmt(r['capacity_rps'])} (`{r['spec']}`)" if r else "n/a"
+            return f"{fmt(r['capacity_rps'])} (`{r['spec']}`)" if r else "n/a"
 
         over = b.get("pipelined_over_sync")
         lines.append(
             f"| `{sitting.name}` | {b.get('generator')} | {cap('best_sync')} | {cap('best_pipelined')} | "
-            f"{cap('two_gpu')} | {cap('null_model')} | {_fmt(b.get('engine_bound_rps'))} | "
+            f"{cap('two_gpu')} | {cap('null_model')} | {fmt(b.get('engine_bound_rps'))} | "
             f"{'n/a' if over is None else f'{over:.2f}x'} |"
         )
     lines += ["", "Every open-loop run, with its latency-against-rate table and plot:", ""]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight.lab import cost_results, heads_results, open_loop_results
+from inflight.lab.open_loop_results import markdown_table
 from inflight.loadtest import report
 
 
@@ -48,12 +49,6 @@ def _span(values: Iterable[float]) -> str:
     return lo if lo == hi else f"{lo} to {hi}"
 
 
-def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return out
-
-
 def engine_section(path: Path, root: Path) -> list[str]:
     """The engine-level benchmark table."""
     doc = json.loads(path.read_text())
@@ -85,7 +80,7 @@ def engine_section(path: Path, root: Path) -> list[str]:
                 _pct((r.get("traced_over_untraced_throughput") or {}).get("pipelined")),
             ]
         )
-    lines += _table(
+    lines += markdown_table(
         [
             "batch",
             "engine bound items/s",
@@ -206,7 +201,7 @@ def engine_variants_section(doc: Mapping[str, Any]) -> list[str]:
         "max abs difference from the fp32 CPU reference; load = compile and capture at load):",
         "",
     ]
-    lines += _table(
+    lines += markdown_table(
         ["engine", "batch", "µs per batch", "floor µs", "max abs error", "load s"],
         (
             [
@@ -287,7 +282,7 @@ def _not_served_lines(m: Mapping[str, Any]) -> list[str]:
         "job; *ratio* = tokens per second over the served engine's uniform batch):",
         "",
     ]
-    lines += _table(["engine and batch", "µs per batch", "ratio", "max abs error"], rows)
+    lines += markdown_table(["engine and batch", "µs per batch", "ratio", "max abs error"], rows)
     ratio = m.get("unpadded_token_ratio")
     if ratio is not None:
         verdict = "met" if ratio >= ENGINE_TARGET_MIXED_RATIO else "**missed**"
@@ -378,7 +373,7 @@ def ab_section(path: Path, root: Path) -> list[str]:
                 _fmt((s.get("rps") or math.nan) / base, ".2f", "x"),
             ]
         )
-    lines += _table(
+    lines += markdown_table(
         [
             "variant",
             *_LOAD_HEADERS,
@@ -401,7 +396,7 @@ def ab_section(path: Path, root: Path) -> list[str]:
             "call or per batch, averaged over instances and rounds):",
             "",
         ]
-        lines += _table(
+        lines += markdown_table(
             [
                 "variant",
                 "execute() ms",
@@ -464,7 +459,7 @@ def nsys_section(paths: list[Path], root: Path) -> list[str]:
     ]
     header = ["figure", *[f["label"] for _, f, _ in entries]]
     rows = [[name, *[get(f["summary"]) for _, f, _ in entries]] for name, get in keys]
-    lines += _table(header, rows)
+    lines += markdown_table(header, rows)
     lines += ["", "Reproduce: `bash scripts/lab/gpu_session.sh profile` on the GPU host.", ""]
     return lines
 
@@ -508,7 +503,7 @@ def live_window_section(path: Path, root: Path) -> list[str]:
         ["items per batch (backend histogram)", *[_fmt(live.get("mean_batch_items")) for _, live, _ in cols]],
         ["regime (nsys)", *[(f["summary"].get("verdict") or {}).get("regime", "n/a") for f, _, _ in cols]],
     ]  # fmt: skip
-    lines += _table(["figure", *[f["label"] for f, _, _ in cols]], rows)
+    lines += markdown_table(["figure", *[f["label"] for f, _, _ in cols]], rows)
     notes = sorted({n for f, _, _ in cols for n in f.get("notes", []) if "live CUPTI" in n})
     lines += [""] + [f"- {n}" for n in notes]
     lines += [
@@ -639,7 +634,7 @@ def headline_section(results: Path) -> list[str]:
         f"{', '.join(devices) or 'the GPU host'}); the last column names the section below that holds the "
         "run, its configuration and how to reproduce it.",
         "",
-        *_table(["area", "figure", "value", "target", "verdict", "section"], rows),
+        *markdown_table(["area", "figure", "value", "target", "verdict", "section"], rows),
         "",
     ]
 
@@ -699,7 +694,7 @@ def per_gpu_servers_section(folder: Path, root: Path) -> list[str]:
         "them, in one sitting. 'At capacity' columns are the window at the capacity; 'first miss' is the "
         'lowest rate tried that missed the SLO. `docs/DESIGN.md` ("One server per GPU") reads them.',
         "",
-        *_table(
+        *markdown_table(
             [
                 "run",
                 "deployment",
@@ -760,7 +755,7 @@ def unpadded_serving_section(folder: Path, root: Path) -> list[str]:
         "the variant's whole run (warm-up included; n/a where the run predates those counters). "
         '`docs/DESIGN.md` ("The compiled engine and mixed lengths") reads them.',
         "",
-        *_table(
+        *markdown_table(
             [
                 "run",
                 "loop",
@@ -868,7 +863,7 @@ def summary_section(path: Path, root: Path) -> list[str]:
         "Reproduce: `bash scripts/lab/run_experiments.sh all` on the GPU host.",
         "",
     ]
-    lines += _table(["figure", "value", "target", ""], rows)
+    lines += markdown_table(["figure", "value", "target", ""], rows)
     lines.append("")
     lines += [f"- {n}" for n in det.get("notes", [])]
     if det.get("notes"):
@@ -995,7 +990,7 @@ def ceiling_section(paths: list[Path], root: Path) -> list[str]:
         "(both protocols).",
         "",
     ]
-    lines += _table(
+    lines += markdown_table(
         [
             "A/B",
             "protocol",
@@ -1127,7 +1122,7 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
         "*client-limited*: Locust's CPU passed 90% at some point of the window.",
         "",
     ]
-    lines += _table(
+    lines += markdown_table(
         [
             "A/B",
             "protocol",
@@ -1295,7 +1290,7 @@ def experiments_section(exp: Path, root: Path, summary: dict[str, Any] | None) -
         + f" items: `{bound_path.relative_to(root)}`).",
         "",
     ]
-    lines += _table(
+    lines += markdown_table(
         [
             "part",
             "configuration",
@@ -1403,7 +1398,7 @@ def render_index(root: Path, page: str) -> str:
         "runs no table reads: kept for what they record, superseded by the cited ones. Raw logs, request "
         "pools and open-loop plots of each run stay on the machine that ran it (git ignores them).",
         "",
-        *_table(["entry", "files", "MiB", "A/B runs", "kinds", "cited in"], rows),
+        *markdown_table(["entry", "files", "MiB", "A/B runs", "kinds", "cited in"], rows),
         "",
     ]
     return "\n".join(lines)
