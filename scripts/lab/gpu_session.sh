@@ -25,6 +25,8 @@
 #                                            #   its own cores: null, sync, pipelined, overlap, auto at 1 and many
 #                                            #   instances (results/cpu-cost; the log in $OUT/cost.log as it is written;
 #                                            #   AB_CPUS="--server-cpus A --client-cpus B", PROCS, WINDOW, REPEAT)
+#   CAMPAIGN=DIR PARTS="gen fixed cap mem" bash scripts/lab/gpu_session.sh modes  # issue 30: sync against pipelined,
+#                                            #   fixed rates and capacity on SERVER_CPUS (see the step)
 #   bash scripts/lab/gpu_session.sh costopen     # issues 15/17: capacity at p99 <= 50 ms of sync, the deferred
 #                                            #   pipelined mode and auto on GPU 0 (results/open-loop)
 #   CAMPAIGN=DIR PARTS="..." bash scripts/lab/gpu_session.sh campaign  # issue 15 in one sitting (see the step)
@@ -46,7 +48,7 @@ source scripts/gpu_lib.sh
 kit_setup
 USERS=${USERS:-1000}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU"
-ensure_built bert_tiny
+ensure_built bert_tiny ${EXTRA_MODELS:-}
 
 ab() {  # ab OUTDIR WINDOW WARMUP REPEAT VARIANTS...
   local out=$1 window=$2 warmup=$3 repeat=$4; shift 4
@@ -169,6 +171,39 @@ case "$STEP" in
         *) echo "unknown part $part" >&2 ;;
       esac
       pack_results "$OUT/results-campaign.tgz" "$OL_ROOT"
+    done
+    exit 0
+    ;;
+  modes)  # issue 30, one sitting into one folder (CAMPAIGN=results/open-loop/<date>-<name>): sync against pipelined
+           # with the server on SERVER_CPUS and the asyncio generator on CLIENT_CPUS (PROCS sources). PARTS, in order,
+           # each packed into $OUT as it ends:
+           #   gen    the null model at GEN_RATES (the generator proven on schedule)
+           #   fixed  every variant of FIXED_VARIANTS (space-separated specs) at FIXED_RATES, one server
+           #   cap    capacity at p99 <= 50 ms of each variant of CAP_VARIANTS by search over CAP_SEARCH, one folder each
+           #   mem    each variant of MEM_VARIANTS loaded alone: the GPU memory its processes hold (nvidia-smi)
+    export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
+    export GENERATOR=asyncio PROCS=${PROCS:-7}
+    export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-7} --client-cpus ${CLIENT_CPUS:-8-15}"
+    mkdir -p "$OL_ROOT"
+    for part in ${PARTS:?set PARTS, e.g. "gen fixed cap"}; do
+      case $part in
+        gen) olab generator "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" --rate "${GEN_RATES:-50k}" ;;
+        # shellcheck disable=SC2086  # FIXED_VARIANTS holds several specs
+        fixed) olab "fixed${FIXED_NAME:+-$FIXED_NAME}" ${FIXED_VARIANTS:?set FIXED_VARIANTS} --rate "${FIXED_RATES:?set FIXED_RATES}" ;;
+        cap) i=0
+             for v in ${CAP_VARIANTS:?set CAP_VARIANTS}; do
+               i=$((i + 1))
+               # shellcheck disable=SC2086  # SEARCH_OPTS holds several options
+               olab "cap-$i-${v%%@*}" "$v" --search "${CAP_SEARCH:-10k,40k}" $SEARCH_OPTS
+               pack_results "$OUT/results-modes.tgz" "$OL_ROOT"
+             done ;;
+        mem) for v in ${MEM_VARIANTS:?set MEM_VARIANTS}; do
+               $PY -m inflight.lab.gpu_memory "$v" --cpus "${SERVER_CPUS:-0-7}" --out "$OL_ROOT/gpu-memory.jsonl" \
+                 >> "$OUT/mem.log" 2>&1 || echo "mem: $v failed (see mem.log)"
+             done ;;
+        *) echo "unknown part $part" >&2 ;;
+      esac
+      pack_results "$OUT/results-modes.tgz" "$OL_ROOT"
     done
     exit 0
     ;;

@@ -88,6 +88,9 @@ class BackendParameters:
             choice is new, to keep both estimates current (0: never).
         auto_explore_max: ``auto``: the longest period between explorations once a choice has
             held (it doubles from ``auto_explore_every`` at each exploration that confirms it).
+        auto_busy_min: ``auto``: the execute thread's CPU share between two ``execute()`` calls
+            (a moving average) under which no batch is deferred: the instance is waiting for
+            requests or for a core, so deferring cannot gain (0: defer whatever the share).
         response_threads: Threads that send responses concurrently (pipelined mode).
         response_backlog: Batches whose responses may wait for the sender threads at once
             (pipelined mode); beyond it the completion side waits, and back-pressure reaches
@@ -149,6 +152,7 @@ class BackendParameters:
     auto_send_prior_us: float = 200.0
     auto_explore_every: int = 32
     auto_explore_max: int = 1024
+    auto_busy_min: float = 0.5
     response_threads: int = 8
     response_backlog: int = 8
     response_yield: bool = True
@@ -267,6 +271,11 @@ class BackendParameters:
                 f"auto_send_prior_us={self.auto_send_prior_us}, auto_explore_every={self.auto_explore_every}, "
                 f"auto_explore_max={self.auto_explore_max}: use a positive prior, an interval >= 0 and a longest "
                 "interval at least that"
+            )
+        if not 0.0 <= self.auto_busy_min <= 1.0:
+            raise ConfigError(
+                f"auto_busy_min={self.auto_busy_min}: use a CPU share in 0..1 (0 lets auto defer however idle the "
+                "instance is)"
             )
         if self.response_threads < 1 or self.response_threads > 256:
             raise ConfigError(f"response_threads={self.response_threads}: use 1..256")

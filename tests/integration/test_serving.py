@@ -211,7 +211,7 @@ def test_auto_mode_defers_last_chunks_through_the_response_sender(server: Any, r
     """
     from inflight.build import add_variant
 
-    base = "bert_tiny_inflight@mode=auto,chunk_items=4,auto_send_prior_us=0.001,auto_explore_every=0"
+    base = "bert_tiny_inflight@mode=auto,chunk_items=4,auto_send_prior_us=0.001,auto_explore_every=0,auto_busy_min=0"
     add_variant(repository, base, "defer")
     name = "bert_tiny_inflight_defer"
     load_variant(server.http_url, variant_config(repository, name, {"kind": kind, "delay_us": DELAY_US}))

@@ -521,7 +521,7 @@ def test_auto_defers_the_last_chunk_when_waiting_costs_more_than_sending() -> No
 
     # a slow device and fast sends: once the wait for the last chunk is measured, auto defers it
     sink = Sink()
-    policy = _always_cut(AutoPolicy)(send_us=10.0, explore_every=0)
+    policy = _always_cut(AutoPolicy)(send_us=10.0, explore_every=0, busy_min=0)
     ex = _overlap(ToyEngine(delay_s=0.02), sink, policy)
     rng = np.random.default_rng(11)
     k = 0
@@ -553,7 +553,7 @@ def test_auto_returns_whole_batches_when_sending_costs_more_and_explores_now_and
 
     # a fast device and slow sends (the prior, then measured on the explored batches)
     sink = Sink(delay_s=0.01)
-    policy = _always_cut(AutoPolicy)(send_us=5_000.0, explore_every=4)
+    policy = _always_cut(AutoPolicy)(send_us=5_000.0, explore_every=4, busy_min=0)
     ex = _overlap(ToyEngine(), sink, policy)
     rng = np.random.default_rng(12)
     for b in range(8):
@@ -583,7 +583,7 @@ def test_auto_runs_a_batch_whole_when_cutting_it_costs_more() -> None:
     from inflight.runtime.executor import AutoPolicy
 
     # a fixed cost per launch and nothing to overlap it with: three chunks cost three launches
-    policy = AutoPolicy(send_us=1e9, explore_every=8)  # sends priced out: never deferred but when explored
+    policy = AutoPolicy(send_us=1e9, explore_every=8, busy_min=0)  # sends priced out: never deferred but when explored
     ex = _overlap(ToyEngine(delay_s=0.004), Sink(), policy)
     _auto_batches(ex, 24, _respond, np.random.default_rng(13))
     assert ex.close(10)
@@ -601,7 +601,7 @@ def test_auto_cuts_a_batch_when_overlapping_its_responses_with_the_device_pays()
         time.sleep(0.002)  # host work per response, overlapped with the next chunk when cut
         return _respond(outputs, error)
 
-    policy = AutoPolicy(send_us=1e9, explore_every=8)
+    policy = AutoPolicy(send_us=1e9, explore_every=8, busy_min=0)
     ex = _overlap(ToyEngine(per_row_s=0.0006), Sink(), policy)  # device time in proportion to rows
     _auto_batches(ex, 24, slow_respond, np.random.default_rng(14))
     assert ex.close(10)
@@ -616,7 +616,7 @@ def test_auto_returns_a_batch_that_explores_cutting_in_full_so_its_time_is_measu
     from inflight.runtime.executor import AutoPolicy
 
     # whole is cheaper and deferring pays (long wait, sends nearly free): the first cut explores
-    policy = AutoPolicy(send_us=0.001, wait_us=1e9, explore_every=2, whole_us=1.0, split_us=1e6)
+    policy = AutoPolicy(send_us=0.001, wait_us=1e9, explore_every=2, whole_us=1.0, split_us=1e6, busy_min=0)
     sink = Sink()
     ex = _overlap(ToyEngine(delay_s=0.002), sink, policy)
     rng = np.random.default_rng(15)
@@ -637,7 +637,7 @@ def test_auto_returns_a_batch_that_explores_cutting_in_full_so_its_time_is_measu
 def test_auto_policy_tries_each_branch_then_takes_the_cheaper_and_explores() -> None:
     from inflight.runtime.executor import AutoPolicy
 
-    p = AutoPolicy(explore_every=4)
+    p = AutoPolicy(explore_every=4, busy_min=0)
     assert p.split(1) == (False, "one chunk")
     assert p.split(3) == (True, "unmeasured")
     p.ran(True, 0.002, 100)  # 20 us per item cut
@@ -650,7 +650,7 @@ def test_auto_policy_tries_each_branch_then_takes_the_cheaper_and_explores() -> 
 def test_auto_policy_explores_less_while_its_choice_holds_and_again_when_it_changes() -> None:
     from inflight.runtime.executor import AutoPolicy
 
-    p = AutoPolicy(explore_every=4, explore_max=16)  # no wait measured: never deferred but when explored
+    p = AutoPolicy(explore_every=4, explore_max=16, busy_min=0)  # no wait measured: never deferred but when explored
     explored = [n for n in range(1, 101) if p.decide(3)[1] == "explored"]
     assert explored == [4, 8, 16, 32, 48, 64, 80, 96]  # the period doubles to explore_max
     assert p.explore_periods["defer"] == 16
@@ -660,9 +660,53 @@ def test_auto_policy_explores_less_while_its_choice_holds_and_again_when_it_chan
     # the exploration due at 112 finds the choice changed: the period is explore_every again, then backs off
     assert explored == [112, 116, 124]
     assert decisions[0] == (True, "deferred") and decisions[112 - 101] == (False, "explored")
-    assert AutoPolicy(explore_every=0).explore_periods == {"defer": 0, "split": 0}
+    assert AutoPolicy(explore_every=0, busy_min=0).explore_periods == {"defer": 0, "split": 0}
 
 
 def test_overlap_needs_two_slots() -> None:
     with pytest.raises(ValueError, match="at least 2 slots"):
         _overlap(ToyEngine(), Sink(), slots=1)
+
+
+def test_auto_answers_in_band_while_the_instance_is_idle_between_calls() -> None:
+    from inflight.runtime.executor import AutoPolicy
+
+    # deferring would pay by the estimates (a long wait, cheap sends), but the execute thread spent
+    # 10% of the gaps between calls on the CPU: the next batch was not waiting, so nothing is deferred
+    # and the deferral is not explored either
+    p = AutoPolicy(send_us=1.0, wait_us=1e6, explore_every=2, busy_min=0.5)
+    assert p.decide(3) == (False, "idle")  # unmeasured: in-band
+    for _ in range(50):
+        p.between(0.004, 0.0004)
+    assert p.busy is not None and abs(p.busy - 0.1) < 1e-6
+    assert {p.decide(3) for _ in range(20)} == {(False, "idle")}
+    # busy: the gaps are the stub's own work on the next batch (90% CPU): deferring pays, and is explored
+    for _ in range(50):
+        p.between(0.004, 0.0036)
+    decisions = [p.decide(3) for _ in range(20)]
+    assert decisions.count((True, "deferred")) >= 15 and (False, "explored") in decisions
+    # a thread that waits for a core shows the same low share: in-band again
+    for _ in range(50):
+        p.between(0.004, 0.001)
+    assert p.decide(3) == (False, "idle")
+    # busy_min=0: no gate
+    assert AutoPolicy(send_us=1.0, wait_us=1e6, explore_every=0, busy_min=0).decide(3) == (True, "deferred")
+
+
+def test_auto_counts_the_batches_it_answers_in_band_for_idleness() -> None:
+    from inflight.runtime.executor import AutoPolicy
+
+    sink = Sink()
+    policy = _always_cut(AutoPolicy)(send_us=0.001, explore_every=0, busy_min=0.5)
+    ex = _overlap(ToyEngine(delay_s=0.005), sink, policy)
+    rng = np.random.default_rng(13)
+    for b in range(4):
+        ex.between_executes(0.01, 0.001)  # 10% busy between calls
+        items = [_item(b * 6 + j, 4, 5, rng) for j in range(6)]
+        with ex.issuing():
+            out = ex.run(Batch(items), _respond, _reject)
+        assert all(o is not None for o in out)
+    assert ex.close(10)
+    st = ex.stats
+    assert st.auto_idle == 4 and st.auto_deferred == 0 and not sink.got, st.snapshot()
+    assert abs(st.auto_busy_share - 0.1) < 1e-6

@@ -1,12 +1,15 @@
-"""bert-tiny: the prajjwal1/bert-tiny architecture with seeded random weights.
+"""bert-tiny and bert-small: BERT encoders with seeded random weights.
 
-BERT encoder, 2 layers, hidden 128, 2 attention heads, FFN 512, vocabulary 30522, 512 positions
-(4.4M parameters). The model hub is unreachable here and throughput does not depend on weight
+bert-tiny (prajjwal1/bert-tiny): 2 layers, hidden 128, 2 attention heads, FFN 512, vocabulary
+30522, 512 positions (4.4M parameters). bert-small (google/bert_uncased_L-4_H-512_A-8): 4 layers,
+hidden 512, 8 heads, FFN 2048 (29M parameters), the same code at another ``BertShape``. The model hub is unreachable here and throughput does not depend on weight
 values, so weights are drawn from a seeded generator. Output: the CLS token's final hidden state.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inflight.models.spec import ModelSpec, TensorSpec
@@ -20,6 +23,34 @@ LAYERS = 2
 HEADS = 2
 FFN = 512
 POSITIONS = 512
+
+
+@dataclass(frozen=True, kw_only=True)
+class BertShape:
+    """The sizes of a BERT encoder (the architecture of ``make_module`` is the same for every shape).
+
+    Attributes:
+        layers: Encoder layers.
+        hidden: Hidden size.
+        heads: Attention heads (``hidden`` must divide by it).
+        ffn: Feed-forward inner size.
+        vocab: Token ids accepted.
+        positions: Longest sequence.
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int = VOCAB
+    positions: int = POSITIONS
+
+
+#: prajjwal1/bert-tiny's shape.
+TINY = BertShape(layers=LAYERS, hidden=HIDDEN, heads=HEADS, ffn=FFN)
+#: google/bert_uncased_L-4_H-512_A-8 ("bert-small"): a shape people serve, whose GPU time per batch is
+#: comparable to the Python backend's host work per batch.
+SMALL = BertShape(layers=4, hidden=512, heads=8, ffn=2048)
 #: Score of a masked position in explicit attention: exp() of it is 0 in fp16, bf16 and fp32.
 MASKED_SCORE = -30000.0
 
@@ -27,15 +58,17 @@ MASKED_SCORE = -30000.0
 def make_module(
     seed: int = 0,
     *,
+    shape: BertShape = TINY,
     cls_only: bool = True,
     attention: str = "sdpa",
     cls_attention: str | None = None,
     kernels: bool = True,
 ) -> torch.nn.Module:
-    """Build bert-tiny in fp32 on the CPU, eval mode, weights from ``seed``.
+    """Build bert-tiny (or another ``shape``) in fp32 on the CPU, eval mode, weights from ``seed``.
 
     Args:
         seed: Weight seed; the same seed gives the same weights for every option below.
+        shape: The encoder's sizes (``TINY``: bert-tiny; ``SMALL``: bert-small).
         cls_only: Compute the last layer for the CLS position only (its keys and values still come
             from every position). The output is the CLS state, so this is the same function with
             about half the last layer's work; ``cls_only=False`` is the unmodified encoder.
@@ -58,6 +91,8 @@ def make_module(
     for name, value in (("attention", attention), ("cls_attention", cls_how)):
         if value not in ("sdpa", "explicit"):
             raise ValueError(f"{name}={value!r}: use 'sdpa' or 'explicit'")
+    HIDDEN, HEADS, FFN, LAYERS = shape.hidden, shape.heads, shape.ffn, shape.layers  # noqa: N806
+    VOCAB, POSITIONS = shape.vocab, shape.positions  # noqa: N806
     head_dim = HIDDEN // HEADS
 
     def attend(
@@ -330,6 +365,22 @@ SPEC = ModelSpec(
     seq_input="input_ids",
     mask_input="attention_mask",
     unpadded=True,
+    portable_options={"kernels": False},
+    reference_options={"cls_only": False, "kernels": False},
+)
+
+SMALL_SPEC = ModelSpec(
+    name="bert_small",
+    description="bert-small encoder (4 layers, hidden 512, 8 heads, FFN 2048), CLS embedding",
+    inputs=SPEC.inputs,
+    outputs=(TensorSpec(name="cls", dtype="float32", dims=(SMALL.hidden,)),),
+    max_batch_size=2048,
+    make_module=functools.partial(make_module, shape=SMALL),
+    default_seq_len=64,
+    max_seq_len=SMALL.positions,
+    vocab_size=SMALL.vocab,
+    seq_input="input_ids",
+    mask_input="attention_mask",
     portable_options={"kernels": False},
     reference_options={"cls_only": False, "kernels": False},
 )

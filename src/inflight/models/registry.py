@@ -11,7 +11,7 @@ from inflight.models.spec import ModelSpec
 
 
 def _build_registry() -> dict[str, ModelSpec]:
-    specs = [bert.SPEC, heads.LINEAR_SPEC, heads.STACKED_SPEC, heads.SEQLEN_SPEC]
+    specs = [bert.SPEC, bert.SMALL_SPEC, heads.LINEAR_SPEC, heads.STACKED_SPEC, heads.SEQLEN_SPEC]
     return {s.name: s for s in specs}
 
 

@@ -105,6 +105,11 @@ class ExecutorStats:
         auto_deferred: ``auto`` batches whose last chunk was deferred: the wait was longer.
         auto_explored: ``auto`` batches that took the other branch (of cutting or of deferring) to
             refresh its estimate.
+        auto_idle: ``auto`` batches answered in-band because the instance was not busy between its
+            ``execute()`` calls (its execute thread's CPU share there under ``busy_min``): the next
+            batch was not waiting, or the thread was not getting a core, so returning early would
+            free it for nothing and its sends would cost CPU (see ``AutoPolicy``).
+        auto_busy_share: ``auto``'s moving average of the execute thread's CPU share between calls.
         auto_wait_est_us: ``auto``'s current estimate of the execute thread's wait for a last chunk.
         auto_send_est_us: ``auto``'s current estimate of one ``send()`` per request.
         auto_whole: ``auto`` batches that could be cut, run as one chunk because one chunk cost
@@ -148,6 +153,8 @@ class ExecutorStats:
     auto_inline: int = 0
     auto_deferred: int = 0
     auto_explored: int = 0
+    auto_idle: int = 0
+    auto_busy_share: float = 0.0
     auto_wait_est_us: float = 0.0
     auto_send_est_us: float = 0.0
     auto_whole: int = 0
@@ -626,6 +633,17 @@ class AutoPolicy:
     batch takes the other branch, so that the estimate the current choice does not measure stays
     current.
 
+    Deferring can gain only when the instance is busy: when the next batch is already waiting and
+    the execute thread gets a core to take it. Both show in the execute thread's CPU time between
+    two ``execute()`` calls (the Python backend's stub receives the next batch and builds its
+    request objects on that thread): ``between(wall, cpu)`` keeps a moving average of that CPU share.
+    A low share means the thread waited there: for requests (the instance has spare capacity, so
+    an early return only moves the wait) or for a core (the server's CPU is saturated, and the
+    sends would take CPU from the other instances). Below ``busy_min`` the batch is answered
+    in-band, exactly as the sync mode answers it, and the deferral is not explored either. Measured
+    on the H200 with bert-tiny at eight instances on eight cores, deferring at any load cost p99
+    3.5-7x the sync mode's (docs/DESIGN.md, "When pipelining pays").
+
     Exploring costs what the losing branch loses (a deferred chunk's requests each pay a ``send()``
     round trip), so it backs off: the first exploration of each choice comes after
     ``explore_every`` batches, and each time the choice is still the one it was at the previous
@@ -641,6 +659,9 @@ class AutoPolicy:
         wait_us: Estimated wait for a last chunk; None until a batch returned whole measured it.
         explore_every: Batches between explorations while the choice is new (0: never explore).
         explore_max: Longest period between explorations once the choice has held.
+        busy_min: The execute thread's CPU share between calls under which no batch is deferred
+            (0: no such gate).
+        busy: Moving average of that share; None until measured.
         alpha: Weight of a new measurement in the moving averages.
     """
 
@@ -648,6 +669,8 @@ class AutoPolicy:
     wait_us: float | None = None
     explore_every: int = 32
     explore_max: int = 1024
+    busy_min: float = 0.5
+    busy: float | None = None
     alpha: float = 0.1
     whole_us: float | None = None
     split_us: float | None = None
@@ -709,12 +732,27 @@ class AutoPolicy:
         else:
             self.whole_us = new
 
+    def between(self, wall_s: float, cpu_s: float) -> None:
+        """The execute thread spent ``cpu_s`` of CPU in the ``wall_s`` between two ``execute()`` calls."""
+        if wall_s <= 0:
+            return
+        share = min(1.0, max(0.0, cpu_s / wall_s))
+        self.busy = share if self.busy is None else self.busy + self.alpha * (share - self.busy)
+
+    @property
+    def busy_enough(self) -> bool:
+        """Whether the instance is busy enough between calls for a deferral to gain."""
+        return self.busy_min <= 0 or (self.busy is not None and self.busy >= self.busy_min)
+
     def decide(self, tail_requests: int) -> tuple[bool, str]:
         """Whether to defer a last chunk of ``tail_requests`` requests.
 
         Returns:
-            The decision and its reason: ``inline``, ``deferred`` or ``explored``.
+            The decision and its reason: ``idle`` (in-band: the instance is not busy enough for
+            a deferral to gain; nothing is explored), ``inline``, ``deferred`` or ``explored``.
         """
+        if not self.busy_enough:
+            return False, "idle"
         self._batches += 1
         defer = self.wait_us is not None and self.wait_us > tail_requests * self.send_us
         if self._explore("defer", self._batches, defer):
@@ -795,6 +833,12 @@ class OverlapExecutor(PipelinedExecutor):
         if policy is not None:
             self.stats.auto_send_est_us = policy.send_us
 
+    def between_executes(self, wall_s: float, cpu_s: float) -> None:
+        """The execute thread spent ``cpu_s`` of CPU in the ``wall_s`` since the previous ``execute()`` returned."""
+        if self.policy is not None:
+            self.policy.between(wall_s, cpu_s)
+            self.stats.auto_busy_share = self.policy.busy or 0.0
+
     def deferred_handles(self) -> set[int]:
         """``id()`` of the handles of the chunk the latest ``run()`` deferred (empty when it deferred none)."""
         return set(self._deferred)
@@ -841,6 +885,8 @@ class OverlapExecutor(PipelinedExecutor):
                 st = self.stats
                 if why == "explored":
                     st.auto_explored += 1
+                elif why == "idle":
+                    st.auto_idle += 1
                 elif defer:
                     st.auto_deferred += 1
                 else:

@@ -135,6 +135,10 @@ class MetricsPublisher:
                 "inflight_auto_explored_batches_total",
                 "auto: batches that took the other branch (cut or whole, defer or not) to refresh its estimate",
             ),
+            "auto_idle": (
+                "inflight_auto_idle_batches_total",
+                "auto: batches answered in-band because the instance was not busy between its execute() calls",
+            ),
             "auto_whole": (
                 "inflight_auto_whole_batches_total",
                 "auto: batches run as one chunk (cheaper per item than cutting them as measured; explorations apart)",
@@ -152,6 +156,10 @@ class MetricsPublisher:
             "auto_send_est_us": ("inflight_auto_send_estimate_us", "auto: estimated cost of one send() per request"),
             "auto_whole_est_us": ("inflight_auto_whole_estimate_us", "auto: execute time per item, batches run whole"),
             "auto_split_est_us": ("inflight_auto_split_estimate_us", "auto: execute time per item, batches cut"),
+            "auto_busy_share": (
+                "inflight_auto_busy_share",
+                "auto: the execute thread's CPU share between execute() calls (moving average)",
+            ),
         }
         self.m_gauges = {
             attr: family(name, desc, mf.GAUGE).Metric(labels=labels) for attr, (name, desc) in gauges.items()

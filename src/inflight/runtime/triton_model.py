@@ -206,6 +206,7 @@ class InflightModel:
                     send_us=p.auto_send_prior_us,
                     explore_every=p.auto_explore_every,
                     explore_max=p.auto_explore_max,
+                    busy_min=p.auto_busy_min,
                 )
             self.executor = OverlapExecutor(
                 runner,
@@ -243,6 +244,7 @@ class InflightModel:
             "execute_failures": 0,
         }
         self._t_last_exit = 0.0
+        self._cpu_last_exit = 0.0
         self._gil_probe = GilProbe() if p.gil_probe else None
         # last: the freeze keeps what the load built (engine, graphs, warm-up) out of later collections
         self._gc = GcWatch(freeze=p.gc_freeze)
@@ -315,12 +317,17 @@ class InflightModel:
         """Run one batch of requests (see the module docstring for the two modes)."""
         t0 = time.perf_counter()
         if self._t_last_exit:
-            self.timing["between_executes_s"] += t0 - self._t_last_exit
+            gap = t0 - self._t_last_exit
+            self.timing["between_executes_s"] += gap
+            if isinstance(self.executor, OverlapExecutor):
+                # the stub receives this batch on this thread: its CPU share in the gap says how busy we are
+                self.executor.between_executes(gap, time.thread_time() - self._cpu_last_exit)
         try:
             return self._execute(requests)
         except Exception as e:  # the last line of defence: every request still gets an answer
             return self._fail_execute(requests, e)
         finally:
+            self._cpu_last_exit = time.thread_time()
             self._t_last_exit = time.perf_counter()
             took = self._t_last_exit - t0
             t = self.timing
