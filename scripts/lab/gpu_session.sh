@@ -180,6 +180,7 @@ case "$STEP" in
            #   gen    the null model at GEN_RATES (the generator proven on schedule)
            #   fixed  every variant of FIXED_VARIANTS (space-separated specs) at FIXED_RATES, one server
            #   cap    capacity at p99 <= 50 ms of each variant of CAP_VARIANTS by search over CAP_SEARCH, one folder each
+           #          (after the fixed rates CAP_RATES, when set)
            #   mem    each variant of MEM_VARIANTS loaded alone: the GPU memory its processes hold (nvidia-smi)
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
     export GENERATOR=asyncio PROCS=${PROCS:-7}
@@ -194,7 +195,7 @@ case "$STEP" in
              for v in ${CAP_VARIANTS:?set CAP_VARIANTS}; do
                i=$((i + 1))
                # shellcheck disable=SC2086  # SEARCH_OPTS holds several options
-               olab "cap-$i-${v%%@*}" "$v" --search "${CAP_SEARCH:-10k,40k}" $SEARCH_OPTS
+               olab "cap-$i-${v%%@*}" "$v" ${CAP_RATES:+--rate "$CAP_RATES"} --search "${CAP_SEARCH:-10k,40k}" $SEARCH_OPTS
                pack_results "$OUT/results-modes.tgz" "$OL_ROOT"
              done ;;
         mem) for v in ${MEM_VARIANTS:?set MEM_VARIANTS}; do

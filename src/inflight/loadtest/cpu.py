@@ -123,10 +123,15 @@ def busiest_threads(
 
     Returns:
         ``busiest`` (``[name, busy fraction]``, highest first, ``top`` of them), ``over_80`` (threads
-        busier than ``BUSY_THREAD``) and ``by_name`` (cores per thread name, summed).
+        busier than ``BUSY_THREAD``), ``by_name`` (cores per thread name, summed) and ``count`` (threads
+        alive at the end, per process kind: ``tritonserver``, ``stub``).
     """
     if wall <= 0 or not after:
-        return {"busiest": [], "over_80": 0, "by_name": {}}
+        return {"busiest": [], "over_80": 0, "by_name": {}, "count": {}}
+    count: dict[str, int] = {}
+    for name, _ in after.values():
+        kind = name.split("/", 1)[0]
+        count[kind] = count.get(kind, 0) + 1
     busy: list[tuple[str, float]] = []
     by_name: dict[str, float] = {}
     for tid, (name, cpu_s) in after.items():
@@ -139,6 +144,7 @@ def busiest_threads(
         "busiest": [[n, round(b, 3)] for n, b in busy[:top]],
         "over_80": sum(1 for _, b in busy if b > BUSY_THREAD),
         "by_name": {n: round(c, 3) for n, c in sorted(by_name.items(), key=lambda x: -x[1])[:12]},
+        "count": count,
     }
 
 

@@ -2,8 +2,9 @@
 
 bert-tiny (prajjwal1/bert-tiny): 2 layers, hidden 128, 2 attention heads, FFN 512, vocabulary
 30522, 512 positions (4.4M parameters). bert-small (google/bert_uncased_L-4_H-512_A-8): 4 layers,
-hidden 512, 8 heads, FFN 2048 (29M parameters), the same code at another ``BertShape``. The model hub is unreachable here and throughput does not depend on weight
-values, so weights are drawn from a seeded generator. Output: the CLS token's final hidden state.
+hidden 512, 8 heads, FFN 2048 (29M parameters), the same code at another ``BertShape``. The
+model hub is unreachable here and throughput does not depend on weight values, so weights are
+drawn from a seeded generator. Output: the CLS token's final hidden state.
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def make_module(
     for name, value in (("attention", attention), ("cls_attention", cls_how)):
         if value not in ("sdpa", "explicit"):
             raise ValueError(f"{name}={value!r}: use 'sdpa' or 'explicit'")
-    HIDDEN, HEADS, FFN, LAYERS = shape.hidden, shape.heads, shape.ffn, shape.layers  # noqa: N806
-    VOCAB, POSITIONS = shape.vocab, shape.positions  # noqa: N806
+    HIDDEN, HEADS, FFN, LAYERS = shape.hidden, shape.heads, shape.ffn, shape.layers
+    VOCAB, POSITIONS = shape.vocab, shape.positions
     head_dim = HIDDEN // HEADS
 
     def attend(
