@@ -333,5 +333,5 @@ def table(root: Path) -> list[str]:
     return lines
 
 
-if __name__ == "__main__":  # print the table for docs/DESIGN.md
+if __name__ == "__main__":  # print the table for docs/LAB.md
     sys.stdout.write("\n".join(table(Path("."))) + "\n")
