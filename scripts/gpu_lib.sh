@@ -17,7 +17,7 @@ pack_results() {
   tar czf "$tarball" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' "$@" 2>/dev/null
 }
 
-# Install the offline kit (.kit, see ../shared/gpuhost) and this checkout, once per shell, on a GPU host.
+# Install the offline kit (.kit, docs/LAB.md "Toolchain facts") and this checkout, once per shell, on a GPU host.
 kit_setup() {
   if [ -d .kit ] && command -v nvidia-smi >/dev/null && [ -z "${INFLIGHT_SETUP_DONE:-}" ]; then
     source .kit/setup.sh .kit >/dev/null

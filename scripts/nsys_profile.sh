@@ -138,7 +138,7 @@ rm -f "$REP.nsys-rep" "$REP.qdstrm" "$REP.sqlite" "$REP"_*.csv
 : >"$OUT/nsys.log"
 
 # What to trace is a launch/profile option; CPU sampling and context switches are collection
-# (start/profile) options. --sample=none --cpuctxsw=none: a default run wrote 2 GB (FACTS.md).
+# (start/profile) options. --sample=none --cpuctxsw=none: a default run wrote 2 GB (docs/LAB.md, "Toolchain facts").
 TRACE_OPTS=(--trace="$TRACE")
 [[ -n "$GRAPH_TRACE" ]] && TRACE_OPTS+=(--cuda-graph-trace="$GRAPH_TRACE")
 COLLECT_OPTS=(--sample=none --cpuctxsw=none)

@@ -1,7 +1,7 @@
 """Drop what the GPU host never uses from the offline kit's wheels, in place.
 
-The device tool carries the working tree plus ``.kit`` up to 64 MiB in all; the kit from
-``../shared/gpuhost/make_kit.sh`` is about 62 MB, which leaves too little for the repository.
+The device tool carries the working tree plus ``.kit`` up to 64 MiB in all; the offline kit, built on
+a host with network (docs/LAB.md, "Toolchain facts"), is about 62 MB, which leaves too little for the repository.
 Dropped: numpy's own tests (about 1.7 MB) and Locust's web-UI bundle (about 1.4 MB; the load tests
 run ``--headless``, where Locust never serves it). Each wheel's RECORD is rewritten to match, so
 pip installs it as usual.

@@ -2,13 +2,60 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from inflight.models.spec import WIRE_TYPES
+
+
+def ab_command(
+    *args: str,
+    repository: Path,
+    out: Path,
+    window: int,
+    warmup: int = 1,
+    items: int = 4,
+    seq_len: int = 16,
+    processes: int = 1,
+) -> list[str]:
+    """``inflight ab`` as the integration tests run it: small requests, short windows, this interpreter.
+
+    Args:
+        *args: The variants and any further options (``--rate``, ``--preset``, ``--check``...).
+        repository: The model repository.
+        out: The folder for the run's JSON and report.
+        window: Seconds of each measured window.
+        warmup: Seconds of warm-up before each window.
+        items: Items per request (few, so that the 2-core host keeps up).
+        seq_len: Tokens per item.
+        processes: Locust (or generator) processes; 0 runs Locust in the runner's own process.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "inflight.loadtest.cli",
+        "ab",
+        *args,
+        "--window",
+        str(window),
+        "--warmup",
+        str(warmup),
+        "--items",
+        str(items),
+        "--seq-len",
+        str(seq_len),
+        "--processes",
+        str(processes),
+        "--repository",
+        str(repository),
+        "--out",
+        str(out),
+    ]
 
 
 def http_inputs(inputs: Mapping[str, np.ndarray]) -> list[Any]:

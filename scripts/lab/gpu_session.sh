@@ -17,7 +17,7 @@
 #   bash scripts/lab/gpu_session.sh ceiling      # issue 3: one null / sync / pipelined instance, HTTP then gRPC
 #                                            #   (results/per-instance-ceiling; docs/RESULTS.md "One instance")
 #   bash scripts/lab/gpu_session.sh manyceiling  # sync at 8 vs the null model deferring its responses vs pipelined
-#                                            #   (results/pipelined-ceiling; docs/RESULTS.md "Many instances")
+#                                            #   (results/pipelined-ceiling; docs/RESULTS-ab-runs.md "Many instances")
 #   bash scripts/lab/gpu_session.sh stallcontrol # the HTTP unload stall with the null model: HTTP vs gRPC
 #   bash scripts/lab/gpu_session.sh capacity     # issue 15: engine bound, generator proof, capacity at p99 <= 50 ms
 #                                            #   (sync and pipelined on GPU 0, sync on both GPUs)
@@ -35,7 +35,7 @@
 #                                            #   into $OL_ROOT/<date>-NAME; server and Locust on
 #                                            #   disjoint halves of the cores; the log in $OUT/openloop-NAME.log
 #
-# Needs the offline kit (.kit, see ../shared/gpuhost; then python3 scripts/slim_kit.py .kit so the tree
+# Needs the offline kit (.kit, docs/LAB.md "Toolchain facts"; then python3 scripts/slim_kit.py .kit so the tree
 # and kit fit the device tool's 64 MiB) on a host without network; writes results/
 # and copies a tarball of it to $OUT when that is set. WINDOW / WARMUP / USERS / REPEAT override
 # the load (e.g. for a dry run on a CPU host).

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from inflight.errors import ConfigError
-from inflight.model_config import VARIANTS, BackendParameters, BatchingConfig, Kind, VariantConfig
+from inflight.model_config import BackendParameters
 from inflight.models.registry import MODELS
 from inflight.models.spec import ModelSpec
+from inflight.variants import VARIANTS, BatchingConfig, Kind, VariantConfig
 
 LOGGER = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ def add_variant(repository: Path, spec: str, tag: str) -> Path:
 
     Args:
         repository: A model repository written by ``build_models``.
-        spec: ``<variant name>@key=value,...`` (see ``model_config.apply_overrides``).
+        spec: ``<variant name>@key=value,...`` (see ``variants.apply_overrides``).
         tag: Appended to the variant's name (letters, digits, ``_`` and ``-``).
 
     Returns:
@@ -138,7 +139,7 @@ def add_variant(repository: Path, spec: str, tag: str) -> Path:
     Raises:
         ConfigError: for a bad tag, a variant that is not built, or a bad override.
     """
-    from inflight.model_config import apply_overrides, parse_pbtxt, parse_variant_arg, variant_from_proto
+    from inflight.variants import apply_overrides, parse_pbtxt, parse_variant_arg, variant_from_proto
 
     if not tag or not all(c.isalnum() or c in "_-" for c in tag):
         raise ConfigError(f"tag {tag!r}: use letters, digits, '_' and '-'")

@@ -13,7 +13,7 @@ import typer
 
 from inflight.cli_util import fail, setup_logging
 from inflight.errors import InflightError
-from inflight.model_config import Kind
+from inflight.variants import Kind
 
 app = typer.Typer(
     add_completion=False,
@@ -96,9 +96,9 @@ def serve_cmd(
     """Start tritonserver with the inflight backend; stop cleanly on Ctrl+C / SIGTERM."""
     setup_logging(verbose)
     from inflight.loadtest.openloop import parse_cpus
-    from inflight.model_config import parse_variant_arg
     from inflight.server.control import load_variant, variant_config
     from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.variants import parse_variant_arg
 
     try:
         server_cpus = tuple(parse_cpus(cpus)) if cpus else ()

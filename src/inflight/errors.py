@@ -1,6 +1,8 @@
-"""One exception tree for the whole project.
+"""One exception tree for the whole project: its base and the product's errors.
 
-Every message says what was wrong and how to fix it.
+The errors the backend raises are defined here; the tools' own errors (server, load test,
+profilers) subclass ``InflightError`` in ``inflight.tool_errors``. Every message says what was wrong
+and how to fix it.
 """
 
 from __future__ import annotations
@@ -36,28 +38,5 @@ class NoGPUError(EngineError):
     """A GPU was required (KIND_GPU, TensorRT, CUDA graphs) but none is usable."""
 
 
-class ServerError(InflightError):
-    """The Triton server could not be found, started or reached."""
-
-
 class ShuttingDownError(InflightError):
     """The model is being unloaded; in-flight work that cannot finish is failed with this."""
-
-
-class StatsError(InflightError):
-    """Statistics that cannot be compared (other model, counters that went backwards, no data)."""
-
-
-class HttpProtocolError(InflightError):
-    """The server's answer is not HTTP/1.1 the load generator can read (the message says what was seen)."""
-
-
-class CuptiUnavailableError(InflightError):
-    """CUPTI cannot be used here (not installed, no GPU/driver, or another profiler owns it)."""
-
-
-class NsysExportError(InflightError, ValueError):
-    """The file is not a usable nsys sqlite export (missing, unreadable, or without GPU data).
-
-    Also a ``ValueError``, as it was before it joined this tree, for callers that catch that.
-    """

@@ -1,14 +1,9 @@
-"""Typed model configurations: generate config.pbtxt, parse it back, and override it.
+"""The backend's configuration: the ``inflight`` parameters of config.pbtxt, parsed and checked.
 
-config.pbtxt is produced from tritonclient's ``model_config_pb2.ModelConfig`` with protobuf's
-``text_format``, never from string templates. Three variants exist per model:
-
-* ``<model>_inflight``: our backend, pipelined mode (several batches in flight per instance);
-* ``<model>_sync``: our backend, stock-equivalent mode (one batch at a time, wait after each);
-* ``<model>_trt``: the stock TensorRT backend (``platform: "tensorrt_plan"``), for NGC containers.
-
-The same object also yields the JSON that Triton's model-control API accepts as a config
-override, which is how the A/B runner loads a variant with other instance counts or batching.
+This is what the deployed backend reads: ``proto_from_json`` turns the model config Triton hands
+``initialize()`` into a ``ModelConfig``, ``parameters_of`` takes its ``parameters`` map, and
+``BackendParameters.from_parameters`` parses and range-checks it, with errors that name the key.
+Generating config.pbtxt and the variants the tools load lives apart, in ``inflight.variants``.
 """
 
 from __future__ import annotations
@@ -16,51 +11,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from google.protobuf import json_format, text_format
+from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
 from inflight.models.packing import UNPAD_TOKEN_COST
-from inflight.models.registry import get_model
-from inflight.models.spec import ModelSpec
-
-Variant = Literal["inflight", "sync", "trt", "null"]
-Kind = Literal["auto", "gpu", "cpu"]
-VARIANTS: tuple[Variant, ...] = ("inflight", "sync", "trt", "null")
-"""``null``: the control model of ``backends/null`` (Triton's Python backend answering zeros, no inflight code)."""
-
-_KINDS = {
-    "auto": mc.ModelInstanceGroup.KIND_AUTO,
-    "gpu": mc.ModelInstanceGroup.KIND_GPU,
-    "cpu": mc.ModelInstanceGroup.KIND_CPU,
-}
-
-
-@dataclass(kw_only=True)
-class BatchingConfig:
-    """Dynamic batching and instance placement, shared by all variants.
-
-    Attributes:
-        instances: Model instances (one stub process each for our backend).
-        kind: ``auto`` (GPU when the server sees one, else CPU), ``gpu`` or ``cpu``.
-        max_queue_delay_us: Dynamic batcher queue delay.
-        preferred_batch_sizes: Preferred batch sizes; empty for none.
-        cuda_graphs: For ``_trt``: TensorRT backend CUDA graphs (``optimization.cuda.graphs``).
-        gpus: GPUs the instances go on (``instance_group.gpus``); Triton places ``instances``
-            instances on *each* of them. Empty: every GPU the server sees.
-    """
-
-    instances: int = 1
-    kind: Kind = "auto"
-    max_queue_delay_us: int = 500
-    preferred_batch_sizes: tuple[int, ...] = ()
-    cuda_graphs: bool = False
-    gpus: tuple[int, ...] = ()
-
 
 #: Execution modes of the inflight backend (see ``BackendParameters.mode``).
 Mode = Literal["pipelined", "sync", "overlap", "auto"]
@@ -297,110 +255,7 @@ class BackendParameters:
             raise ConfigError(f"drain_timeout_s={self.drain_timeout_s}: must be >= 0")
 
 
-@dataclass(kw_only=True)
-class VariantConfig:
-    """One model variant: which model, which execution path, batching and parameters."""
-
-    model: str
-    variant: Variant
-    batching: BatchingConfig = field(default_factory=BatchingConfig)
-    params: BackendParameters = field(default_factory=BackendParameters)
-    max_batch_size: int | None = None
-    name: str | None = None
-    sleep_us: int = 0
-    """``null`` variant only: microseconds the control model sleeps per batch (its stand-in device wait)."""
-    sender_threads: int = 0
-    """``null`` variant only: 0 returns the responses from ``execute()``; N > 0 defers them to N threads
-    that send each through its request's response sender (the pipelined response path, no inflight code)."""
-
-    @property
-    def spec(self) -> ModelSpec:
-        """The model's registry entry."""
-        return get_model(self.model)
-
-    @property
-    def model_name(self) -> str:
-        """The name Triton serves this variant under."""
-        return self.name or f"{self.model}_{self.variant}"
-
-    def to_proto(self) -> mc.ModelConfig:
-        """Build the ``ModelConfig`` protobuf."""
-        spec = self.spec
-        cfg = mc.ModelConfig(name=self.model_name, max_batch_size=self.max_batch_size or spec.max_batch_size)
-        if self.variant == "trt":
-            cfg.platform = "tensorrt_plan"
-        elif self.variant == "null":
-            cfg.backend = "null"
-        else:
-            cfg.backend = "inflight"
-        # the inflight backend groups a batch's requests by sequence bucket itself, so the dynamic
-        # batcher may put requests of different lengths into one batch (without it, it batches
-        # only equal shapes, and a mix of lengths fragments into small batches)
-        ragged = self.variant in ("inflight", "sync")
-        for t in spec.inputs:
-            cfg.input.add(
-                name=t.name,
-                data_type=mc.DataType.Value(t.triton_type),
-                dims=list(t.dims),
-                allow_ragged_batch=ragged and t.variable,
-            )
-        for t in spec.outputs:
-            cfg.output.add(name=t.name, data_type=mc.DataType.Value(t.triton_type), dims=list(t.dims))
-        b = self.batching
-        cfg.dynamic_batching.max_queue_delay_microseconds = b.max_queue_delay_us
-        cfg.dynamic_batching.preferred_batch_size.extend(b.preferred_batch_sizes)
-        # instances placed on named GPUs are GPU instances (KIND_AUTO would also accept a CPU-only server)
-        kind = "gpu" if self.variant == "trt" or (b.gpus and b.kind == "auto") else b.kind
-        group = cfg.instance_group.add(count=b.instances, kind=_KINDS[kind])
-        if b.gpus:
-            group.gpus.extend(b.gpus)
-        if self.variant == "trt":
-            if b.cuda_graphs:
-                cfg.optimization.cuda.graphs = True
-        elif self.variant == "null":
-            cfg.parameters["sleep_us"].string_value = str(self.sleep_us)
-            if self.sender_threads:
-                cfg.parameters["sender_threads"].string_value = str(self.sender_threads)
-        else:
-            # the variant decides sync or not; an inflight variant keeps its own non-sync mode
-            mode: Mode = self.params.mode if self.params.mode != "sync" else "pipelined"
-            if self.variant == "sync":
-                mode = "sync"
-            p = dataclasses.replace(self.params, mode=mode)
-            for k, v in p.to_parameters(full=False).items():
-                cfg.parameters[k].string_value = v
-        return cfg
-
-    def to_pbtxt(self) -> str:
-        """config.pbtxt text."""
-        return _HEADER + text_format.MessageToString(self.to_proto())
-
-    def to_json(self) -> str:
-        """The JSON form Triton's model-control ``load`` accepts as a ``config`` override."""
-        return json_format.MessageToJson(self.to_proto(), preserving_proto_field_name=True, indent=None)
-
-    def write(self, repository: Path) -> Path:
-        """Write ``<repository>/<name>/config.pbtxt`` and the version folder ``1/``."""
-        d = repository / self.model_name
-        (d / "1").mkdir(parents=True, exist_ok=True)
-        (d / "config.pbtxt").write_text(self.to_pbtxt())
-        return d
-
-
 _SHOWN = frozenset({"mode", "engine", "slots", "response_threads", "precision", "cuda_graphs"})
-_HEADER = "# Generated by `inflight build-models` from inflight.model_config; edit the generator, not this file.\n"
-
-
-def parse_pbtxt(text: str) -> mc.ModelConfig:
-    """Parse config.pbtxt text into a ``ModelConfig``.
-
-    Raises:
-        ConfigError: with protobuf's position of the syntax error.
-    """
-    try:
-        return text_format.Parse(text, mc.ModelConfig())
-    except text_format.ParseError as e:
-        raise ConfigError(f"config.pbtxt does not parse: {e}") from None
 
 
 def proto_from_json(config_json: str | Mapping[str, Any]) -> mc.ModelConfig:
@@ -412,143 +267,3 @@ def proto_from_json(config_json: str | Mapping[str, Any]) -> mc.ModelConfig:
 def parameters_of(cfg: mc.ModelConfig) -> dict[str, str]:
     """The ``parameters`` map as plain strings."""
     return {k: v.string_value for k, v in cfg.parameters.items()}
-
-
-def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
-    """Rebuild a ``VariantConfig`` from a parsed config (inverse of ``to_proto``)."""
-    spec = get_model(cfg.name)
-    variant: Variant
-    sleep_us = sender_threads = 0
-    if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":
-        variant = "trt"
-    elif cfg.backend == "null":
-        variant = "null"
-        given = parameters_of(cfg)
-
-        def integer(key: str, unit: str = "") -> int:
-            raw = given.get(key) or "0"
-            try:
-                return int(raw)
-            except ValueError:
-                raise ConfigError(f"{cfg.name}: parameter {key}={raw!r} is not an integer{unit}") from None
-
-        sleep_us = integer("sleep_us", " (microseconds)")
-        sender_threads = integer("sender_threads")
-    else:
-        params = BackendParameters.from_parameters(parameters_of(cfg))
-        variant = "sync" if params.mode == "sync" else "inflight"
-    kinds = {v: k for k, v in _KINDS.items()}
-    group = cfg.instance_group[0] if cfg.instance_group else mc.ModelInstanceGroup(count=1)
-    batching = BatchingConfig(
-        instances=group.count or 1,
-        kind=kinds.get(group.kind, "auto"),  # type: ignore[arg-type]
-        max_queue_delay_us=cfg.dynamic_batching.max_queue_delay_microseconds,
-        preferred_batch_sizes=tuple(cfg.dynamic_batching.preferred_batch_size),
-        cuda_graphs=cfg.optimization.cuda.graphs,
-        gpus=tuple(group.gpus),
-    )
-    vc = VariantConfig(
-        model=spec.name,
-        variant=variant,
-        batching=batching,
-        max_batch_size=cfg.max_batch_size,
-        name=cfg.name,
-        sleep_us=sleep_us,
-        sender_threads=sender_threads,
-    )
-    if variant not in ("trt", "null"):
-        vc.params = BackendParameters.from_parameters(parameters_of(cfg))
-    return vc
-
-
-def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantConfig:
-    """Return a copy of ``vc`` with ``key=value`` overrides applied.
-
-    Keys: ``instances``, ``kind``, ``delay_us``, ``preferred`` (``512/1024/2000``), ``gpus`` (``0/1``:
-    ``instances`` instances on each listed GPU), ``graphs``
-    (TensorRT backend CUDA graphs), ``name``, any backend parameter (``slots``,
-    ``response_threads``, ``cuda_graphs``...) and, for the ``null`` control model only, ``sleep_us`` and
-    ``sender_threads``.
-
-    Raises:
-        ConfigError: for an unknown key or a bad value.
-    """
-    b = dataclasses.replace(vc.batching)
-    params = dict(vc.params.to_parameters()) if vc.variant != "null" else {}
-    name = vc.name
-    sleep_us = vc.sleep_us
-    sender_threads = vc.sender_threads
-    for key, value in overrides.items():
-        try:
-            if key == "sleep_us":
-                if vc.variant != "null":
-                    raise ValueError(f"only the null control model sleeps; {vc.model_name} is a {vc.variant} variant")
-                sleep_us = int(value)
-                if sleep_us < 0:
-                    raise ValueError("must be >= 0 (microseconds per batch)")
-            elif key == "sender_threads":
-                if vc.variant != "null":
-                    raise ValueError(
-                        f"sender_threads belongs to the null control model; {vc.model_name} is a {vc.variant} "
-                        "variant (its senders are response_threads)"
-                    )
-                sender_threads = int(value)
-                if not 0 <= sender_threads <= 256:
-                    raise ValueError("must be 0 (return from execute) to 256")
-            elif key == "instances":
-                b.instances = int(value)
-            elif key == "kind":
-                if value not in _KINDS:
-                    raise ValueError(f"choose one of {list(_KINDS)}")
-                b.kind = value  # type: ignore[assignment]
-            elif key in ("delay_us", "max_queue_delay_us"):
-                b.max_queue_delay_us = int(value)
-            elif key == "preferred":
-                b.preferred_batch_sizes = tuple(int(x) for x in value.replace(",", "/").split("/") if x)
-            elif key == "gpus":
-                b.gpus = tuple(int(x) for x in value.replace(",", "/").split("/") if x)
-                if any(g < 0 for g in b.gpus) or len(set(b.gpus)) != len(b.gpus):
-                    raise ValueError("list distinct GPU indices separated by '/', e.g. gpus=0/1")
-            elif key == "graphs":
-                b.cuda_graphs = value.lower() in ("true", "1", "yes")
-            elif key == "name":
-                name = value
-            elif key in params:
-                params[key] = value
-            else:
-                raise ValueError(
-                    "unknown key; use instances, kind, delay_us, preferred, gpus, graphs, name or "
-                    + (
-                        f"a backend parameter ({', '.join(sorted(params))})"
-                        if params
-                        else "sleep_us or sender_threads (null variant)"
-                    )
-                )
-        except ValueError as e:
-            raise ConfigError(f"override {key}={value!r}: {e}") from None
-    return VariantConfig(
-        model=vc.model,
-        variant=vc.variant,
-        batching=b,
-        params=BackendParameters.from_parameters(params) if params else vc.params,
-        max_batch_size=vc.max_batch_size,
-        name=name,
-        sleep_us=sleep_us,
-        sender_threads=sender_threads,
-    )
-
-
-def parse_variant_arg(arg: str) -> tuple[str, dict[str, str]]:
-    """Split ``bert_tiny_sync@instances=4,delay_us=500`` into the model name and overrides.
-
-    Raises:
-        ConfigError: when an override is not ``key=value``.
-    """
-    name, _, rest = arg.partition("@")
-    overrides: dict[str, str] = {}
-    for part in filter(None, rest.split(",")):
-        key, eq, value = part.partition("=")
-        if not eq:
-            raise ConfigError(f"variant {arg!r}: override {part!r} is not key=value")
-        overrides[key.strip()] = value.strip()
-    return name, overrides

@@ -16,42 +16,29 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.helpers import ab_command
 
 pytestmark = pytest.mark.integration
 
 
 def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
     out = tmp_path / "results"
-    cmd = [
-        sys.executable,
-        "-m",
-        "inflight.loadtest.cli",
-        "ab",
+    cmd = ab_command(
         "bert_tiny_sync",
         "bert_tiny_inflight",
         "--preset",
         "smoke",
         "--users",
         "20",
-        "--window",
-        "10",
-        "--warmup",
-        "2",
-        "--items",
-        "4",
-        "--seq-len",
-        "16",
-        "--processes",
-        "1",
         "--check",
         # every unload takes longer than 0 s: each run must come out a slow unload, never a stall
         "--unload-timeout",
         "0",
-        "--repository",
-        str(repository),
-        "--out",
-        str(out),
-    ]
+        repository=repository,
+        out=out,
+        window=10,
+        warmup=2,
+    )
     # Locust's default master port is taken, as by an A/B run beside this one: the runner must not need it
     with contextlib.ExitStack() as stack:
         blocker = stack.enter_context(socket.socket())
@@ -121,11 +108,10 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
 def test_sigterm_stops_the_server_and_keeps_its_log(repository: Path, tmp_path: Path) -> None:
     """`timeout` sends SIGTERM: the runner stops its server and copies the server log before exiting."""
     out = tmp_path / "results"
-    cmd = [
-        sys.executable, "-m", "inflight.loadtest.cli", "ab", "bert_tiny_sync", "--preset", "smoke",
-        "--users", "5", "--window", "60", "--warmup", "1", "--items", "2", "--seq-len", "8",
-        "--processes", "0", "--repository", str(repository), "--out", str(out),
-    ]  # fmt: skip
+    cmd = ab_command(
+        "bert_tiny_sync", "--preset", "smoke", "--users", "5",
+        repository=repository, out=out, window=60, items=2, seq_len=8, processes=0,
+    )  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     lines = []

@@ -15,12 +15,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+from tests.helpers import ab_command
 
 from inflight.loadtest import cpu
 from inflight.loadtest import openloop as ol
@@ -81,11 +81,7 @@ def test_one_server_per_gpu_each_on_its_cores_each_answering_a_share(repository:
     if len(cores) < 2:
         pytest.skip(f"needs two cores to give each of two servers its own; this process may run on {cores}")
     out = tmp_path / "perserver"
-    cmd = [
-        sys.executable,
-        "-m",
-        "inflight.loadtest.cli",
-        "ab",
+    cmd = ab_command(
         "bert_tiny_null",
         "--server-per-gpu",
         "0,1",
@@ -93,27 +89,17 @@ def test_one_server_per_gpu_each_on_its_cores_each_answering_a_share(repository:
         "asyncio",
         "--rate",
         "40",
-        "--processes",
-        "2",
         # the servers on two cores, one each; the generator shares them (the CPU host has two)
         "--server-cpus",
         ol.format_cpus(cores[:2]),
         "--no-isolate",
-        "--window",
-        "3",
-        "--warmup",
-        "1",
-        "--items",
-        "4",
-        "--seq-len",
-        "16",
         "--check-every",
         "1",
-        "--repository",
-        str(repository),
-        "--out",
-        str(out),
-    ]
+        repository=repository,
+        out=out,
+        window=3,
+        processes=2,
+    )
     # GPU indices count the GPUs this run sees; without an inherited list they are the host's own
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     log = tmp_path / "ab.log"

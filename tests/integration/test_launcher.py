@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from inflight.errors import ServerError
 from inflight.server.launcher import (
     ServerConfig,
     TritonServer,
@@ -21,6 +20,7 @@ from inflight.server.launcher import (
     prepare_backend_dir,
     stub_environment,
 )
+from inflight.tool_errors import ServerError
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,32 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers import ab_command
 
 pytestmark = pytest.mark.integration
 
 
 def _ab(repository: Path, out: Path, *args: str) -> dict:  # type: ignore[type-arg]
-    cmd = [
-        sys.executable,
-        "-m",
-        "inflight.loadtest.cli",
-        "ab",
-        *args,
-        "--window",
-        "4",
-        "--warmup",
-        "1",
-        "--items",
-        "4",
-        "--seq-len",
-        "16",
-        "--processes",
-        "1",
-        "--repository",
-        str(repository),
-        "--out",
-        str(out),
-    ]
+    cmd = ab_command(*args, repository=repository, out=out, window=4)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, f"inflight ab failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"
     (path,) = out.glob("ab-*.json")

@@ -93,11 +93,11 @@ def test_overlap_bound_needs_every_figure() -> None:
     assert overlap_bound({"execute_ms": 0.5, "between_executes_ms": 0.0, "device_wait_ms": 1.0}) is None
 
 
-def test_design_holds_the_current_cost_table() -> None:
-    """docs/DESIGN.md's cost table is what ``python -m inflight.lab.cost_results`` prints from results/."""
+def test_the_lab_page_holds_the_current_cost_table() -> None:
+    """docs/LAB.md's cost table is what ``python -m inflight.lab.cost_results`` prints from results/."""
     root = Path(__file__).resolve().parents[2]
-    design = (root / "docs" / "DESIGN.md").read_text()
-    assert "\n".join(table(root)) in design, "regenerate it: python -m inflight.lab.cost_results"
+    lab = (root / "docs" / "LAB.md").read_text()
+    assert "\n".join(table(root)) in lab, "regenerate it: python -m inflight.lab.cost_results"
 
 
 def test_reproduce_command_comes_from_the_file_settings() -> None:

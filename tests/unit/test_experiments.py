@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from inflight.lab import experiments as ex
-from inflight.model_config import parse_variant_arg
 from inflight.server.control import variant_config
+from inflight.variants import parse_variant_arg
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from inflight.errors import ServerError
 from inflight.server.launcher import (
     HTTP_REPLY_BUFFER_BYTES,
     ServerConfig,
     ensure_http_reply_buffer,
     http_reply_buffer,
 )
+from inflight.tool_errors import ServerError
 
 
 def test_raises_a_small_default_and_returns_the_old_value(tmp_path: Path) -> None:

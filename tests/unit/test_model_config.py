@@ -7,14 +7,13 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
-from inflight.model_config import (
-    BackendParameters,
+from inflight.model_config import BackendParameters, proto_from_json
+from inflight.variants import (
     BatchingConfig,
     VariantConfig,
     apply_overrides,
     parse_pbtxt,
     parse_variant_arg,
-    proto_from_json,
     variant_from_proto,
 )
 

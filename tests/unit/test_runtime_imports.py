@@ -13,7 +13,18 @@ from inflight import log
 SRC = Path(inflight.__file__).resolve().parent
 #: What the backend deploys: the runtime, the models, and the modules they share.
 RUNTIME = [SRC / "runtime", SRC / "models", SRC / "errors.py", SRC / "log.py", SRC / "model_config.py"]
-LAB = ("inflight.server", "inflight.profiling", "inflight.loadtest", "inflight.bench", "inflight.cli", "inflight.lab")
+#: Tools and lab: nothing the product may import.
+LAB = (
+    "inflight.server",
+    "inflight.profiling",
+    "inflight.loadtest",
+    "inflight.bench",
+    "inflight.cli",
+    "inflight.lab",
+    "inflight.build",
+    "inflight.variants",
+    "inflight.tool_errors",
+)
 #: The tools users run beside the backend (load test, profiler, engine bench, server control): apart from the lab too.
 TOOLS = [SRC / "loadtest", SRC / "profiling", SRC / "bench", SRC / "server"]
 

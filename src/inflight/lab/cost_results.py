@@ -16,7 +16,7 @@ from typing import Any
 
 from inflight.lab import open_loop_results as olr
 from inflight.lab.open_loop_results import merge_summary
-from inflight.model_config import parse_variant_arg
+from inflight.variants import parse_variant_arg
 
 COST_DIR = "cpu-cost"
 #: The issue's targets.
@@ -333,5 +333,5 @@ def table(root: Path) -> list[str]:
     return lines
 
 
-if __name__ == "__main__":  # print the table for docs/DESIGN.md
+if __name__ == "__main__":  # print the table for docs/LAB.md
     sys.stdout.write("\n".join(table(Path("."))) + "\n")

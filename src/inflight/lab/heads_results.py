@@ -139,7 +139,7 @@ def section(root: Path) -> list[str]:
         lines += [
             "Rewrites tried and not served (their bench and profile logs, from the runs that measured them): "
             + ", ".join(f"`{p.relative_to(root)}`" for p in trials)
-            + ". DESIGN.md says why each was dropped.",
+            + ". LAB.md says why each was dropped.",
             "",
         ]
     return lines

@@ -2,7 +2,7 @@
 
 The published workload: 1000 closed-loop users (no think time) each sending 50 items per request,
 a 120 s measured window after a warm-up under the same load, and enough Locust processes that
-Locust is not the bottleneck (FACTS.md: 8 processes reach 74k req/s against a null model).
+Locust is not the bottleneck (docs/LAB.md, "Toolchain facts": 8 processes reach 74k req/s against a null model).
 """
 
 from __future__ import annotations

@@ -65,10 +65,11 @@ from typing import Any
 
 import numpy as np
 
-from inflight.errors import ConfigError, HttpProtocolError
+from inflight.errors import ConfigError
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import workload as wl
 from inflight.runtime.gcwatch import GcWatch
+from inflight.tool_errors import HttpProtocolError
 
 LOGGER = logging.getLogger(__name__)
 

@@ -59,8 +59,8 @@ from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
 from inflight.log import DIAGNOSTICS_GROUP, plugin
-from inflight.model_config import VariantConfig, parse_variant_arg
 from inflight.server import control
+from inflight.variants import VariantConfig, parse_variant_arg
 
 LOGGER = logging.getLogger(__name__)
 

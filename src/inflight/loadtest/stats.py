@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from inflight.errors import StatsError
+from inflight.tool_errors import StatsError
 
 #: Percentiles reported everywhere.
 PERCENTILES: tuple[float, ...] = (50.0, 95.0, 99.0)

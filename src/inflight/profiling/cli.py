@@ -151,9 +151,9 @@ def nsys_summary_cmd(
 ) -> None:
     """GPU activity (union/wall), sync share, dispatches and the regime, side by side per file."""
     setup_logging(verbose)
-    from inflight.errors import NsysExportError
     from inflight.profiling.activity import Thresholds
     from inflight.profiling.nsys_summary import run, to_json, to_markdown
+    from inflight.tool_errors import NsysExportError
 
     try:
         summaries = run(
@@ -265,8 +265,8 @@ def cupti_trace_cmd(
 ) -> None:
     """Run SCRIPT under CUPTI, write a Perfetto trace and print the figures as JSON."""
     setup_logging(verbose)
-    from inflight.errors import CuptiUnavailableError
     from inflight.profiling.cupti_live import CuptiWindow
+    from inflight.tool_errors import CuptiUnavailableError
 
     if not script.is_file():
         fail(f"{script}: no such file")

@@ -61,10 +61,10 @@ from typing import Any
 
 import numpy as np
 
-from inflight.errors import CuptiUnavailableError
 from inflight.profiling import activity as act
 from inflight.profiling import intervals as iv
 from inflight.profiling.activity import ActivitySummary, ApiCalls, GpuOps, Ranges, Records
+from inflight.tool_errors import CuptiUnavailableError
 
 LOGGER = logging.getLogger(__name__)
 

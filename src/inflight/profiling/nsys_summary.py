@@ -52,7 +52,6 @@ from typing import Any
 
 import numpy as np
 
-from inflight.errors import NsysExportError
 from inflight.profiling import activity as act
 from inflight.profiling.activity import (
     DEFAULT_THRESHOLDS,
@@ -63,6 +62,7 @@ from inflight.profiling.activity import (
     Records,
     Thresholds,
 )
+from inflight.tool_errors import NsysExportError
 
 LOGGER = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ one batch at a time, the caller blocked throughout, like Triton's stock backends
 once; several batches are in flight. A completion thread waits for slots in launch order,
 copies each batch's outputs out of the slot, frees the slot, and hands the responses to a pool
 of sender threads, because every Python-backend ``send()`` is a blocking round trip to the
-server process (see FACTS.md: sent one after another they made a pipelined instance slower than
+server process (docs/LAB.md, "Toolchain facts": sent one after another they made a pipelined instance slower than
 the sync one). When every slot is busy, ``submit`` waits for one (back-pressure), and when too
 many batches wait for their responses the completion thread waits; both waits are counted.
 

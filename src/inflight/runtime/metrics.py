@@ -2,7 +2,7 @@
 
 Two hazards of the 2.51 custom-metrics API shape this module:
 
-* FACTS.md: metrics called from background threads segfaulted the server under load; calls
+* docs/LAB.md, "Toolchain facts": metrics called from background threads segfaulted the server under load; calls
   from the execute thread were fine. The executor's threads therefore only bump plain counters
   (``ExecutorStats``); ``MetricsPublisher.publish()``, called at the start of each ``execute()``,
   turns their change since the last call into metric updates, at most every ``interval_s`` (each

@@ -12,8 +12,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from inflight.errors import ServerError
-from inflight.model_config import VariantConfig, apply_overrides, parse_pbtxt, variant_from_proto
+from inflight.tool_errors import ServerError
+from inflight.variants import VariantConfig, apply_overrides, parse_pbtxt, variant_from_proto
 
 LOGGER = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from inflight.errors import ServerError
+from inflight.tool_errors import ServerError
 
 LOGGER = logging.getLogger(__name__)
 
