@@ -136,7 +136,8 @@ def test_busiest_threads_ranks_the_threads_of_a_window() -> None:
     assert got["over_80"] == 1
     assert got["by_name"]["tritonserver/http"] == pytest.approx(1.05)
     assert got["by_name"]["stub/x"] == pytest.approx(0.15)  # born in the window: all its time counts
-    assert cpu.busiest_threads({}, {}, wall=1.0) == {"busiest": [], "over_80": 0, "by_name": {}}
+    assert got["count"] == {"tritonserver": 2, "stub": 2}
+    assert cpu.busiest_threads({}, {}, wall=1.0) == {"busiest": [], "over_80": 0, "by_name": {}, "count": {}}
 
 
 def test_a_spinning_thread_of_the_watched_process_shows_as_busy() -> None:
@@ -161,3 +162,28 @@ def test_a_spinning_thread_of_the_watched_process_shows_as_busy() -> None:
     threads = cpu.window(before, after, 10)["threads"]
     assert threads["busiest"][0][1] > 0.3  # the spinner (it shares the GIL with the sleeping main thread)
     assert threads["busiest"][0][0].startswith("tritonserver/")
+
+
+def test_gpu_memory_is_empty_without_nvidia_smi() -> None:
+    from inflight.loadtest import cpu
+
+    assert cpu.gpu_memory(os.getpid(), smi="/nonexistent/nvidia-smi") == {}
+
+
+def test_gpu_memory_sums_the_server_trees_processes_only(tmp_path: Any) -> None:
+    """The query's rows are kept for the server's own processes; another process's memory is not counted."""
+    import subprocess
+    import sys
+
+    from inflight.loadtest import cpu
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        smi = tmp_path / "smi"
+        smi.write_text(f"#!/bin/sh\necho '{os.getpid()}, 500'\necho '{child.pid}, 1200'\necho '1, 9999'\n")
+        smi.chmod(0o755)
+        got = cpu.gpu_memory(os.getpid(), smi=str(smi))
+        assert got == {"processes": 2, "used_mib": 1700, "per_process_mib": [500, 1200]}
+    finally:
+        child.kill()
+        child.wait()

@@ -180,6 +180,41 @@ def stub_memory(server_pids: ServerPids) -> dict[str, Any]:
     return {"stubs": len(rss), "rss_bytes": sum(rss), "rss": sorted(rss)}
 
 
+def gpu_memory(server_pids: ServerPids, smi: str = "nvidia-smi") -> dict[str, Any]:
+    """GPU memory the servers' processes hold now, as ``nvidia-smi --query-compute-apps`` reports it.
+
+    Returns:
+        ``{"processes": n, "used_mib": total, "per_process_mib": [...]}`` over the server trees'
+        processes that hold GPU memory (tritonserver and its stubs); ``{}`` where ``nvidia-smi`` is
+        missing or fails (no GPU).
+    """
+    import subprocess
+
+    pids: set[int] = set()
+    for pid in _pids(server_pids):
+        try:
+            root = psutil.Process(pid)
+            pids.update([root.pid, *(c.pid for c in root.children(recursive=True))])
+        except psutil.Error:
+            continue
+    try:
+        out = subprocess.run(
+            [smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    used: list[int] = []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit() and int(parts[0]) in pids:
+            used.append(int(parts[1]))
+    return {"processes": len(used), "used_mib": sum(used), "per_process_mib": sorted(used)}
+
+
 def run_cores() -> list[int]:
     """The cores this process may run on (``taskset``/cgroup affinity): the server and Locust inherit them."""
     try:

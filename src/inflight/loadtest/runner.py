@@ -1202,6 +1202,7 @@ class AbRunner:
             record["requests_after_window"] = _sum_counts([st.request_state(t, v.name) for t in texts if t is not None])
         if rate is not None:
             record["stub_memory"] = cpu.stub_memory(self._server_pids)
+            record["gpu_memory"] = cpu.gpu_memory(self._server_pids)
             record["generator"] = _generator_counts(raw_dir)
             # requests the generator gave up on at the end may still be queued or running in the server:
             # the next window must not start behind them
