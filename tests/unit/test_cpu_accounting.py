@@ -165,18 +165,11 @@ def test_a_spinning_thread_of_the_watched_process_shows_as_busy() -> None:
 
 
 def test_gpu_memory_is_empty_without_nvidia_smi() -> None:
-    from inflight.loadtest import cpu
-
     assert cpu.gpu_memory(os.getpid(), smi="/nonexistent/nvidia-smi") == {}
 
 
-def test_gpu_memory_sums_the_server_trees_processes_only(tmp_path: Any) -> None:
+def test_gpu_memory_sums_the_server_trees_processes_only(tmp_path: Path) -> None:
     """The query's rows are kept for the server's own processes; another process's memory is not counted."""
-    import subprocess
-    import sys
-
-    from inflight.loadtest import cpu
-
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         smi = tmp_path / "smi"
