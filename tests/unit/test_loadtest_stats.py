@@ -179,6 +179,20 @@ def test_failure_messages_are_unwrapped() -> None:
     (top,) = st.read_locust_failures(FIXTURES / "locust-404_failures.csv")
     assert top["error"].startswith("HTTP 404: Request for unknown model")
     assert "is the model loaded" in top["error"] and top["occurrences"] > 0
+    assert st.read_locust_failures_by_status(FIXTURES / "locust-404_failures.csv") == {"HTTP 404": top["occurrences"]}
+    assert st.read_locust_failures_by_status(FIXTURES / "locust-A-r1_failures.csv") == {}
+
+
+def test_failures_are_counted_per_http_status() -> None:
+    from inflight.loadtest.workload import failure_status, failures_by_status
+
+    assert failure_status("HTTP 400: inference input 'input_ids' data-type is 'INT32'") == "HTTP 400"
+    assert failure_status("gRPC INVALID_ARGUMENT: expected 2 inputs") == "gRPC INVALID_ARGUMENT"
+    assert failure_status("no HTTP response: ConnectionRefusedError(111)") == "other"
+    assert failure_status("undecodable response (ValueError: x)") == "other"
+    assert failure_status("wrong output: HTTP 400: quoted") == "other"  # only a message that starts with it
+    counts = [("HTTP 500: a", 2), ("HTTP 400: b", 3), ("HTTP 400: c", 4), ("timed out", 1)]
+    assert list(failures_by_status(counts).items()) == [("HTTP 400", 7), ("HTTP 500", 2), ("other", 1)]
 
 
 # -- metrics endpoint ------------------------------------------------------------------------------
@@ -237,6 +251,17 @@ def test_report_from_recorded_json(tmp_path: Path) -> None:
     assert "![ab-smoke-throughput](ab-smoke-throughput.png)" in text
     # regenerating gives the same report
     assert report.write_report(src)[0].read_text() == text
+
+
+def test_report_counts_failures_per_status() -> None:
+    doc = recorded()
+    run = doc["runs"][0]
+    run["failures_by_status"] = {"HTTP 400": 7, "HTTP 500": 2, "other": 1}
+    run["failure_messages"] = [{"error": "HTTP 400: b", "occurrences": 4}]
+    text = report.markdown(doc)
+    assert "## Failures" in text and "Triton counts its own refusals in no statistic or metric" in text
+    assert f"- {run['variant']} round {run['round']}: HTTP 400: 7, HTTP 500: 2, other: 1" in text
+    assert f"- {run['variant']} round {run['round']}: 4 x HTTP 400: b" in text
 
 
 def test_report_marks_invalid_runs(tmp_path: Path) -> None:

@@ -239,8 +239,20 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
     out += [f"Note: {n}\n" for n in doc.get("notes", [])]
     out += ["## Runs\n", runs_table(doc)]
     messages = [(r, f) for r in doc["runs"] for f in r.get("failure_messages") or []]
-    if messages:
+    by_status = [(r, r["failures_by_status"]) for r in doc["runs"] if r.get("failures_by_status")]
+    if messages or by_status:
         out.append("## Failures\n")
+        if by_status:
+            out.append(
+                "Per run, by what answered: an HTTP status (a refusal by Triton or the backend; Triton counts its "
+                "own refusals in no statistic or metric and the backend's as successes, README \"Counting failed "
+                'requests"), or `other` (no answer in time, a connection error, a wrong output):\n'
+            )
+            out += [
+                f"- {r['variant']} round {r['round']}: " + ", ".join(f"{k}: {n}" for k, n in counts.items())
+                for r, counts in by_status
+            ]
+            out.append("\nThe most frequent messages:\n")
         out += [f"- {r['variant']} round {r['round']}: {f['occurrences']} x {f['error']}" for r, f in messages]
         out.append("")
     if images:

@@ -1433,6 +1433,7 @@ class AbRunner:
                 problems.append(str(e))
                 out["locust"] = None
             out["failure_messages"] = st.read_locust_failures(Path(f"{prefix}_failures.csv"))
+            out["failures_by_status"] = st.read_locust_failures_by_status(Path(f"{prefix}_failures.csv"))
             out["history"] = st.read_locust_history(Path(f"{prefix}_stats_history.csv"))
         out["_latencies"] = lat  # pooled per variant by _document, not written
         if not self.config.keep_raw:
@@ -1684,7 +1685,13 @@ def _rategen_figures(raw_dir: Path, latency: Mapping[str, Any], problems: list[s
         summary = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         problems.append(f"the asyncio generator wrote no summary ({e}); see its log")
-        return {"locust": None, "failure_messages": [], "history": [], "generator_run": None}
+        return {
+            "locust": None,
+            "failure_messages": [],
+            "failures_by_status": {},
+            "history": [],
+            "generator_run": None,
+        }
     if summary.get("errors"):
         problems.append("the asyncio generator: " + "; ".join(summary["errors"]))
     counts = {
@@ -1714,6 +1721,7 @@ def _rategen_figures(raw_dir: Path, latency: Mapping[str, Any], problems: list[s
     return {
         "locust": counts,
         "failure_messages": summary.get("failure_messages", []),
+        "failures_by_status": summary.get("failures_by_status", {}),
         "history": [],
         "generator_run": {"tool": summary.get("generator"), **own},
     }
