@@ -106,10 +106,11 @@ def serve_cmd(
     """
     _line_buffered_stdout()
     setup_logging(verbose)
+    from inflight.errors import StopRequested
     from inflight.loadtest.openloop import parse_cpus
     from inflight.model_config import parse_variant_arg
     from inflight.server.control import load_variant, variant_config
-    from inflight.server.launcher import ServerConfig, StopRequested, TritonServer
+    from inflight.server.launcher import ServerConfig, TritonServer
     from inflight.server.supervise import StopSignals, wait_for_stop
 
     try:

@@ -40,6 +40,10 @@ class ServerError(InflightError):
     """The Triton server could not be found, started or reached."""
 
 
+class StopRequested(ServerError):
+    """A stop was requested (e.g. Ctrl+C) while the server was starting; the server still runs."""
+
+
 class ShuttingDownError(InflightError):
     """The model is being unloaded; in-flight work that cannot finish is failed with this."""
 

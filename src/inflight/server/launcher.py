@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from inflight.errors import ServerError
+from inflight.errors import ServerError, StopRequested
 
 LOGGER = logging.getLogger(__name__)
 
@@ -482,10 +482,6 @@ def group_members(pgid: int) -> list[int]:
             if fields[0] != "Z" and int(fields[2]) == pgid:
                 members.append(int(stat.parent.name))
     return sorted(members)
-
-
-class StopRequested(ServerError):
-    """A stop was requested (e.g. Ctrl+C) while the server was starting."""
 
 
 def exit_reason(log: str, code: int | None, killed: str | None = None) -> str | None:
