@@ -704,7 +704,7 @@ class TritonServer:
         *,
         more_requests: Callable[[float], int] | None = None,
         kill_grace_s: float = 5.0,
-        group_grace_s: float = 10.0,
+        group_grace_s: float = 3.0,
     ) -> int | None:
         """Stop the server: SIGTERM to its process group (Triton unloads the models, calling finalize()).
 
