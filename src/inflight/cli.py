@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -91,13 +89,28 @@ def serve_cmd(
         str | None,
         typer.Option(help="Cores for the server and its stubs, as taskset -c takes them (e.g. 0-15); default: all."),
     ] = None,
+    exit_timeout: Annotated[
+        int | None,
+        typer.Option(
+            help="Seconds Triton waits at shutdown for open connections and requests in flight "
+            "(tritonserver --exit-timeout-secs; default: Triton's 30)."
+        ),
+    ] = None,
     verbose: bool = False,
 ) -> None:
-    """Start tritonserver with the inflight backend; stop cleanly on Ctrl+C / SIGTERM."""
+    """Start tritonserver with the inflight backend; stop on Ctrl+C / SIGTERM.
+
+    A second Ctrl+C while it stops sends SIGTERM to the server's process group again and SIGKILL
+    5 s later; a third kills it at once. Exits 0 after a clean stop, 1 when tritonserver exited on
+    its own or uncleanly (the reason is printed), 2 on a bad argument or a failed start.
+    """
+    _line_buffered_stdout()
     setup_logging(verbose)
     from inflight.loadtest.openloop import parse_cpus
     from inflight.server.control import load_variant, variant_config
     from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.supervise import StopSignals, wait_for_stop
+    from inflight.tool_errors import StopRequested
     from inflight.variants import parse_variant_arg
 
     try:
@@ -105,6 +118,7 @@ def serve_cmd(
     except InflightError as e:
         fail(e)
     overridden = [m for m in model or [] if "@" in m]
+    variants = []
     if overridden:
         plain = [m for m in model or [] if "@" not in m]
         try:
@@ -122,34 +136,71 @@ def serve_cmd(
         tritonserver=tritonserver,
         log_verbose=log_verbose,
         cpus=server_cpus,
+        extra_args=(f"--exit-timeout-secs={exit_timeout}",) if exit_timeout is not None else (),
+        die_with_launcher=True,
     )
     server = TritonServer(cfg)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        server.start()
-        for vc in variants if overridden else []:
-            seconds = load_variant(server.http_url, vc)
-            typer.echo(f"loaded {vc.model_name} with overrides in {seconds:.1f} s")
-    except InflightError as e:
-        server.stop()
-        fail(e)
-    typer.echo(
-        f"serving {repository} (HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}); "
-        f"log: {server.log_path}; Ctrl+C stops"
-    )
-    try:
-        while not stop.wait(0.5):
-            if not server.is_alive():
-                typer.secho(f"tritonserver exited:\n{server.log_tail()}", fg=typer.colors.RED, err=True)
-                raise typer.Exit(1)
-    finally:
-        code = server.stop()
+    with StopSignals() as stops:
+
+        def stop_server() -> int | None:
+            first = stops.count
+            return server.stop(more_requests=lambda wait_s: stops.wait(wait_s) - max(first, 1))
+
+        try:
+            server.start(stop_requested=lambda: stops.count > 0)
+            for vc in variants:
+                if stops.count:
+                    raise StopRequested(f"stop requested before {vc.model_name} was loaded")
+                seconds = load_variant(server.http_url, vc)
+                typer.echo(f"loaded {vc.model_name} with overrides in {seconds:.1f} s")
+        except BaseException as e:
+            code = stop_server()
+            if not isinstance(e, InflightError):
+                raise
+            if not isinstance(e, StopRequested):
+                fail(e)
+            typer.echo(f"{e}; tritonserver stopped (exit code {code})")
+            _exit_for(server, code)
+        typer.echo(
+            f"serving {repository} (HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}); "
+            f"log: {server.log_path}; Ctrl+C stops"
+        )
+        how = "exited"
+        try:
+            how = wait_for_stop(stops, server.is_alive)
+        finally:
+            code = stop_server()
+        if how == "exited":
+            tail = server.log_tail()
+            typer.secho(f"tritonserver exited on its own (exit code {code}):\n{tail}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(1)
         typer.echo(
             f"tritonserver stopped (exit code {code})"
             + (f": not gracefully: {server.exit_reason}" if server.exit_reason else "")
         )
+        _exit_for(server, code)
+
+
+def _line_buffered_stdout() -> None:
+    """Write stdout line by line also into a pipe or file (a supervisor's log sees each line when printed)."""
+    import io
+    import sys
+
+    if isinstance(sys.stdout, io.TextIOWrapper) and not sys.stdout.line_buffering:
+        sys.stdout.reconfigure(line_buffering=True)
+
+
+def _exit_for(server: Any, code: int | None) -> None:
+    """Exit 1, saying why, when tritonserver's exit was not clean; return after a clean one."""
+    if code in (0, None):
+        return
+    typer.secho(
+        f"error: tritonserver's exit was not clean (exit code {code}): {server.exit_reason}; its log: "
+        f"{server.log_path}",
+        fg=typer.colors.RED,
+        err=True,
+    )
+    raise typer.Exit(1)
 
 
 @app.command("bench-engine")

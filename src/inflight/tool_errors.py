@@ -14,6 +14,10 @@ class ServerError(InflightError):
     """The Triton server could not be found, started or reached."""
 
 
+class StopRequested(ServerError):
+    """A stop was requested (e.g. Ctrl+C) while the server was starting; the server still runs."""
+
+
 class StatsError(InflightError):
     """Statistics that cannot be compared (other model, counters that went backwards, no data)."""
 

@@ -30,9 +30,11 @@ def test_exit_reason_reads_the_log() -> None:
     assert "batch dimension is 0" in r and "2 Python-backend stub(s) were terminated without finalize()" in r
     assert exit_reason(ZERO_BATCH_LOG, 0) is None  # a clean exit needs no reason, whatever the log holds
     assert exit_reason("", None) is None
-    killed = exit_reason("", -9, killed_after_s=60)
+    killed = exit_reason("", -9, killed="it did not stop within 60 s of SIGTERM and was killed")
     assert killed == "it did not stop within 60 s of SIGTERM and was killed (signal 9)"
     assert exit_reason("", -11) == "it was killed by signal 11"
+    assert "it had not started serving yet" in (exit_reason("I ... loading: linear_head_sync:1\n", -15) or "")
+    assert exit_reason('I "Started HTTPService at 0.0.0.0:8000"\n', -15) == "it was killed by signal 15"
     assert exit_reason("E1123 model.cc] boom\n", 1) == "last error in its log: E1123 model.cc] boom"
     assert exit_reason("nothing useful\n", 3) == "exit code 3 (the log says nothing more)"
 

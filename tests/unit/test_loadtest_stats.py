@@ -179,6 +179,20 @@ def test_failure_messages_are_unwrapped() -> None:
     (top,) = st.read_locust_failures(FIXTURES / "locust-404_failures.csv")
     assert top["error"].startswith("HTTP 404: Request for unknown model")
     assert "is the model loaded" in top["error"] and top["occurrences"] > 0
+    assert st.read_locust_failures_by_status(FIXTURES / "locust-404_failures.csv") == {"HTTP 404": top["occurrences"]}
+    assert st.read_locust_failures_by_status(FIXTURES / "locust-A-r1_failures.csv") == {}
+
+
+def test_failures_are_counted_per_http_status() -> None:
+    from inflight.loadtest.workload import failure_status, failures_by_status
+
+    assert failure_status("HTTP 400: inference input 'input_ids' data-type is 'INT32'") == "HTTP 400"
+    assert failure_status("gRPC INVALID_ARGUMENT: expected 2 inputs") == "gRPC INVALID_ARGUMENT"
+    assert failure_status("no HTTP response: ConnectionRefusedError(111)") == "other"
+    assert failure_status("undecodable response (ValueError: x)") == "other"
+    assert failure_status("wrong output: HTTP 400: quoted") == "other"  # only a message that starts with it
+    counts = [("HTTP 500: a", 2), ("HTTP 400: b", 3), ("HTTP 400: c", 4), ("timed out", 1)]
+    assert list(failures_by_status(counts).items()) == [("HTTP 400", 7), ("HTTP 500", 2), ("other", 1)]
 
 
 # -- metrics endpoint ------------------------------------------------------------------------------
@@ -237,6 +251,62 @@ def test_report_from_recorded_json(tmp_path: Path) -> None:
     assert "![ab-smoke-throughput](ab-smoke-throughput.png)" in text
     # regenerating gives the same report
     assert report.write_report(src)[0].read_text() == text
+
+
+SERVED_LOG = (
+    'I1125 10:39:49.261815 6880 log.py:34] "[inflight.runtime.triton_model] bert_tiny_sync (bert_tiny_sync_0_0): '
+    'sync mode, 1 slot(s); torch.export engine on CPU (fp32, eager, 2 threads); 0 CUDA graph(s); ready in 5.3 s"\n'
+)
+
+
+def test_report_configuration_follows_what_the_instances_reported() -> None:
+    """A CPU instance runs fp32 without graphs: the report must not say precision=fp16, cuda_graphs=true."""
+    doc = recorded()
+    v = doc["variants"][0]
+    v["model_name"] = "bert_tiny_sync"
+    v["config"]["parameters"] = {
+        "precision": {"string_value": "fp16"},
+        "cuda_graphs": {"string_value": "true"},
+        "slots": {"string_value": "4"},
+    }
+    runner.attach_served(doc, SERVED_LOG)
+    assert v["served"] == [
+        "bert_tiny_sync_0_0: sync mode, 1 slot(s); torch.export engine on CPU (fp32, eager, 2 threads); "
+        "0 CUDA graph(s); ready in 5.3 s"
+    ]
+    text = report.markdown(doc)
+    served_at = text.index("  - served as (its instances at load, server log): bert_tiny_sync_0_0: sync mode")
+    config_at = text.index("  - configuration: instances=")
+    assert served_at < config_at
+    config = text[config_at:].splitlines()[0]
+    assert "slots=4" in config
+    assert config.endswith(
+        "(on the CPU, as its instances reported, so not in effect: cuda_graphs=true, precision=fp16)"
+    )
+    assert "precision=fp16, " not in config.split(" (on the CPU")[0]
+    # a variant with no load line says so instead of assuming
+    assert "  - served as: not reported at load" in text
+
+
+def test_runs_table_says_what_each_rate_was_counted_over() -> None:
+    doc = recorded()
+    text = report.runs_table(doc)
+    for r in doc["runs"]:
+        span = r["locust"]["requests"] / r["locust"]["rps"]
+        assert f"| {report._fmt(r['locust']['requests'], 0)} | {report._fmt(span, 1)} |" in text
+    assert "compare req/s, not request counts" in text
+    assert report.counted_span_s({"requests": 10, "rps": 0}) is None
+
+
+def test_report_counts_failures_per_status() -> None:
+    doc = recorded()
+    run = doc["runs"][0]
+    run["failures_by_status"] = {"HTTP 400": 7, "HTTP 500": 2, "other": 1}
+    run["failure_messages"] = [{"error": "HTTP 400: b", "occurrences": 4}]
+    text = report.markdown(doc)
+    assert "## Failures" in text and "Triton counts its own refusals in no statistic or metric" in text
+    assert f"- {run['variant']} round {run['round']}: HTTP 400: 7, HTTP 500: 2, other: 1" in text
+    assert f"- {run['variant']} round {run['round']}: 4 x HTTP 400: b" in text
 
 
 def test_report_marks_invalid_runs(tmp_path: Path) -> None:
@@ -344,3 +414,12 @@ def test_stalls_table_lists_each_asyncio_window() -> None:
     run["cpu"] = {"threads": {"busiest": [["tritonserver/http", 0.97], ["stub/python", 0.5]], "over_80": 1}}
     assert "| tritonserver/http 97%, stub/python 50%; 1 over 80% |" in report.stalls_table({"runs": [run]})
     assert report.stalls_table({"runs": [{"variant": "B", "generator_run": {}}]}) == ""
+
+
+def test_progress_line_counts_locust_start_up_in_the_plan() -> None:
+    """The demo once read "15s / 11s": the elapsed time included Locust's start-up, the plan did not."""
+    line = runner.progress_time(15.0, 10.0, 1.0)
+    assert line == "15s of about 15s (Locust start-up ~4s, ramp-up 1s, window 10s)"
+    assert runner.progress_time(5.0, 10.0, 1.0).startswith("5s of about 15s")
+    late = runner.progress_time(19.0, 10.0, 1.0)
+    assert late.startswith("19s, past the planned 15s (") and late.endswith("waiting for Locust to finish")

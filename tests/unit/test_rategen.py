@@ -99,6 +99,7 @@ def test_summary_adds_up_the_sources_and_their_cpu() -> None:
     s = rg.summarize(reports, opts)
     assert s["requests"] == 148 and s["failures"] == 1 and s["rps"] == pytest.approx(74.0)
     assert s["failure_messages"] == [{"error": "HTTP 500: x", "occurrences": 1}]
+    assert s["failures_by_status"] == {"HTTP 500": 1}
     assert s["us_per_request"] == pytest.approx(0.6e6 / 148) and s["busy_max"] == 0.25
     assert s["lateness"]["unanswered"] == 2 and s["lateness"]["very_late"] == 1
     assert s["peak_connections"] == 12 and s["connection_waits"] == 4 and s["options"]["pool_file"] == "p"

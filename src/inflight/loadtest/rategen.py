@@ -881,7 +881,8 @@ def summarize(reports: Sequence[dict[str, Any]], options: GenOptions, errors: Se
     """The run's summary from every source's report (what the A/B runner reads in place of Locust's CSV).
 
     Keys: ``requests`` (answered in the window), ``failures``, ``rps`` and ``failures_per_s`` (per
-    second of the window), ``failure_messages`` (the most frequent, with counts), the generator's
+    second of the window), ``failure_messages`` (the most frequent, with counts), ``failures_by_status``
+    (every failure per HTTP status, ``other`` for those without one), the generator's
     own CPU (``cpu_s``, ``us_per_request``, ``busy`` per source and ``busy_max``), ``urls`` (the
     servers) and ``per_url`` (per server: its sources and the requests they got answered), ``stalls``
     (:func:`stall_summary` of the sources' timelines), ``generator_gc`` (the sources' garbage-collector
@@ -915,6 +916,7 @@ def summarize(reports: Sequence[dict[str, Any]], options: GenOptions, errors: Se
         "rps": requests / span if span and math.isfinite(span) else math.nan,
         "failures_per_s": sum(failures.values()) / span if span and math.isfinite(span) else math.nan,
         "failure_messages": [{"error": m, "occurrences": n} for m, n in failures.most_common(5)],
+        "failures_by_status": wl.failures_by_status(failures.items()),
         "cpu_s": cpu_s,
         "us_per_request": cpu_s * 1e6 / requests if requests else math.nan,
         "busy": busy,

@@ -130,22 +130,56 @@ def runs_table(doc: dict[str, Any]) -> str:
         return "yes (client-limited)" if r.get("client_limited") else "yes"
 
     lines = [
-        "| run | variant | req/s | p50 ms | p99 ms | requests | failures | avg batch | host CPU busy | valid |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| run | variant | req/s | p50 ms | p99 ms | requests | over s | failures | avg batch | host CPU busy "
+        "| valid |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(doc["runs"], start=1):
         locust = r.get("locust") or {}
         lines.append(
             f"| {i} | {r['variant']} (round {r['round']}) | {_fmt(locust.get('rps'), 1)} | "
             f"{_fmt(_get(r, 'latency_ms', 'p50'), 2)} | {_fmt(_get(r, 'latency_ms', 'p99'), 2)} | "
-            f"{_fmt(locust.get('requests'), 0)} | {_fmt(locust.get('failures'), 0)} | "
+            f"{_fmt(locust.get('requests'), 0)} | {_fmt(counted_span_s(locust), 1)} | "
+            f"{_fmt(locust.get('failures'), 0)} | "
             f"{_fmt(_get(r, 'server', 'avg_batch_items'), 1)} | {_pct(_get(r, 'cpu', 'host_busy'))} | "
             f"{_validity(r)} |"
         )
+    lines.append(
+        "\nreq/s is the generator's own: the requests it counted divided by the span it counted them over "
+        "(*over s*; Locust: from the end of spawning to its last answer). The spans differ a little between "
+        "runs, so compare req/s, not request counts.\n"
+    )
     return "\n".join(lines) + "\n"
 
 
+def counted_span_s(counts: dict[str, Any]) -> float | None:
+    """The seconds a run's requests were counted over: ``requests / rps`` (None when either is missing)."""
+    requests, rps = _num(counts.get("requests")), _num(counts.get("rps"))
+    if requests is None or rps is None or rps <= 0:
+        return None
+    return requests / rps
+
+
+#: Backend parameters that act only on a GPU: a CPU instance runs fp32, without CUDA graphs or unpadding.
+GPU_ONLY_PARAMETERS = (
+    "precision",
+    "cuda_graphs",
+    "capture_at_load",
+    "graph_memory_mb",
+    "max_graphs",
+    "unpad",
+    "unpad_token_cost",
+)
+
+
+def served_on_cpu(v: dict[str, Any]) -> bool:
+    """True when every instance of the variant reported at load that it runs on the CPU."""
+    served = v.get("served") or []
+    return bool(served) and all(" on CPU " in line for line in served)
+
+
 def _config_line(v: dict[str, Any]) -> str:
+    """The variant's configuration; on the CPU (as its instances reported) without the GPU-only parameters."""
     cfg = v.get("config", {})
     group = (cfg.get("instance_group") or [{}])[0]
     batching = cfg.get("dynamic_batching", {})
@@ -158,8 +192,16 @@ def _config_line(v: dict[str, Any]) -> str:
     ]
     if batching.get("preferred_batch_size"):
         parts.append("preferred=" + "/".join(str(x) for x in batching["preferred_batch_size"]))
-    parts += [f"{k}={params[k]}" for k in sorted(params)]
-    return ", ".join(parts)
+    idle = sorted(k for k in params if k in GPU_ONLY_PARAMETERS) if served_on_cpu(v) else []
+    parts += [f"{k}={params[k]}" for k in sorted(params) if k not in idle]
+    line = ", ".join(parts)
+    if idle:
+        line += (
+            " (on the CPU, as its instances reported, so not in effect: "
+            + ", ".join(f"{k}={params[k]}" for k in idle)
+            + ")"
+        )
+    return line
 
 
 def _processes(n: int) -> str:
@@ -217,14 +259,17 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
         "## Variants\n",
     ]
     for v in doc["variants"]:
-        out.append(f"- **{v['label']}** `{v['spec']}` → {v['model_name']}: {_config_line(v)}")
         served = v.get("served") or []
+        out.append(f"- **{v['label']}** `{v['spec']}` → {v['model_name']}")
         if served:
-            # what the instances reported at load (the config says what was asked for; a CPU instance runs
-            # fp32 without CUDA graphs whatever it says)
+            # what the instances reported at load, first: the config says what was asked for
             out.append(
-                f"  - served as (server log): {served[0]}" + (f" (+{len(served) - 1} more)" if len(served) > 1 else "")
+                f"  - served as (its instances at load, server log): {served[0]}"
+                + (f" (+{len(served) - 1} more)" if len(served) > 1 else "")
             )
+        else:
+            out.append("  - served as: not reported at load (only the inflight backend logs what it serves with)")
+        out.append(f"  - configuration: {_config_line(v)}")
     if not load_.get("closed_loop", True):
         out += ["", open_loop_section(doc)]
     out += ["", "## Side by side\n", comparison_table(doc)]
@@ -239,8 +284,20 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
     out += [f"Note: {n}\n" for n in doc.get("notes", [])]
     out += ["## Runs\n", runs_table(doc)]
     messages = [(r, f) for r in doc["runs"] for f in r.get("failure_messages") or []]
-    if messages:
+    by_status = [(r, r["failures_by_status"]) for r in doc["runs"] if r.get("failures_by_status")]
+    if messages or by_status:
         out.append("## Failures\n")
+        if by_status:
+            out.append(
+                "Per run, by what answered: an HTTP status (a refusal by Triton or the backend; Triton counts its "
+                "own refusals in no statistic or metric and the backend's as successes, README \"Counting failed "
+                'requests"), or `other` (no answer in time, a connection error, a wrong output):\n'
+            )
+            out += [
+                f"- {r['variant']} round {r['round']}: " + ", ".join(f"{k}: {n}" for k, n in counts.items())
+                for r, counts in by_status
+            ]
+            out.append("\nThe most frequent messages:\n")
         out += [f"- {r['variant']} round {r['round']}: {f['occurrences']} x {f['error']}" for r, f in messages]
         out.append("")
     if images:

@@ -676,6 +676,19 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def progress_time(elapsed_s: float, window_s: float, ramp_s: float, startup_s: float = LOCUST_OVERHEAD_S) -> str:
+    """How far a Locust run is: seconds since it was started against what it should take in all.
+
+    The run takes Locust's own start-up (about ``startup_s``), the ramp-up and the measured window,
+    so the elapsed time is shown against their sum, each part named, and an overrun said as one.
+    """
+    planned = startup_s + ramp_s + window_s
+    parts = f"Locust start-up ~{_fmt_s(startup_s)}, ramp-up {_fmt_s(ramp_s)}, window {_fmt_s(window_s)}"
+    if elapsed_s <= planned:
+        return f"{_fmt_s(elapsed_s)} of about {_fmt_s(planned)} ({parts})"
+    return f"{_fmt_s(elapsed_s)}, past the planned {_fmt_s(planned)} ({parts}): waiting for Locust to finish"
+
+
 class AbRunner:
     """Runs an ``AbConfig`` and writes its JSON and report (see the module docstring)."""
 
@@ -1162,13 +1175,12 @@ class AbRunner:
             rps = st.current_rps(Path(f"{prefix}_stats_history.csv"))
             overall_left = self._planned_total - (time.monotonic() - self._t0)
             LOGGER.info(
-                "[%d/%d %s %s] %s / %s, %s; about %s left in all",
+                "[%d/%d %s %s] %s, %s; about %s left in all",
                 index + 1,
                 total,
                 v.label,
                 what,
-                _fmt_s(elapsed),
-                _fmt_s(window),
+                progress_time(elapsed, s.window_s, s.ramp_s),
                 (
                     "no live rate (the asyncio generator reports at the end)"
                     if self.config.generator == "asyncio" and self.open_loop
@@ -1434,6 +1446,7 @@ class AbRunner:
                 problems.append(str(e))
                 out["locust"] = None
             out["failure_messages"] = st.read_locust_failures(Path(f"{prefix}_failures.csv"))
+            out["failures_by_status"] = st.read_locust_failures_by_status(Path(f"{prefix}_failures.csv"))
             out["history"] = st.read_locust_history(Path(f"{prefix}_stats_history.csv"))
         out["_latencies"] = lat  # pooled per variant by _document, not written
         if not self.config.keep_raw:
@@ -1685,7 +1698,13 @@ def _rategen_figures(raw_dir: Path, latency: Mapping[str, Any], problems: list[s
         summary = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         problems.append(f"the asyncio generator wrote no summary ({e}); see its log")
-        return {"locust": None, "failure_messages": [], "history": [], "generator_run": None}
+        return {
+            "locust": None,
+            "failure_messages": [],
+            "failures_by_status": {},
+            "history": [],
+            "generator_run": None,
+        }
     if summary.get("errors"):
         problems.append("the asyncio generator: " + "; ".join(summary["errors"]))
     counts = {
@@ -1715,6 +1734,7 @@ def _rategen_figures(raw_dir: Path, latency: Mapping[str, Any], problems: list[s
     return {
         "locust": counts,
         "failure_messages": summary.get("failure_messages", []),
+        "failures_by_status": summary.get("failures_by_status", {}),
         "history": [],
         "generator_run": {"tool": summary.get("generator"), **own},
     }

@@ -352,6 +352,18 @@ def read_locust_failures(path: Path, limit: int = 5) -> list[dict[str, Any]]:
     return [{"error": _unwrap(r.get("Error", "")), "occurrences": int(r.get("Occurrences") or 0)} for r in rows[:limit]]
 
 
+def read_locust_failures_by_status(path: Path) -> dict[str, int]:
+    """Every failure of ``<prefix>_failures.csv`` counted per HTTP status (gRPC code, or ``other``)."""
+    from inflight.loadtest.workload import failures_by_status
+
+    try:
+        with Path(path).open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError:
+        return {}
+    return failures_by_status((_unwrap(r.get("Error", "")), int(r.get("Occurrences") or 0)) for r in rows)
+
+
 _WRAPPED = re.compile(r"^\w+\((?P<q>['\"])(?P<msg>.*)(?P=q)\)$", re.DOTALL)
 
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -260,6 +261,31 @@ def check_output(
             if msg:
                 return f"output {t.name!r} differs from the PyTorch reference: {msg}"
     return None
+
+
+_REFUSAL = re.compile(r"^(HTTP \d{3}|gRPC [A-Z_]+):")
+OTHER_FAILURE = "other"
+"""``failure_status`` of a failure that is no refusal: no answer, a timeout, a connection error, a wrong output."""
+
+
+def failure_status(message: str) -> str:
+    """The refusal a failure message reports: ``HTTP 400``, ``gRPC INVALID_ARGUMENT``, or ``other``.
+
+    Reads the messages ``check_http_body`` and the Locust gRPC user write (``HTTP 400: ...``,
+    ``gRPC INVALID_ARGUMENT: ...``); anything else (no answer, connection errors, timeouts, wrong or
+    undecodable outputs) is ``OTHER_FAILURE``.
+    """
+    m = _REFUSAL.match(message)
+    return m.group(1) if m else OTHER_FAILURE
+
+
+def failures_by_status(counts: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """Failures per ``failure_status`` from (message, occurrences) pairs, the most frequent first."""
+    out: dict[str, int] = {}
+    for message, n in counts:
+        key = failure_status(message)
+        out[key] = out.get(key, 0) + int(n)
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def check_http_body(

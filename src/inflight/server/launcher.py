@@ -32,13 +32,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from inflight.tool_errors import ServerError
+from inflight.tool_errors import ServerError, StopRequested
 
 LOGGER = logging.getLogger(__name__)
 
@@ -282,6 +282,10 @@ class ServerConfig:
             ``ensure_http_reply_buffer``).
         cpus: Cores the server and its stubs may run on (empty: the launcher's own affinity); the
             stubs inherit it from tritonserver.
+        die_with_launcher: Ask Linux to send the server SIGTERM when the thread that started it
+            dies (``PR_SET_PDEATHSIG``), so a launcher killed with SIGKILL does not leave it running
+            and holding its ports. Only for a server started from a thread that outlives it (the
+            main thread of ``inflight serve``): the signal follows the starting *thread*.
     """
 
     model_repository: Path
@@ -298,6 +302,7 @@ class ServerConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     http_reply_buffer_bytes: int | None = field(default_factory=_reply_buffer_from_env)
     cpus: Sequence[int] = ()
+    die_with_launcher: bool = False
 
     @classmethod
     def from_env(cls, model_repository: Path, workdir: Path, **overrides: object) -> ServerConfig:
@@ -323,12 +328,25 @@ class ServerConfig:
         return cls(model_repository=model_repository, workdir=workdir, **kw)  # type: ignore[arg-type]
 
 
-def _server_child_setup(cpus: tuple[int, ...]) -> None:
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option: the signal a process gets when the thread that forked it dies (``<sys/prctl.h>``)."""
+
+
+def _server_child_setup(cpus: tuple[int, ...], parent_pid: int | None = None) -> None:
     """In the forked child before exec: pin to ``cpus`` and lift the open-file limit to its hard limit.
 
     Every open HTTP connection is a file descriptor of tritonserver; an open-loop load keeps one
-    per request in flight, more than the common soft limit of 1024 under overload.
+    per request in flight, more than the common soft limit of 1024 under overload. With
+    ``parent_pid``, the child also asks for SIGTERM when its parent dies (and stops now if it
+    already has).
     """
+    if parent_pid is not None and sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
     if cpus:
         os.sched_setaffinity(0, cpus)
     with contextlib.suppress(ValueError, OSError):
@@ -444,19 +462,47 @@ def running_tritonservers() -> list[int]:
     return sorted(pids)
 
 
-def exit_reason(log: str, code: int | None, killed_after_s: float | None = None) -> str | None:
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes of process group ``pgid``, from ``/proc``.
+
+    Where ``/proc`` is missing, ``[pgid]`` while ``killpg(pgid, 0)`` finds the group, else ``[]``.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for stat in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so split after the last ')'
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                members.append(int(stat.parent.name))
+    return sorted(members)
+
+
+def exit_reason(log: str, code: int | None, killed: str | None = None) -> str | None:
     """Why tritonserver exited non-gracefully, read from its log; None for a clean exit (code 0).
 
     Args:
         log: The server log of this run.
         code: Its exit code (negative: killed by that signal).
-        killed_after_s: Set when the launcher killed it after waiting this long for it to stop.
+        killed: Why the launcher killed it, when it did (e.g. "it did not stop within 60 s of
+            SIGTERM and was killed").
     """
     if code == 0 or code is None:
         return None
     parts: list[str] = []
-    if killed_after_s is not None:
-        parts.append(f"it did not stop within {killed_after_s:.0f} s of SIGTERM and was killed (signal {-code})")
+    if killed is not None:
+        parts.append(f"{killed} (signal {-code})" if code < 0 else killed)
+    elif code == -signal.SIGTERM and "Started HTTPService" not in log:
+        parts.append(
+            "it was killed by signal 15 (SIGTERM), not shut down: it had not started serving yet (Triton 2.51 "
+            "dies of SIGTERM while it loads its models; none was finalized)"
+        )
     elif code < 0:
         parts.append(f"it was killed by signal {-code}")
     lines = log.splitlines()
@@ -540,12 +586,19 @@ class TritonServer:
         cmd += list(c.extra_args)
         return cmd
 
-    def start(self) -> TritonServer:
+    def start(self, stop_requested: Callable[[], bool] | None = None) -> TritonServer:
         """Check ports and numpy, prepare the backend folder, launch, and wait for readiness.
+
+        Args:
+            stop_requested: Polled while waiting for readiness; when it returns True the server is
+                stopped and ``ServerError`` raised (e.g. Ctrl+C during a long model load).
 
         Raises:
             ServerError: on a taken port, numpy >= 2, no server binary, or a server that exits or
-                does not become ready; the message quotes the end of the server log.
+                does not become ready (the message quotes the end of the server log); the server is
+                stopped then.
+            StopRequested: when ``stop_requested()`` turned True; the server still runs, for the
+                caller to ``stop()``.
         """
         c = self.config
         for name, port in (("http", c.http_port), ("grpc", c.grpc_port), ("metrics", c.metrics_port)):
@@ -581,9 +634,14 @@ class TritonServer:
                     stderr=subprocess.STDOUT,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=functools.partial(_server_child_setup, tuple(c.cpus)),
+                    preexec_fn=functools.partial(
+                        _server_child_setup, tuple(c.cpus), os.getpid() if c.die_with_launcher else None
+                    ),
                 )
-                self.wait_ready(c.startup_timeout_s)
+                LOGGER.info("tritonserver started: pid %d (its own process group)", self.process.pid)
+                self.wait_ready(c.startup_timeout_s, stop_requested)
+            except StopRequested:
+                raise  # the caller stops it (its stop() may escalate on further requests)
             except BaseException:
                 self.stop()
                 raise
@@ -610,14 +668,17 @@ class TritonServer:
         """True when ``model`` is loaded and ready."""
         return self._get(f"/v2/models/{model}/ready") == 200
 
-    def wait_ready(self, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float, stop_requested: Callable[[], bool] | None = None) -> None:
         """Block until ready.
 
         Raises:
-            ServerError: when the process exits first or ``timeout_s`` passes.
+            ServerError: when the process exits first, ``timeout_s`` passes or ``stop_requested()``
+                returns True.
         """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if stop_requested is not None and stop_requested():
+                raise StopRequested("stop requested while tritonserver was starting; it was not ready yet")
             if not self.is_alive():
                 code = self.process.returncode if self.process else None
                 raise ServerError(f"tritonserver exited with code {code} during start-up:\n{self.log_tail()}")
@@ -637,36 +698,112 @@ class TritonServer:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
-    def stop(self, timeout_s: float = 60.0) -> int | None:
-        """SIGTERM (Triton unloads models, calling finalize()), then SIGKILL after ``timeout_s``.
+    def stop(
+        self,
+        timeout_s: float = 60.0,
+        *,
+        more_requests: Callable[[float], int] | None = None,
+        kill_grace_s: float = 5.0,
+        group_grace_s: float = 3.0,
+    ) -> int | None:
+        """Stop the server: SIGTERM to its process group (Triton unloads the models, calling finalize()).
+
+        The server is killed (SIGKILL to its process group) after ``timeout_s``, or sooner when
+        more stop requests come in: one more sends SIGTERM to the group again and SIGKILL
+        ``kill_grace_s`` later; two more send SIGKILL at once. This returns only when no process
+        of the server's group is left: stubs that outlive tritonserver by ``group_grace_s`` are
+        killed too.
+
+        Args:
+            timeout_s: How long Triton may take to stop on its own.
+            more_requests: Waits at most the seconds it is given for another stop request and
+                returns how many came in since this stop began (``StopSignals.wait`` minus its
+                count at the start); None: no escalation but the timeout.
+            kill_grace_s: Between the second request's SIGTERM and SIGKILL.
+            group_grace_s: How long the group's other processes may outlive tritonserver.
 
         Returns:
-            The exit code, or None when the server was not running.
+            The exit code (negative: the signal that killed it), or None when the server was not
+            started.
         """
         p = self.process
         code: int | None = None
+        killed: str | None = None
         if p is not None and p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-            try:
-                code = p.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                LOGGER.warning("tritonserver did not stop within %.0f s; killing it", timeout_s)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                code = p.wait()
+            self._signal_group(signal.SIGTERM)
+            t0 = time.monotonic()
+            kill_at = t0 + timeout_s
+            escalated = False
+            while p.poll() is None:
+                now = time.monotonic()
+                if now >= kill_at:
+                    if killed is None:
+                        killed = f"it did not stop within {timeout_s:.0f} s of SIGTERM and was killed"
+                    LOGGER.warning("tritonserver: %s; sending SIGKILL to its process group", killed)
+                    self._signal_group(signal.SIGKILL)
+                    p.wait()
+                    break
+                step = min(0.25, kill_at - now)
+                if more_requests is None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.wait(step)
+                    continue
+                more = more_requests(step)
+                if more >= 2:
+                    killed = "a third stop request (Ctrl+C) came while it was stopping: it was killed"
+                    kill_at = now
+                elif more == 1 and not escalated:
+                    escalated = True
+                    killed = (
+                        f"a second stop request (Ctrl+C) came while it was stopping: SIGTERM again, and it was "
+                        f"killed {kill_grace_s:.0f} s later"
+                    )
+                    LOGGER.warning(
+                        "second stop request: SIGTERM to tritonserver's process group again, SIGKILL in %.0f s "
+                        "(a third request kills it now)",
+                        kill_grace_s,
+                    )
+                    self._signal_group(signal.SIGTERM)
+                    kill_at = min(kill_at, now + kill_grace_s)
+            code = p.returncode
         elif p is not None:
             code = p.returncode
-        killed = code is not None and code < 0
+        if p is not None:
+            self._reap_group(p.pid, group_grace_s)
         if self._log_file is not None:
             self._log_file.close()  # type: ignore[attr-defined]
             self._log_file = None
         if p is not None:
-            self.exit_reason = exit_reason(self._log_since_start(), code, killed_after_s=timeout_s if killed else None)
+            self.exit_reason = exit_reason(self._log_since_start(), code, killed=killed if code != 0 else None)
             if self.exit_reason:
                 LOGGER.warning("tritonserver exited non-gracefully (code %s): %s", code, self.exit_reason)
             self._remove_leftover_env_dirs()
         return code
+
+    def _signal_group(self, sig: int) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, sig)
+
+    def _reap_group(self, pgid: int, grace_s: float) -> None:
+        """Wait until no process of group ``pgid`` is left; SIGKILL the rest after ``grace_s``."""
+        deadline = time.monotonic() + grace_s
+        while group_members(pgid):
+            if time.monotonic() >= deadline:
+                left = group_members(pgid)
+                LOGGER.warning(
+                    "%d process(es) of tritonserver's group outlived it by %.0f s (pid %s); killing them",
+                    len(left),
+                    grace_s,
+                    ", ".join(map(str, left[:5])),
+                )
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+                deadline = time.monotonic() + grace_s
+                while group_members(pgid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                return
+            time.sleep(0.05)
 
     def _log_since_start(self) -> str:
         try:
