@@ -1,0 +1,407 @@
+"""Sync against pipelined per core budget and per model: the RESULTS section and ``summary.json["modes"]``.
+
+``scripts/lab/gpu_session.sh modes`` writes one sitting per call under ``results/modes/<date>-<device>-<what>``:
+open-loop A/B files (fixed rates and capacity searches) whose server ran on its own cores
+(``load.cpu_sets``). Everything printed here is read from those files:
+
+* per core budget (the server's cores): the best sync and the best pipelined capacity at the p99 SLO
+  (a pipelined mode is any of ``pipelined``, ``overlap``, ``auto``), and at every rate both were
+  measured at in one sitting, the pipelined / sync p99 ratio (of the pipelined variant with the best
+  capacity);
+* per model beyond bert-tiny (the regime where the device's time per batch is comparable to the
+  host's): one instance of each mode, the instances each needs for 95% of its best capacity, and the
+  GPU memory its server's processes held (``gpu_memory`` of each window);
+* per variant: the executor's per-batch figures (host time in ``execute()``, between calls, device
+  wait) and the overlap bound they allow, cycle / (cycle - device wait).
+
+Sittings on different devices are not compared with each other: each table names its device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from inflight.lab.open_loop_results import Entry, entries, fmt, markdown_table, merge_summary
+
+MODES_DIR = "modes"
+#: The fraction of a mode's best capacity that "the instances it needs" must reach.
+NEEDED_FRACTION = 0.95
+
+
+def sittings(results: Path) -> list[Path]:
+    """The sittings under ``results/modes``, oldest first."""
+    root = results / MODES_DIR
+    if not root.is_dir():
+        return []
+    return sorted(d for d in root.iterdir() if d.is_dir() and any(d.rglob("ab-*.json")))
+
+
+def server_cores(e: Entry) -> int | None:
+    """How many cores the server of this run had (from ``load.cpu_sets``), or None when not pinned."""
+    spec = ((e.doc.get("load") or {}).get("cpu_sets") or {}).get("server")
+    if not spec:
+        return None
+    n = 0
+    for part in str(spec).split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi or lo) - int(lo) + 1
+    return n
+
+
+def instances(e: Entry) -> int:
+    """Instances of the variant (its instance group's count)."""
+    group = ((e.variant.get("config") or {}).get("instance_group") or [{}])[0]
+    return int(group.get("count") or 1)
+
+
+def model(e: Entry) -> str:
+    """The model served (``bert_tiny``...)."""
+    return str(e.variant.get("model") or e.summary.get("model_name") or "?")
+
+
+def device(e: Entry) -> str:
+    """The GPU's name."""
+    return str((e.doc.get("device") or {}).get("name") or "?")
+
+
+def gpu_memory_mib(e: Entry) -> float | None:
+    """The most GPU memory the server's processes held at the end of a window of this variant (MiB)."""
+    used = [float((r.get("gpu_memory") or {}).get("used_mib") or 0) for r in _runs(e)]
+    return max(used) if used and max(used) > 0 else None
+
+
+def _runs(e: Entry) -> list[Mapping[str, Any]]:
+    return [r for r in e.doc.get("runs", []) if r.get("variant") == e.summary.get("variant")]
+
+
+def p99_by_rate(e: Entry) -> dict[float, float]:
+    """p99 (ms) at each offered rate of the variant's valid windows, not generator-limited."""
+    out: dict[float, float] = {}
+    for w in e.summary.get("sweep") or []:
+        if w.get("valid") and not w.get("generator_limited") and w.get("p99_ms") is not None:
+            out[float(w["offered_rps"])] = float(w["p99_ms"])
+    return out
+
+
+def overlap_bound(e: Entry) -> float | None:
+    """Cycle / (cycle - device wait) from the variant's executor figures, or None."""
+    ex = e.summary.get("executor") or {}
+    try:
+        cycle = float(ex["execute_ms"]) + float(ex["between_executes_ms"])
+        wait = float(ex["device_wait_ms"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return cycle / (cycle - wait) if cycle > wait > 0 else None
+
+
+def _best(es: Iterable[Entry]) -> Entry | None:
+    ranked = [e for e in es if e.capacity is not None]
+    return max(ranked, key=lambda e: e.capacity or 0.0) if ranked else None
+
+
+def _is_sync(e: Entry) -> bool:
+    return e.mode == "sync"
+
+
+def _is_pipelined(e: Entry) -> bool:
+    return e.kind == "pipelined"
+
+
+def _searched(e: Entry) -> bool:
+    """Whether the variant's capacity came from a search that bracketed it (not only rates that all met the SLO)."""
+    return bool(e.summary.get("capacity_bounded"))
+
+
+def core_budget(es: list[Entry]) -> dict[str, Any] | None:
+    """One core budget's figures: best capacities (searched ones) and the p99 ratios at the rates both modes ran."""
+    sync = _best(e for e in es if _is_sync(e) and _searched(e))
+    pipe = _best(e for e in es if _is_pipelined(e) and _searched(e))
+    if sync is None or pipe is None:
+        return None
+    ratios: dict[float, float] = {}
+    # every sitting of this budget that ran sync and a pipelined variant at the same rates: the pipelined
+    # variant's p99 over the sync one's, per rate (the same spec as the best pipelined one)
+    for sitting in {e.path for e in es}:
+        here = [e for e in es if e.path == sitting]
+        s = next((e for e in here if _is_sync(e) and e.summary["spec"] == sync.summary["spec"]), None)
+        p = next((e for e in here if e.summary["spec"] == pipe.summary["spec"]), None)
+        if s is None or p is None:
+            continue
+        s99, p99 = p99_by_rate(s), p99_by_rate(p)
+        for rate in sorted(set(s99) & set(p99)):
+            ratios[rate] = p99[rate] / s99[rate]
+    if not ratios:  # the two searches' own windows at the rates both visited
+        s99, p99 = p99_by_rate(sync), p99_by_rate(pipe)
+        ratios = {rate: p99[rate] / s99[rate] for rate in sorted(set(s99) & set(p99))}
+    ratios = dict(sorted(ratios.items()))
+    return {
+        "server_cpus": server_cores(sync),
+        "device": device(sync),
+        "best_sync": sync,
+        "best_pipelined": pipe,
+        "best_sync_rps": sync.capacity,
+        "best_pipelined_rps": pipe.capacity,
+        "p99_ratios": ratios,
+    }
+
+
+def needed_instances(es: list[Entry], sync: bool, target: float) -> Entry | None:
+    """The variant of the fewest instances (of one mode) whose capacity reaches ``target`` req/s, or None."""
+    mine = [e for e in es if (_is_sync(e) if sync else _is_pipelined(e)) and e.capacity is not None]
+    enough = [e for e in mine if (e.capacity or 0.0) >= target]
+    return min(enough, key=lambda e: (instances(e), -(e.capacity or 0.0))) if enough else None
+
+
+def regime(es: list[Entry]) -> dict[str, Any] | None:
+    """One model's regime figures: one instance of each mode, instances and GPU memory at 95% of best."""
+    one_sync = _best(e for e in es if _is_sync(e) and instances(e) == 1)
+    one_pipe = _best(e for e in es if _is_pipelined(e) and instances(e) == 1)
+    best_sync = _best(e for e in es if _is_sync(e))
+    if one_sync is None or one_pipe is None or best_sync is None or best_sync.capacity is None:
+        return None
+    # the issue's comparison: the instances (and GPU memory) each mode needs for 95% of sync's best capacity;
+    # None for the pipelined mode when none of its variants measured got there
+    target = NEEDED_FRACTION * best_sync.capacity
+    need_sync, need_pipe = needed_instances(es, True, target), needed_instances(es, False, target)
+
+    def ratio(a: float | None, b: float | None) -> float:
+        return a / b if a is not None and b else math.nan
+
+    return {
+        "model": model(one_sync),
+        "device": device(one_sync),
+        "one_instance_ratio": ratio(one_pipe.capacity, one_sync.capacity),
+        "instances_ratio": ratio(float(instances(need_pipe)), float(instances(need_sync)))
+        if need_pipe is not None and need_sync is not None
+        else None,
+        "gpu_memory_ratio": ratio(gpu_memory_mib(need_pipe), gpu_memory_mib(need_sync))
+        if need_pipe is not None and need_sync is not None
+        else None,
+        "target_rps": target,
+        "one_sync": one_sync,
+        "one_pipelined": one_pipe,
+        "needed_sync": need_sync,
+        "needed_pipelined": need_pipe,
+    }
+
+
+def collect(root: Path) -> dict[str, Any]:
+    """Every sitting's entries, grouped: ``budgets`` (bert_tiny, per core budget and device) and ``regimes``."""
+    budgets: dict[tuple[str, int | None], list[Entry]] = {}
+    regimes: dict[tuple[str, str], list[Entry]] = {}
+    everything: list[Entry] = []
+    for sitting in sittings(root / "results"):
+        for e in entries(root / "results", sitting):
+            if e.kind == "null":
+                everything.append(e)
+                continue
+            everything.append(e)
+            if model(e) == "bert_tiny":
+                budgets.setdefault((device(e), server_cores(e)), []).append(e)
+            else:
+                regimes.setdefault((device(e), model(e)), []).append(e)
+    return {"budgets": budgets, "regimes": regimes, "entries": everything}
+
+
+def summary(root: Path) -> dict[str, Any] | None:
+    """The ``modes`` block of ``results/summary.json`` (None when no sitting exists).
+
+    Keys not measured yet (``default_rps``: the shipped configuration; ``plain_rps``: Triton's plain Python
+    backend) are None (null in the file), as is a ratio whose pipelined side reached no target.
+    """
+    c = collect(root)
+    caps = [b for b in (core_budget(es) for es in c["budgets"].values()) if b is not None]
+    if not caps:
+        return None
+    ratios = [r for b in caps for r in b["p99_ratios"].values()]
+    regs = [r for r in (regime(es) for es in c["regimes"].values()) if r is not None]
+    reg = max(regs, key=lambda r: r["one_instance_ratio"]) if regs else None
+    return {
+        "device": ", ".join(sorted({b["device"] for b in caps})),
+        "capacity": [
+            {
+                "server_cpus": b["server_cpus"],
+                "device": b["device"],
+                "best_sync_rps": b["best_sync_rps"],
+                "best_pipelined_rps": b["best_pipelined_rps"],
+                "default_rps": None,
+                "plain_rps": None,
+                "best_sync": b["best_sync"].summary["spec"],
+                "best_pipelined": b["best_pipelined"].summary["spec"],
+                "file": str(b["best_pipelined"].path.relative_to(root)),
+            }
+            for b in sorted(caps, key=lambda b: (b["device"], b["server_cpus"] or 0))
+        ],
+        "p99_ratio_max": max(ratios) if ratios else None,
+        "regime": None
+        if reg is None
+        else {
+            "model": reg["model"],
+            "device": reg["device"],
+            "one_instance_ratio": reg["one_instance_ratio"],
+            "instances_ratio": reg["instances_ratio"],
+            "gpu_memory_ratio": reg["gpu_memory_ratio"],
+        },
+    }
+
+
+def write_summary(root: Path) -> dict[str, Any] | None:
+    """Merge :func:`summary` into ``results/summary.json`` under ``modes``; return it."""
+    block = summary(root)
+    if block is not None:
+        merge_summary(root, "modes", block)
+    return block
+
+
+def _inst(e: Entry | None) -> str:
+    return str(instances(e)) if e is not None else "none measured"
+
+
+def _mem(e: Entry | None) -> str:
+    return fmt(gpu_memory_mib(e)) if e is not None else "n/a"
+
+
+def _spec(e: Entry) -> str:
+    return f"`{e.summary['spec']}`"
+
+
+def section(root: Path) -> list[str]:
+    """The RESULTS.md section: core budgets, p99 ratios, the regime models, the executors' figures."""
+    c = collect(root)
+    if not c["entries"]:
+        return []
+    lines = [
+        "## Sync against pipelined: core budgets and models (`results/modes`)",
+        "",
+        "Open loop (Poisson, 50 items x seq 64 for bert-tiny and bert-small), the server on its own cores and "
+        "the asyncio generator on the others; capacity = the highest rate at p99 <= 50 ms by search. "
+        "A pipelined variant is any of `pipelined`, `overlap`, `auto`. Each table compares runs of one device "
+        "and one sitting; different devices are not compared.",
+        "",
+    ]
+    rows = []
+    for (dev, cores), es in sorted(c["budgets"].items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+        b = core_budget(es)
+        if b is None:
+            continue
+        worst = max(b["p99_ratios"].values()) if b["p99_ratios"] else math.nan
+        rows.append(
+            [
+                dev,
+                fmt(cores, "d") if cores else "n/a",
+                fmt(b["best_sync_rps"]),
+                fmt(b["best_pipelined_rps"]),
+                fmt((b["best_pipelined_rps"] or 0) / (b["best_sync_rps"] or math.nan), ".2f"),
+                ", ".join(f"{r / 1e3:g}k: {v:.2f}" for r, v in b["p99_ratios"].items()) or "n/a",
+                fmt(worst, ".2f"),
+                _spec(b["best_pipelined"]),
+            ]
+        )
+    if rows:
+        lines += [
+            "### bert-tiny per core budget",
+            "",
+            *markdown_table(
+                [
+                    "device",
+                    "server cores",
+                    "best sync req/s",
+                    "best pipelined req/s",
+                    "pipelined / sync",
+                    "p99 pipelined / sync by rate",
+                    "worst p99 ratio",
+                    "best pipelined",
+                ],
+                rows,
+            ),
+            "",
+        ]
+    reg_rows = []
+    for (_dev, _m), es in sorted(c["regimes"].items()):
+        r = regime(es)
+        if r is None:
+            continue
+        reg_rows.append(
+            [
+                r["device"],
+                r["model"],
+                fmt(r["one_sync"].capacity),
+                fmt(r["one_pipelined"].capacity),
+                fmt(r["one_instance_ratio"], ".2f"),
+                f"{_inst(r['needed_sync'])} / {_inst(r['needed_pipelined'])}",
+                f"{_mem(r['needed_sync'])} / {_mem(r['needed_pipelined'])}",
+                fmt(r["gpu_memory_ratio"], ".2f") if r["gpu_memory_ratio"] is not None else "n/a",
+            ]
+        )
+    if reg_rows:
+        lines += [
+            "### Where pipelining could win: models with more device time per batch",
+            "",
+            *markdown_table(
+                [
+                    "device",
+                    "model",
+                    "1 sync instance req/s",
+                    "1 pipelined instance req/s",
+                    "ratio",
+                    f"instances for {NEEDED_FRACTION:.0%} of sync's best: sync / pipelined",
+                    "GPU MiB there: sync / pipelined",
+                    "GPU memory ratio",
+                ],
+                reg_rows,
+            ),
+            "",
+        ]
+    ex_rows = []
+    for e in c["entries"]:
+        ex = e.summary.get("executor") or {}
+        # only files of one variant: the runner matches executor blocks to variants from the server log, and a
+        # file of several variants whose log lacks one variant's finalize lines can misattribute them
+        if not ex or e.kind == "null" or len(e.doc.get("variants", [])) != 1:
+            continue
+        ex_rows.append(
+            [
+                device(e),
+                fmt(server_cores(e), "d") if server_cores(e) else "n/a",
+                _spec(e),
+                fmt(e.capacity) if e.capacity is not None else "n/a",
+                fmt(ex.get("requests_per_batch"), ".1f"),
+                fmt(ex.get("execute_ms"), ".2f"),
+                fmt(ex.get("between_executes_ms"), ".2f"),
+                fmt(ex.get("device_wait_ms"), ".2f"),
+                fmt(overlap_bound(e), ".2f"),
+                fmt(int(ex["auto_deferred"]), "d") if ex.get("auto_deferred") is not None else "n/a",
+                fmt(int(ex["auto_idle"]), "d") if ex.get("auto_idle") is not None else "n/a",
+            ]
+        )
+    if ex_rows:
+        lines += [
+            "### Where each instance's time goes (per batch, means over the variant's windows)",
+            "",
+            "From the capacity searches (one variant per file).",
+            "",
+            "The overlap bound is the most pipelining could add to one instance: cycle / (cycle - device wait), "
+            "cycle = time in `execute()` + time between calls (the Python stub receiving the next batch).",
+            "",
+            *markdown_table(
+                [
+                    "device",
+                    "server cores",
+                    "variant",
+                    "capacity req/s",
+                    "requests/batch",
+                    "execute ms",
+                    "between ms",
+                    "device wait ms",
+                    "overlap bound",
+                    "auto deferred",
+                    "auto idle",
+                ],
+                ex_rows,
+            ),
+            "",
+        ]
+    return lines

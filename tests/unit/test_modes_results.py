@@ -1,0 +1,52 @@
+"""The sync-against-pipelined section and summary block, from the committed sittings under results/modes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from inflight.lab import modes_results
+from inflight.lab.open_loop_results import entries
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_sitting_pins_the_server_apart_from_the_generator() -> None:
+    sittings = modes_results.sittings(ROOT / "results")
+    assert sittings, "no sitting under results/modes"
+    for sitting in sittings:
+        for e in entries(ROOT / "results", sitting):
+            cpu_sets = e.doc["load"]["cpu_sets"]
+            assert cpu_sets["isolated"], (e.path, cpu_sets)
+            assert modes_results.server_cores(e) in (4, 8), (e.path, cpu_sets)
+
+
+def test_the_summary_block_matches_the_files_and_is_committed() -> None:
+    block = modes_results.summary(ROOT)
+    assert block is not None
+    committed = json.loads((ROOT / "results" / "summary.json").read_text())["modes"]
+    assert json.dumps(committed, sort_keys=True) == json.dumps(block, sort_keys=True)
+    for row in block["capacity"]:
+        assert set(row) >= {"server_cpus", "best_sync_rps", "best_pipelined_rps", "default_rps", "plain_rps"}
+        # each capacity is one a search of that budget bracketed: re-derive it from the files
+        es = [e for es in modes_results.collect(ROOT)["budgets"].values() for e in es]
+        caps = {e.capacity for e in es if e.summary.get("capacity_bounded") and e.summary["spec"] == row["best_sync"]}
+        assert row["best_sync_rps"] in caps
+        assert row["plain_rps"] is None  # not measured yet: null, not a made-up figure
+    assert block["p99_ratio_max"] > 0
+    assert set(block["regime"]) == {"model", "device", "one_instance_ratio", "instances_ratio", "gpu_memory_ratio"}
+
+
+def test_the_results_page_holds_the_current_section() -> None:
+    page = (ROOT / "docs" / "RESULTS.md").read_text()
+    section = "\n".join(modes_results.section(ROOT))
+    assert section and section in page
+
+
+def test_the_overlap_bound_is_cycle_over_cycle_less_the_wait() -> None:
+    class E:
+        summary = {"executor": {"execute_ms": 2.0, "between_executes_ms": 6.0, "device_wait_ms": 0.8}}
+
+    assert modes_results.overlap_bound(E()) == 8.0 / 7.2  # type: ignore[arg-type]
+    E.summary = {"executor": {"execute_ms": 2.0}}
+    assert modes_results.overlap_bound(E()) is None  # type: ignore[arg-type]
