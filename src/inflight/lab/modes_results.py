@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight.lab.open_loop_results import Entry, entries, fmt, markdown_table, merge_summary
+from inflight.lab.open_loop_results import sittings as open_loop_sittings
 
 MODES_DIR = "modes"
 #: The fraction of a mode's best capacity that "the instances it needs" must reach.
@@ -33,10 +34,7 @@ NEEDED_FRACTION = 0.95
 
 def sittings(results: Path) -> list[Path]:
     """The sittings under ``results/modes``, oldest first."""
-    root = results / MODES_DIR
-    if not root.is_dir():
-        return []
-    return sorted(d for d in root.iterdir() if d.is_dir() and any(d.rglob("ab-*.json")))
+    return open_loop_sittings(results, MODES_DIR)
 
 
 def server_cores(e: Entry) -> int | None:

@@ -71,9 +71,9 @@ class Entry:
         return bool(self.summary.get("comparable"))
 
 
-def sittings(results: Path) -> list[Path]:
-    """The sittings under ``results/open-loop`` (first-level folders holding open-loop runs), oldest first."""
-    root = results / OPEN_LOOP_DIR
+def sittings(results: Path, folder: str = OPEN_LOOP_DIR) -> list[Path]:
+    """The sittings under ``results/<folder>`` (first-level folders holding A/B runs), oldest first."""
+    root = results / folder
     if not root.is_dir():
         return []
     return sorted(d for d in root.iterdir() if d.is_dir() and any(d.rglob("ab-*.json")))

@@ -221,6 +221,12 @@ class _Base:
                 st.mixed_length_batches += 1
             st.batch_sizes.append(slot.rows)
 
+    def between_executes(self, wall_s: float, cpu_s: float) -> None:
+        """The execute thread spent ``cpu_s`` of CPU in the ``wall_s`` since the previous ``execute()`` returned.
+
+        Only ``auto`` decides by it (``OverlapExecutor``); the other executors ignore it.
+        """
+
     def _count_launch(self, slot: Slot, replays: int, seconds: float) -> None:
         with self._lock:
             self.stats.launch_s += seconds

@@ -319,9 +319,8 @@ class InflightModel:
         if self._t_last_exit:
             gap = t0 - self._t_last_exit
             self.timing["between_executes_s"] += gap
-            if isinstance(self.executor, OverlapExecutor):
-                # the stub receives this batch on this thread: its CPU share in the gap says how busy we are
-                self.executor.between_executes(gap, time.thread_time() - self._cpu_last_exit)
+            # the stub receives this batch on this thread: its CPU share in the gap says how busy we are
+            self.executor.between_executes(gap, time.thread_time() - self._cpu_last_exit)
         try:
             return self._execute(requests)
         except Exception as e:  # the last line of defence: every request still gets an answer
