@@ -25,7 +25,7 @@
 #                                            #   its own cores: null, sync, pipelined, overlap, auto at 1 and many
 #                                            #   instances (results/cpu-cost; the log in $OUT/cost.log as it is written;
 #                                            #   AB_CPUS="--server-cpus A --client-cpus B", PROCS, WINDOW, REPEAT)
-#   CAMPAIGN=DIR PARTS="gen fixed cap mem" bash scripts/lab/gpu_session.sh modes  # issue 30: sync against pipelined,
+#   CAMPAIGN=DIR PARTS="gen fixed cap" bash scripts/lab/gpu_session.sh modes  # issue 30: sync against pipelined,
 #                                            #   fixed rates and capacity on SERVER_CPUS (see the step)
 #   bash scripts/lab/gpu_session.sh costopen     # issues 15/17: capacity at p99 <= 50 ms of sync, the deferred
 #                                            #   pipelined mode and auto on GPU 0 (results/open-loop)
@@ -181,14 +181,22 @@ case "$STEP" in
            #   fixed  every variant of FIXED_VARIANTS (space-separated specs) at FIXED_RATES, one server
            #   cap    capacity at p99 <= 50 ms of each variant of CAP_VARIANTS by search over CAP_SEARCH, one folder each
            #          (after the fixed rates CAP_RATES, when set)
-           #   mem    each variant of MEM_VARIANTS loaded alone: the GPU memory its processes hold (nvidia-smi)
+           # The configs are first written for SERVER_CPUS (`build-models --server-cpus`), so the variant
+           # `<model>_inflight` without overrides is the repository's default for that core budget. The GPU
+           # memory of the server's processes is recorded in every window (gpu_memory).
+           # gen may run on its own CPU sets (GEN_SERVER_CPUS, GEN_CLIENT_CPUS, GEN_PROCS).
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
     export GENERATOR=asyncio PROCS=${PROCS:-7}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-7} --client-cpus ${CLIENT_CPUS:-8-15}"
     mkdir -p "$OL_ROOT"
+    # shellcheck disable=SC2086  # EXTRA_MODELS holds several names
+    $PY -m inflight.cli build-models bert_tiny ${EXTRA_MODELS:-} --configs-only --server-cpus "${SERVER_CPUS:-0-7}" \
+      > "$OUT/configs.log" 2>&1 || { echo "build-models --configs-only failed"; tail -5 "$OUT/configs.log"; }
     for part in ${PARTS:?set PARTS, e.g. "gen fixed cap"}; do
       case $part in
-        gen) olab generator "bert_tiny_null@instances=8,sleep_us=${NULL_SLEEP_US:-600},gpus=0" --rate "${GEN_RATES:-50k}" ;;
+        gen) OLAB_CPUS="--server-cpus ${GEN_SERVER_CPUS:-${SERVER_CPUS:-0-7}} --client-cpus ${GEN_CLIENT_CPUS:-${CLIENT_CPUS:-8-15}}" \
+               PROCS=${GEN_PROCS:-$PROCS} olab generator "bert_tiny_null@instances=${GEN_INSTANCES:-8},sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
+               --rate "${GEN_RATES:-50k}" ;;
         # shellcheck disable=SC2086  # FIXED_VARIANTS holds several specs
         fixed) olab "fixed${FIXED_NAME:+-$FIXED_NAME}" ${FIXED_VARIANTS:?set FIXED_VARIANTS} --rate "${FIXED_RATES:?set FIXED_RATES}" ;;
         cap) i=0
@@ -197,10 +205,6 @@ case "$STEP" in
                # shellcheck disable=SC2086  # SEARCH_OPTS holds several options
                olab "cap-$i-${v%%@*}" "$v" ${CAP_RATES:+--rate "$CAP_RATES"} --search "${CAP_SEARCH:-10k,40k}" $SEARCH_OPTS
                pack_results "$OUT/results-modes.tgz" "$OL_ROOT"
-             done ;;
-        mem) for v in ${MEM_VARIANTS:?set MEM_VARIANTS}; do
-               $PY -m inflight.lab.gpu_memory "$v" --cpus "${SERVER_CPUS:-0-7}" --out "$OL_ROOT/gpu-memory.jsonl" \
-                 >> "$OUT/mem.log" 2>&1 || echo "mem: $v failed (see mem.log)"
              done ;;
         *) echo "unknown part $part" >&2 ;;
       esac

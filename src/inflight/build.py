@@ -9,6 +9,7 @@ committed; weights are seeded, so every build of a model is identical.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -24,7 +25,7 @@ from inflight.errors import ConfigError
 from inflight.model_config import BackendParameters
 from inflight.models.registry import MODELS
 from inflight.models.spec import ModelSpec
-from inflight.variants import VARIANTS, BatchingConfig, Kind, VariantConfig
+from inflight.variants import VARIANTS, BatchingConfig, Kind, VariantConfig, inflight_deployment
 
 LOGGER = logging.getLogger(__name__)
 
@@ -105,15 +106,29 @@ def write_configs(
     *,
     batching: BatchingConfig | None = None,
     params: BackendParameters | None = None,
+    server_cpus: int | None = None,
 ) -> list[Path]:
-    """Write every variant's config.pbtxt (and empty version folders), the null control model's included."""
+    """Write every variant's config.pbtxt (and empty version folders), the null control model's included.
+
+    Args:
+        repository: The model repository.
+        spec: The model.
+        batching: Batching and instances of every variant but ``<model>_inflight``.
+        params: Backend parameters of ``_inflight`` and ``_sync``.
+        server_cpus: Cores the server will get: ``<model>_inflight`` is written by
+            :func:`inflight.variants.inflight_deployment` for them. None: the cores this process may run on.
+    """
+    batching = batching or BatchingConfig()
+    params = params or BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
+    instances, deployed = inflight_deployment(server_cpus or default_server_cpus(), params)
     out = []
     for variant in VARIANTS:
+        inflight = variant == "inflight"
         vc = VariantConfig(
             model=spec.name,
             variant=variant,
-            batching=batching or BatchingConfig(),
-            params=params or BackendParameters(warmup_seq_len=spec.default_seq_len or 64),
+            batching=dataclasses.replace(batching, instances=instances) if inflight else batching,
+            params=deployed if inflight else params,
         )
         d = vc.write(repository)
         (d / "1" / ".gitkeep").touch()
@@ -156,6 +171,11 @@ def add_variant(repository: Path, spec: str, tag: str) -> Path:
     return d
 
 
+def default_server_cpus() -> int:
+    """The cores this process may run on: what ``<model>_inflight`` is written for when none are given."""
+    return len(os.sched_getaffinity(0))
+
+
 def build_model(
     repository: Path,
     name: str,
@@ -165,8 +185,11 @@ def build_model(
     batching: BatchingConfig | None = None,
     params: BackendParameters | None = None,
     configs_only: bool = False,
+    server_cpus: int | None = None,
 ) -> dict[str, Any]:
     """Build one model's configs and artifacts; return a summary.
+
+    ``server_cpus``: see :func:`write_configs`.
 
     Raises:
         ConfigError: for an unknown model name.
@@ -175,7 +198,7 @@ def build_model(
         raise ConfigError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
     spec = MODELS[name]
     t0 = time.perf_counter()
-    write_configs(repository, spec, batching=batching, params=params)
+    write_configs(repository, spec, batching=batching, params=params, server_cpus=server_cpus)
     summary: dict[str, Any] = {"model": name, "configs": [f"{name}_{v}" for v in VARIANTS]}
     if configs_only:
         return summary
@@ -213,8 +236,9 @@ def build_models(
     seed: int = 0,
     onnx: bool = True,
     configs_only: bool = False,
+    server_cpus: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Build several models (all by default)."""
+    """Build several models (all by default); ``instances`` for every variant but ``_inflight`` (``server_cpus``)."""
     batching = BatchingConfig(kind=kind, instances=instances)
     names = list(models) if models else list(MODELS)
     return [
@@ -226,6 +250,7 @@ def build_models(
             batching=batching,
             params=BackendParameters(warmup_seq_len=MODELS[n].default_seq_len or 64),
             configs_only=configs_only,
+            server_cpus=server_cpus,
         )
         for n in names
     ]
@@ -256,16 +281,24 @@ def artifacts_current(repository: Path, name: str, *, seed: int = 0, onnx: bool 
 
 
 def ensure_built(
-    repository: Path, names: Sequence[str] | None = None, *, seed: int = 0, onnx: bool = False
+    repository: Path,
+    names: Sequence[str] | None = None,
+    *,
+    seed: int = 0,
+    onnx: bool = False,
+    server_cpus: int | None = None,
 ) -> list[str]:
     """Build the models (all by default) whose artifacts are missing or stale; return those built.
 
     See ``artifacts_current``: a model counts as current when its artifacts exist and were built
-    from the current model sources and ``seed``.
+    from the current model sources and ``seed``. Every model's configs are written again either way
+    (``server_cpus``: see :func:`write_configs`).
     """
     built = []
     for name in names or list(MODELS):
         if not artifacts_current(repository, name, seed=seed, onnx=onnx):
-            build_model(repository, name, seed=seed, onnx=onnx)
+            build_model(repository, name, seed=seed, onnx=onnx, server_cpus=server_cpus)
             built.append(name)
+        else:  # the configs are cheap and follow the generator (a new variant, another deployment rule)
+            write_configs(repository, MODELS[name], server_cpus=server_cpus)
     return built

@@ -42,22 +42,40 @@ def build_models_cmd(
     models: Annotated[Optional[list[str]], typer.Argument(help="Models to build (default: all).")] = None,  # noqa: UP045
     repository: Annotated[Path, typer.Option(help="Model repository to write.")] = REPO_DEFAULT,
     kind: Annotated[str, typer.Option(help="Instance kind: auto (GPU when present), gpu or cpu.")] = "auto",
-    instances: Annotated[int, typer.Option(help="Instances per variant.")] = 1,
+    instances: Annotated[int, typer.Option(help="Instances of every variant but <model>_inflight.")] = 1,
+    server_cpus: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="Cores the server will run on, as a count (8) or as taskset -c takes them (0-7): <model>_inflight "
+            "gets one auto-mode instance per core. Default: the cores this command may run on."
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Weight seed.")] = 0,
     onnx: Annotated[bool, typer.Option(help="Also export ONNX for TensorRT.")] = True,
     configs_only: Annotated[bool, typer.Option(help="Write config.pbtxt files only.")] = False,
     verbose: bool = False,
 ) -> None:
-    """Write configs (inflight, sync, trt variants and the null control model) and the Torch/ONNX artifacts."""
+    """Write configs (inflight, sync, trt, plain variants and the null control model) and the Torch/ONNX artifacts."""
     setup_logging(verbose)
     from inflight.build import build_models
+    from inflight.loadtest.openloop import parse_cpus
 
     kinds: dict[str, Kind] = {"auto": "auto", "gpu": "gpu", "cpu": "cpu"}
     if kind not in kinds:
         fail(ValueError(f"--kind {kind!r}: choose auto, gpu or cpu"))
     try:
+        cores = None
+        if server_cpus is not None:
+            cores = int(server_cpus) if server_cpus.isdigit() else len(parse_cpus(server_cpus))
         out = build_models(
-            repository, models, kind=kinds[kind], instances=instances, seed=seed, onnx=onnx, configs_only=configs_only
+            repository,
+            models,
+            kind=kinds[kind],
+            instances=instances,
+            seed=seed,
+            onnx=onnx,
+            configs_only=configs_only,
+            server_cpus=cores,
         )
     except InflightError as e:
         fail(e)

@@ -56,9 +56,12 @@ def _depth_histogram(metrics_url: str, model: str) -> dict[float, float]:
 @pytest.mark.parametrize("mode", ["pipelined", "overlap", "auto"])
 def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any, repository: Any, mode: str) -> None:
     name = "bert_tiny_inflight"
-    overrides = {"kind": "gpu", "slots": "4", "mode": mode}
+    # one instance, so that its batches queue behind each other (the built variant has one per core)
+    overrides = {"kind": "gpu", "instances": "1", "slots": "4", "mode": mode}
     if mode != "pipelined":
         overrides["chunk_items"] = "128"  # batches of a few hundred items run as several chunks
+    if mode == "auto":
+        overrides["auto_busy_min"] = "0"  # defer whenever it measured faster, however busy the thread
     load_variant(server.http_url, variant_config(repository, name, overrides))
     try:
         spec = MODELS["bert_tiny"]
@@ -87,7 +90,7 @@ def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any,
 
 def test_unload_and_reload_under_load_no_hang_no_leak(server: Any, repository: Any) -> None:
     name = "bert_tiny_inflight"
-    vc = variant_config(repository, name, {"kind": "gpu"})
+    vc = variant_config(repository, name, {"kind": "gpu", "instances": "2"})
     used_before = _gpu_used_mib()
     load_variant(server.http_url, vc)
     spec = MODELS["bert_tiny"]

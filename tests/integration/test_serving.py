@@ -28,9 +28,9 @@ from inflight.server.control import inference_stats, load_variant, unload, varia
 pytestmark = pytest.mark.integration
 
 MODEL_NAMES = list(MODELS)
-# every mode: sync, pipelined (the inflight variant's default), and the overlap and auto modes as
-# tagged copies of the inflight variant (`inflight add-variant`), all loaded side by side
-VARIANTS = ["sync", "inflight", "inflight_overlap", "inflight_auto"]
+# every mode: sync, the inflight variant as built (auto, one instance per core of this host), and the
+# pipelined, overlap and auto modes as tagged copies of it (`inflight add-variant`), all loaded side by side
+VARIANTS = ["sync", "inflight", "inflight_pipelined", "inflight_overlap", "inflight_auto"]
 # a long queue delay so that concurrent requests land in one batch
 DELAY_US = "50000"
 

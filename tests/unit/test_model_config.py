@@ -9,15 +9,56 @@ from tritonclient.grpc import model_config_pb2 as mc
 from inflight.errors import ConfigError
 from inflight.model_config import BackendParameters, proto_from_json
 from inflight.variants import (
+    DEPLOYED_CHUNK_ITEMS,
+    VARIANTS,
     BatchingConfig,
     VariantConfig,
     apply_overrides,
+    inflight_deployment,
     parse_pbtxt,
     parse_variant_arg,
     variant_from_proto,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+#: model_repository/ is committed as `inflight build-models --configs-only --server-cpus 8` writes it
+COMMITTED_SERVER_CPUS = 8
+
+
+def test_inflight_deployment_is_one_auto_instance_per_server_core() -> None:
+    base = BackendParameters(warmup_seq_len=32)
+    for cores in (1, 4, 8, 16):
+        instances, p = inflight_deployment(cores, base)
+        assert instances == cores
+        assert p.mode == "auto" and p.chunk_items == DEPLOYED_CHUNK_ITEMS and p.warmup_seq_len == 32
+    with pytest.raises(ConfigError, match="server_cpus=0: give the number of cores"):
+        inflight_deployment(0, base)
+
+
+def test_write_configs_deploys_inflight_for_the_server_cores_and_leaves_the_others(tmp_path: Path) -> None:
+    from inflight.build import write_configs
+    from inflight.models import MODELS
+
+    dirs = {d.name: d for d in write_configs(tmp_path, MODELS["bert_tiny"], server_cpus=4)}
+    assert sorted(dirs) == sorted(f"bert_tiny_{v}" for v in VARIANTS)
+    configs = {n: variant_from_proto(parse_pbtxt((d / "config.pbtxt").read_text())) for n, d in dirs.items()}
+    assert configs["bert_tiny_inflight"].batching.instances == 4
+    assert configs["bert_tiny_inflight"].params.mode == "auto"
+    for other in ("sync", "trt", "null", "plain"):
+        assert configs[f"bert_tiny_{other}"].batching.instances == 1, other
+    assert configs["bert_tiny_sync"].params.mode == "sync"
+
+
+def test_plain_variant_is_the_plain_backend_without_parameters() -> None:
+    cfg = VariantConfig(model="bert_tiny", variant="plain").to_proto()
+    assert cfg.backend == "plain" and cfg.name == "bert_tiny_plain"
+    assert not cfg.parameters
+    assert not any(i.allow_ragged_batch for i in cfg.input)  # the usual config: equal shapes batch together
+    back = variant_from_proto(cfg)
+    assert back.variant == "plain"
+    assert apply_overrides(back, {"instances": "3"}).batching.instances == 3
+    with pytest.raises(ConfigError, match=r"slots.*no backend parameters"):
+        apply_overrides(back, {"slots": "2"})
 
 
 @pytest.mark.parametrize("variant", ["inflight", "sync", "trt", "null"])
@@ -55,17 +96,17 @@ def test_committed_configs_are_what_the_generator_writes() -> None:
 
     repo = ROOT / "model_repository"
     for spec in MODELS.values():
-        for variant in ("inflight", "sync", "trt", "null"):
+        for variant in VARIANTS:
             path = repo / f"{spec.name}_{variant}" / "config.pbtxt"
-            assert path.is_file(), f"{path} missing: run `inflight build-models --configs-only`"
+            assert path.is_file(), f"{path} missing: run `inflight build-models --configs-only --server-cpus 8`"
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         for spec in MODELS.values():
-            for d in write_configs(Path(tmp), spec):
+            for d in write_configs(Path(tmp), spec, server_cpus=COMMITTED_SERVER_CPUS):
                 committed = (repo / d.name / "config.pbtxt").read_text()
                 assert committed == (d / "config.pbtxt").read_text(), (
-                    f"{d.name}: run `inflight build-models --configs-only`"
+                    f"{d.name}: run `inflight build-models --configs-only --server-cpus {COMMITTED_SERVER_CPUS}`"
                 )
 
 

@@ -32,7 +32,16 @@ def test_the_summary_block_matches_the_files_and_is_committed() -> None:
         es = [e for es in modes_results.collect(ROOT)["budgets"].values() for e in es]
         caps = {e.capacity for e in es if e.summary.get("capacity_bounded") and e.summary["spec"] == row["best_sync"]}
         assert row["best_sync_rps"] in caps
-        assert row["plain_rps"] is None  # not measured yet: null, not a made-up figure
+        for key, spec_key in (("default_rps", "default"), ("plain_rps", None)):
+            if row[key] is None:
+                continue  # not measured for this budget: null, not a made-up figure
+            cores = row["server_cpus"]
+            kind = [e for e in es if e.summary.get("capacity_bounded") and modes_results.server_cores(e) == cores]
+            if spec_key:
+                kind = [e for e in kind if e.summary["spec"] == row[spec_key]]
+            else:
+                kind = [e for e in kind if e.kind == "plain"]
+            assert row[key] in {e.capacity for e in kind}, (key, row)
     assert block["p99_ratio_max"] > 0
     assert set(block["regime"]) == {"model", "device", "one_instance_ratio", "instances_ratio", "gpu_memory_ratio"}
 
@@ -50,3 +59,23 @@ def test_the_overlap_bound_is_cycle_over_cycle_less_the_wait() -> None:
     assert modes_results.overlap_bound(E()) == 8.0 / 7.2  # type: ignore[arg-type]
     E.summary = {"executor": {"execute_ms": 2.0}}
     assert modes_results.overlap_bound(E()) is None  # type: ignore[arg-type]
+
+
+def test_the_readme_holds_the_current_decision_table() -> None:
+    table = modes_results.decision_table(ROOT)
+    readme = (ROOT / "README.md").read_text()
+    assert table, "no capacity search under results/modes"
+    assert "\n".join(table) in readme, "README's decision table is stale: run `inflight results-report`"
+
+
+def test_only_a_variant_without_deployment_overrides_counts_as_the_default() -> None:
+    class E:
+        summary = {"spec": "bert_tiny_inflight@gpus=0,capture_at_load=false"}
+
+    assert modes_results._is_default(E())  # type: ignore[arg-type]
+    E.summary = {"spec": "bert_tiny_inflight"}
+    assert modes_results._is_default(E())  # type: ignore[arg-type]
+    E.summary = {"spec": "bert_tiny_inflight@instances=8,mode=auto"}
+    assert not modes_results._is_default(E())  # type: ignore[arg-type]
+    E.summary = {"spec": "bert_tiny_sync"}
+    assert not modes_results._is_default(E())  # type: ignore[arg-type]

@@ -429,13 +429,15 @@ def test_cpu_and_stub_memory_cover_every_servers_tree(tmp_path: Path) -> None:
                 break
             time.sleep(0.05)
         pids = [p.pid for p in servers]
+        # the sleepers may still be burning CPU: the snapshot of both lies between the sums taken around it
+        before = [cpu.snapshot(pid) for pid in pids]
         both = cpu.snapshot(pids)
         each = [cpu.snapshot(pid) for pid in pids]
         memory = cpu.stub_memory(pids)
     finally:
         _stop(servers)
-    assert both.server_s is not None and all(s.server_s is not None for s in each)
-    assert both.server_s == pytest.approx(sum(s.server_s or 0 for s in each), abs=0.05)
+    assert both.server_s is not None and all(s.server_s is not None for s in [*before, *each])
+    assert sum(s.server_s or 0 for s in before) - 0.02 <= both.server_s <= sum(s.server_s or 0 for s in each) + 0.02
     assert both.server_s >= 0.55
     assert set(both.threads) >= set(pids)  # a process's main thread id is its pid
     assert memory["stubs"] == 2 and memory["rss_bytes"] == sum(memory["rss"]) > 0

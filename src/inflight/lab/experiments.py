@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 #: part -> variant specs (``model@key=value,...``). Every part fits a 10-minute call at 60 s windows, with
-#: room for a variant that is slow to unload (the published sync-a group is split in two for that).
+#: room for a variant that is slow to unload (the published sync-a group is split in two for that). The plan ran
+#: when ``<model>_inflight`` was written pipelined (one instance, 4 slots); it is written ``mode=auto`` now, so a
+#: rerun of the pipelined parts needs ``mode=pipelined`` added to compare with the published figures.
 PLAN: dict[str, tuple[str, ...]] = {
     "sync-a1": (
         "bert_tiny_sync@instances=4,delay_us=500,cuda_graphs=false",

@@ -1420,7 +1420,7 @@ def render_index(root: Path, page: str) -> str:
 
 
 def write(root: Path, out: Path | None = None) -> Path:
-    """Write the pages (docs/RESULTS.md, the A/B runs page) and results/README.md.
+    """Write the pages (docs/RESULTS.md, the A/B runs page), results/README.md and the README's decision table.
 
     The ``open_loop`` and ``cpu_per_request`` blocks of ``results/summary.json`` are rewritten from
     their files first.
@@ -1443,4 +1443,8 @@ def write(root: Path, out: Path | None = None) -> Path:
         path.write_text(text)
         written.append(path)
     (root / "results" / "README.md").write_text(render_index(root, "\n".join(pages.values())))
+    readme = root / "README.md"
+    table = modes_results.decision_table(root)
+    if table and readme.is_file() and modes_results.DECISION_BEGIN in readme.read_text():
+        readme.write_text(modes_results.replace_block(readme.read_text(), table))
     return written[0]

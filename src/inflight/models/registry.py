@@ -27,7 +27,7 @@ def get_model(name: str) -> ModelSpec:
     """
     if name in MODELS:
         return MODELS[name]
-    for suffix in ("_inflight", "_sync", "_trt", "_null"):
+    for suffix in ("_inflight", "_sync", "_trt", "_null", "_plain"):
         if name.endswith(suffix) and name[: -len(suffix)] in MODELS:
             return MODELS[name[: -len(suffix)]]
         base, sep, tag = name.partition(suffix + "_")

@@ -167,17 +167,25 @@ def backend_source_dir() -> Path:
     )
 
 
-def null_backend_source_dir() -> Path | None:
-    """The folder of the ``null`` control model's ``model.py`` (``backends/null``, beside ours), if shipped."""
-    d = backend_source_dir().parent / "null"
-    return d if (d / "model.py").is_file() else None
+def sibling_backend_dirs() -> dict[str, Path]:
+    """The Python-based backends shipped beside ours: ``null`` (the control model) and ``plain`` (the baseline).
+
+    Returns:
+        Backend name -> the folder that holds its ``model.py``, for those the checkout has.
+    """
+    root = backend_source_dir().parent
+    return {name: root / name for name in SIBLING_BACKENDS if (root / name / "model.py").is_file()}
+
+
+#: Python-based backends deployed beside ``inflight``: ``null`` (Triton's Python backend answering zeros,
+#: none of our code) and ``plain`` (the model served the usual Python-backend way, eager fp16).
+SIBLING_BACKENDS = ("null", "plain")
 
 
 def prepare_backend_dir(dist: TritonDist, workdir: Path) -> Path:
-    """Create ``<workdir>/backends`` with ``python/`` (and the stub), ``inflight/`` and ``null/``.
+    """Create ``<workdir>/backends`` with ``python/`` (and the stub), ``inflight/``, ``null/`` and ``plain/``.
 
-    ``null/`` is the control model of ``backends/null`` (Triton's Python backend answering zeros,
-    none of our code); it is copied when the checkout has it.
+    ``null/`` and ``plain/`` (:data:`SIBLING_BACKENDS`) are copied when the checkout has them.
 
     Returns:
         The folder to pass as ``--backend-directory``.
@@ -193,12 +201,11 @@ def prepare_backend_dir(dist: TritonDist, workdir: Path) -> Path:
         target.chmod(0o755)
     else:
         for entry in dist.backends_dir.iterdir():
-            if entry.name not in ("inflight", "null"):
+            if entry.name not in ("inflight", *SIBLING_BACKENDS):
                 (dest / entry.name).symlink_to(entry)
     shutil.copytree(backend_source_dir(), dest / "inflight", ignore=shutil.ignore_patterns("__pycache__"))
-    null = null_backend_source_dir()
-    if null is not None:
-        shutil.copytree(null, dest / "null", ignore=shutil.ignore_patterns("__pycache__"))
+    for name, source in sibling_backend_dirs().items():
+        shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
 
