@@ -14,7 +14,9 @@ usage() {
 # Nsight reports and their sqlite exports stay behind (too large).
 pack_results() {
   local tarball=$1; shift
-  tar czf "$tarball" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' "$@" 2>/dev/null
+  # to a temporary name first: a call cut off at its time limit leaves the previous tarball whole
+  tar czf "$tarball.part" --exclude='*.nsys-rep' --exclude='*.qdstrm' --exclude='*.sqlite' "$@" 2>/dev/null \
+    && mv -f "$tarball.part" "$tarball"
 }
 
 # Install the offline kit (.kit, docs/LAB.md "Toolchain facts") and this checkout, once per shell, on a GPU host.

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Issue 30, one core budget in one device call: capacity at p99 <= 50 ms of CAP_VARIANTS (the first one is the
+# sync reference), then SYNC and the default at 20%, 50% and 80% of the sync reference's measured capacity.
+#
+#   CAMPAIGN=results/modes/<date>-<device>-<n>cores SERVER_CPUS=0-3 CLIENT_CPUS=4-15 PROCS=11 \
+#   CAP_VARIANTS="bert_tiny_sync@instances=4,... bert_tiny_inflight bert_tiny_plain@instances=4" \
+#   FIXED_VARIANTS="<sync spec> bert_tiny_inflight" bash scripts/lab/modes_budget.sh
+#
+# Both parts run through `gpu_session.sh modes` (its environment applies: WINDOW, WARMUP, CAP_SEARCH,
+# SEARCH_OPTS); the sitting is packed into $OUT/results-modes.tgz after each part. FIXED_TIMEOUT bounds the
+# fixed-rate part (seconds), so that a slow search leaves the packed capacities in place.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-runs/gpu-out}
+mkdir -p "$OUT"
+PY=${PY:-python3}
+source scripts/gpu_lib.sh
+kit_setup  # once for both parts (INFLIGHT_SETUP_DONE is exported to them)
+PARTS=cap bash scripts/lab/gpu_session.sh modes > "$OUT/cap.log" 2>&1
+grep -E "capacity|CPU sets|rror" "$OUT/cap.log" | tail -20
+rates=$(python3 - "$CAMPAIGN" <<'EOF'
+import glob
+import json
+import sys
+
+files = sorted(glob.glob(f"{sys.argv[1]}/*-cap-1-*/ab-*.json"))
+cap = json.load(open(files[-1]))["summary"][0].get("capacity_rps") if files else None
+if cap:
+    print(",".join(str(int(round(cap * f / 250.0) * 250)) for f in (0.2, 0.5, 0.8)))
+EOF
+)
+if [ -z "$rates" ]; then
+  echo "no capacity for the sync reference: the fixed-rate part is skipped"
+  exit 0
+fi
+echo "fixed rates (20/50/80% of the sync reference's capacity): $rates"
+FIXED_RATES=$rates PARTS=fixed timeout "${FIXED_TIMEOUT:-240}" bash scripts/lab/gpu_session.sh modes > "$OUT/fixed.log" 2>&1
+echo "fixed part rc=$?"
+grep -E " offered |CPU sets|rror" "$OUT/fixed.log" | tail -20
