@@ -124,6 +124,11 @@ def _is_plain(e: Entry) -> bool:
     return e.kind == "plain"
 
 
+def _search_ran(e: Entry) -> bool:
+    """Whether a capacity search ran on the variant (bracketed, or a lower bound when its high end met the SLO)."""
+    return any(r.get("capacity_search") for r in _runs(e))
+
+
 def _searched(e: Entry) -> bool:
     """Whether the variant's capacity came from a search that bracketed it (not only rates that all met the SLO)."""
     return bool(e.summary.get("capacity_bounded"))
@@ -177,6 +182,7 @@ def needed_instances(es: list[Entry], sync: bool, target: float) -> Entry | None
 
 def regime(es: list[Entry]) -> dict[str, Any] | None:
     """One model's regime figures: one instance of each mode, instances and GPU memory at 95% of best."""
+    es = [e for e in es if _search_ran(e)]
     one_sync = _best(e for e in es if _is_sync(e) and instances(e) == 1)
     one_pipe = _best(e for e in es if _is_pipelined(e) and instances(e) == 1)
     best_sync = _best(e for e in es if _is_sync(e))
@@ -194,6 +200,8 @@ def regime(es: list[Entry]) -> dict[str, Any] | None:
         "model": model(one_sync),
         "device": device(one_sync),
         "one_instance_ratio": ratio(one_pipe.capacity, one_sync.capacity),
+        # a pipelined capacity that is a lower bound (its search's high end met the SLO) makes the ratio one too
+        "one_instance_ratio_is_lower_bound": not _searched(one_pipe),
         "instances_ratio": ratio(float(instances(need_pipe)), float(instances(need_sync)))
         if need_pipe is not None and need_sync is not None
         else None,
@@ -266,6 +274,7 @@ def summary(root: Path) -> dict[str, Any] | None:
             "model": reg["model"],
             "device": reg["device"],
             "one_instance_ratio": reg["one_instance_ratio"],
+            "one_instance_ratio_is_lower_bound": reg["one_instance_ratio_is_lower_bound"],
             "instances_ratio": reg["instances_ratio"],
             "gpu_memory_ratio": reg["gpu_memory_ratio"],
         },
@@ -296,7 +305,12 @@ def _cap_of(e: Entry | None) -> str:
     """Capacity with the instances it had, or "not measured"."""
     if e is None:
         return "not measured"
-    return f"{fmt(e.capacity)} ({instances(e)} inst.)"
+    return f"{_capacity(e)} ({instances(e)} inst.)"
+
+
+def _capacity(e: Entry) -> str:
+    """The capacity, with ">=" when it is a lower bound (the search's high end met the SLO)."""
+    return ("" if _searched(e) else ">= ") + fmt(e.capacity)
 
 
 def _deployment(e: Entry) -> str:
@@ -320,7 +334,7 @@ def decision_table(root: Path) -> list[str]:
     c = collect(root)
     groups: dict[tuple[str, str, int | None], list[Entry]] = {}
     for e in c["entries"]:
-        if e.kind != "null" and _searched(e):
+        if e.kind != "null" and _search_ran(e) and e.capacity is not None:
             groups.setdefault((device(e), model(e), server_cores(e)), []).append(e)
     rows = []
     for (dev, mdl, cores), es in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
@@ -336,7 +350,7 @@ def decision_table(root: Path) -> list[str]:
                 dev,
                 mdl,
                 fmt(cores, "d") if cores else "n/a",
-                f"{_deployment(best)}: {fmt(best.capacity)} req/s",
+                f"{_deployment(best)}: {_capacity(best)} req/s",
                 _cap_of(sync),
                 _cap_of(pipe),
                 _cap_of(default),
@@ -442,9 +456,9 @@ def section(root: Path) -> list[str]:
             [
                 r["device"],
                 r["model"],
-                fmt(r["one_sync"].capacity),
-                fmt(r["one_pipelined"].capacity),
-                fmt(r["one_instance_ratio"], ".2f"),
+                _capacity(r["one_sync"]),
+                _capacity(r["one_pipelined"]),
+                ("" if not r["one_instance_ratio_is_lower_bound"] else ">= ") + fmt(r["one_instance_ratio"], ".2f"),
                 f"{_inst(r['needed_sync'])} / {_inst(r['needed_pipelined'])}",
                 f"{_mem(r['needed_sync'])} / {_mem(r['needed_pipelined'])}",
                 fmt(r["gpu_memory_ratio"], ".2f") if r["gpu_memory_ratio"] is not None else "n/a",
