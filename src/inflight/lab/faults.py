@@ -354,10 +354,12 @@ def open_loop(
     fault_at_s: float = DEFAULT_FAULT_AT_S,
     disconnect_share: float = 0.0,
     seed: int = 32,
+    extend: Callable[[], bool] | None = None,
 ) -> list[Outcome]:
     """Poisson arrivals at ``rate`` for ``seconds``; ``fault()`` runs in its own thread at ``fault_at_s``.
 
-    ``disconnect_share`` of the requests (drawn at random) go through :func:`send_and_drop`.
+    ``disconnect_share`` of the requests (drawn at random) go through :func:`send_and_drop`. While
+    ``extend()`` is true the loop goes on past ``seconds`` (at most :data:`ANSWER_WITHIN_S` x 4 more).
     """
     rng = random.Random(seed)
     fault_thread = threading.Timer(fault_at_s, fault) if fault is not None else None
@@ -370,7 +372,7 @@ def open_loop(
         due = 0.0
         while True:
             due += rng.expovariate(rate)
-            if due >= seconds:
+            if due >= seconds and (extend is None or not extend() or due >= seconds + 4 * ANSWER_WITHIN_S):
                 break
             time.sleep(max(0.0, t0 + due - time.monotonic()))
             if disconnect_share and rng.random() < disconnect_share:
@@ -676,7 +678,13 @@ def run_fault(key: str, cfg: FaultConfig, log: Callable[[str], None] = print) ->
                 outcomes = open_loop(s.http, cfg.model, rate, seconds, disconnect_share=DISCONNECT_SHARE)
             result["rss"] = {"samples": sampler.samples, **rss_flat(sampler.series())}
         else:
-            outcomes = open_loop(s.http, cfg.model, rate, seconds, fault=fault, fault_at_s=cfg.fault_at_s)
+            # (c) goes on until 4 s after the reload finished, so that requests after it are measured
+            def until_reloaded() -> bool:
+                return key == "c" and ("loaded" not in times or time.monotonic() < times["loaded"] + 4.0)
+
+            outcomes = open_loop(
+                s.http, cfg.model, rate, seconds, fault=fault, fault_at_s=cfg.fault_at_s, extend=until_reloaded
+            )
         result.update(tally(outcomes, times.get("fault")))
         if "fault" in times and key != "d":
             after = [o for o in outcomes if o.due > times["fault"] + 5 and not o.dropped]
@@ -851,7 +859,8 @@ def _recovery(f: Mapping[str, Any]) -> str:
         return "n/a"
     check = rec.get("check_replacement") or rec.get("check_after_reload") or rec.get("check") or {}
     n = f"{check.get('correct')}/{check.get('requests')}"
-    return f"{fmt(rec.get('recovered'))} ({rec.get('how') or 'n/a'}; {n} correct)"
+    took = f"; the reload took {fmt(f['reload_s'], '.0f')} s" if f.get("reload_s") is not None else ""
+    return f"{fmt(rec.get('recovered'))} ({rec.get('how') or 'n/a'}; {n} correct{took})"
 
 
 def _busy(f: Mapping[str, Any]) -> str:
@@ -892,7 +901,7 @@ def what_triton_did(f: Mapping[str, Any]) -> str:
         parts.append(f"{top[1]} requests failed with `{top[0].replace('|', '/')}`")
     parts.append(
         f"{f.get('lost')} requests got neither an answer nor an error within 30 s"
-        + (f" (the killed instance had {dead[0]:.0f} batches in flight by its last gauge)" if dead else "")
+        + (f" (the killed instance's last in-flight gauge: {dead[0]:.0f} batch(es))" if dead else "")
     )
     if rec.get("reload"):
         r = rec["reload"]
