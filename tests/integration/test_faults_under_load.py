@@ -1,198 +1,129 @@
-"""Faults under load on the CPU host: nothing sent is lost (issue 32, item 5, faults a and c).
+"""Faults under load on the CPU host (issue 32, item 5): what happens to every request, through ``inflight.lab.faults``.
 
-``inflight serve`` with bert_tiny_inflight (the pipelined path: responses through ``send()``);
-its capacity is measured first (8 clients back to back), then an open loop sends Poisson arrivals
-at half of it while a fault hits the server: (a) SIGTERM to ``inflight serve``; (c) the model
-unloaded and loaded again through the model-control API. Every request sent must be answered, or
-failed with an error that says what happened, within 30 s: lost (neither in 30 s) = 0. Afterwards
-the server stopped cleanly with nothing left (a), or the reloaded model answers correctly (c).
-Each test prints its row: requests sent / answered / failed / lost and the failures by kind.
+Each fault gets its own ``inflight serve`` of ``bert_tiny_inflight@instances=2`` (the pipelined path:
+responses through ``send()``); its capacity is measured first (8 clients back to back), then an open
+loop sends Poisson arrivals at half of it while the fault hits: (a) SIGTERM to ``inflight serve``;
+(b) SIGKILL to one instance's stub; (c) the model unloaded and loaded again; (d) 1% of the clients
+closing the connection before reading the answer, for 40 s here (the module's default and the
+committed sittings: 120 s; this host has 2 cores shared with other runs). Every request sent must be
+answered, or failed with an error that says what happened, within 30 s (lost = 0); afterwards the
+server or its replacement answers correctly and no slot stays busy. Each test prints its row.
+
+Fault (b) loses requests on Triton 2.51: the killed stub's requests in flight get neither an answer nor
+an error (the test that says lost = 0 for it is an expected failure, strict: it fails once that changes).
 """
 
 from __future__ import annotations
 
-import collections
 import json
-import random
-import signal
-import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import pytest
-from tests.serve_process import Serve
 
-from inflight.server import control
-from inflight.server.launcher import port_free
+from inflight.lab import faults
 
 pytestmark = pytest.mark.integration
 
-MODEL = "bert_tiny_inflight"
-ANSWER_WITHIN_S = 30.0
-SEQ = 16
-BODY = json.dumps(
-    {
-        "inputs": [
-            {"name": "input_ids", "shape": [1, SEQ], "datatype": "INT64", "data": list(range(101, 101 + SEQ))},
-            {"name": "attention_mask", "shape": [1, SEQ], "datatype": "INT64", "data": [1] * SEQ},
-        ]
-    }
-).encode()
+D_SECONDS = 40.0
 
 
-@dataclass
-class Outcome:
-    """One request: when it was due and answered (monotonic s), its HTTP status, and its error if it failed."""
-
-    due: float
-    done: float
-    status: int | None
-    error: str | None
-
-    @property
-    def kind(self) -> str:
-        if self.error is None:
-            return "answered"
-        return "lost" if self.error.startswith("lost") else "failed"
-
-
-def _send(http: str, due: float) -> Outcome:
-    req = urllib.request.Request(f"http://{http}/v2/models/{MODEL}/infer", data=BODY, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=ANSWER_WITHIN_S) as r:
-            out = json.loads(r.read())["outputs"][0]
-            error = None if out["shape"] == [1, 128] else f"wrong output shape {out['shape']}"
-            return Outcome(due, time.monotonic(), int(r.status), error)
-    except urllib.error.HTTPError as e:
-        detail = e.read()[:160].decode(errors="replace")
-        return Outcome(due, time.monotonic(), e.code, f"HTTP {e.code}: {detail}")
-    except TimeoutError:
-        return Outcome(due, time.monotonic(), None, f"lost: no answer within {ANSWER_WITHIN_S:.0f} s")
-    except (urllib.error.URLError, ConnectionError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        if isinstance(reason, TimeoutError):
-            return Outcome(due, time.monotonic(), None, f"lost: no answer within {ANSWER_WITHIN_S:.0f} s")
-        return Outcome(due, time.monotonic(), None, f"connection: {type(reason).__name__}: {reason}")
-
-
-def _capacity(http: str, seconds: float = 4.0, clients: int = 8) -> float:
-    """Answered requests per second with ``clients`` sending back to back."""
-    stop = time.monotonic() + seconds
-    counts = [0] * clients
-
-    def client(i: int) -> None:
-        while time.monotonic() < stop:
-            counts[i] += _send(http, time.monotonic()).error is None
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(counts) / seconds
-
-
-def _open_loop(http: str, rate: float, seconds: float, fault: Callable[[], None], fault_at_s: float) -> list[Outcome]:
-    """Poisson arrivals at ``rate`` for ``seconds``; ``fault()`` runs in its own thread at ``fault_at_s``."""
-    rng = random.Random(32)
-    fault_thread = threading.Timer(fault_at_s, fault)
-    futures = []
-    with ThreadPoolExecutor(max_workers=64) as pool:
-        t0 = time.monotonic()
-        fault_thread.start()
-        due = 0.0
-        while True:
-            due += rng.expovariate(rate)
-            if due >= seconds:
-                break
-            time.sleep(max(0.0, t0 + due - time.monotonic()))
-            futures.append(pool.submit(_send, http, t0 + due))
-        outcomes = [f.result(timeout=ANSWER_WITHIN_S + 30) for f in futures]
-    fault_thread.join(60)
-    return outcomes
-
-
-def _row(fault: str, outcomes: list[Outcome]) -> str:
-    kinds = collections.Counter(o.kind for o in outcomes)
-    failures = collections.Counter((o.error or "")[:70] for o in outcomes if o.kind == "failed")
-    late = max((o.done - o.due for o in outcomes), default=0.0)
-    return (
-        f"{fault}: sent {len(outcomes)}, answered {kinds['answered']}, failed {kinds['failed']}, lost {kinds['lost']}; "
-        f"slowest {late:.1f} s; failures: {dict(failures.most_common(4))}"
+def _config(repository: Path, workdir: Path) -> faults.FaultConfig:
+    return faults.FaultConfig(
+        repository=repository, workdir=workdir, load_s={"a": 10.0, "b": 16.0, "c": 16.0, "d": D_SECONDS}
     )
 
 
-@pytest.fixture
-def serving(repository: Path, tmp_path: Path) -> Iterator[Serve]:
-    s = Serve(repository, tmp_path, MODEL)
-    try:
-        s.wait_serving()
-        yield s
-    finally:
-        s.kill_all()
+def _run(key: str, repository: Path, workdir: Path) -> dict[str, Any]:
+    result = faults.run_fault(key, _config(repository, workdir))
+    print("\n" + faults.section_rows({"faults": [result]})[0] + f"; {result['rate_rps']:.0f} req/s offered")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("rss",)}, indent=1)[:4000])
+    return result
 
 
-def _check(outcomes: list[Outcome], fault_s: float) -> None:
-    assert outcomes, "the open loop sent nothing"
-    lost = [o for o in outcomes if o.kind == "lost"]
-    assert not lost, f"{len(lost)} request(s) neither answered nor failed within {ANSWER_WITHIN_S:.0f} s"
-    assert all(o.done - o.due <= ANSWER_WITHIN_S + 1 for o in outcomes)
-    before = [o for o in outcomes if o.done < fault_s]
-    assert before and all(o.kind == "answered" for o in before), "requests answered before the fault failed"
-    assert all(o.error for o in outcomes if o.kind == "failed"), "a failure without a message"
+def _check_every_request(r: dict[str, Any]) -> None:
+    """Nothing lost, every failure with its message, within 30 s; before the fault every request was answered."""
+    assert r["sent"] > 0, "the open loop sent nothing"
+    assert r["lost"] == 0, f"{r['lost']} request(s) neither answered nor failed within {faults.ANSWER_WITHIN_S:.0f} s"
+    _check_answered_or_failed(r)
 
 
-def test_sigterm_to_serve_under_load_loses_nothing(serving: Serve) -> None:
-    rate = 0.5 * _capacity(serving.http)
-    t_fault: list[float] = []
-
-    def sigterm() -> None:
-        t_fault.append(time.monotonic())
-        serving.proc.send_signal(signal.SIGTERM)
-
-    outcomes = _open_loop(serving.http, rate, seconds=10.0, fault=sigterm, fault_at_s=4.0)
-    print(f"\n{rate:.0f} req/s offered (half the measured capacity); " + _row("SIGTERM to inflight serve", outcomes))
-    _check(outcomes, t_fault[0])
-    assert serving.wait_exit(15) == 0, serving.text()[-3000:]
-    assert "tritonserver stopped (exit code 0)" in serving.text()
-    assert serving.left() == [] and all(port_free(p) for p in serving.ports)
-    after = [o for o in outcomes if o.due > t_fault[0] + 5]
-    assert after and all(o.kind == "failed" and o.error.startswith("connection") for o in after)  # type: ignore[union-attr]
+def _check_answered_or_failed(r: dict[str, Any]) -> None:
+    assert r["failed_without_message"] == 0, "a failure without a message"
+    assert r["slowest_s"] <= faults.ANSWER_WITHIN_S + 1
+    if r["fault"] != "d":
+        assert r["sent_before_fault"] > 0 and r["answered_before_fault"] == r["sent_before_fault"], (
+            "requests before the fault were not all answered"
+        )
 
 
-def _output(http: str) -> np.ndarray:
-    req = urllib.request.Request(f"http://{http}/v2/models/{MODEL}/infer", data=BODY, method="POST")
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return np.array(json.loads(r.read())["outputs"][0]["data"], dtype=np.float32)
+def _check_recovered(r: dict[str, Any]) -> None:
+    assert r["recovery"]["recovered"], r["recovery"]
+    busy = r["busy_after"]
+    assert busy["probes_answered"] == busy["probes"] and busy["probed_instances"], busy
+    assert busy["busy"] == 0, f"slots busy after the load: {busy}"
 
 
-def test_unload_and_reload_under_load_loses_nothing(serving: Serve) -> None:
-    reference = _output(serving.http)
-    assert reference.shape == (128,) and np.isfinite(reference).all()
-    rate = 0.5 * _capacity(serving.http)
-    times: dict[str, float] = {}
+def test_sigterm_to_serve_under_load_loses_nothing(repository: Path, tmp_path: Path) -> None:
+    r = _run("a", repository, tmp_path)
+    _check_every_request(r)
+    assert r["server"]["serve_exit_code"] == 0 and r["server"]["clean_stop_line"], r["server"]
+    assert r["server"]["processes_left"] == [] and r["server"]["ports_free"], r["server"]
+    # 5 s after the signal the server is gone: every request fails at once with a connection error
+    assert set(r["after_fault_5s"]) == {"failed"}, r["after_fault_5s"]
+    assert all(k.startswith("connection") for k in r["failures_by_kind"]), r["failures_by_kind"]
+    _check_recovered(r)  # the replacement
 
-    def reload() -> None:
-        times["unload"] = time.monotonic()
-        control.unload(serving.http, MODEL, timeout_s=60)
-        client = control.http_client(serving.http, network_timeout=120)
-        try:
-            client.load_model(MODEL)
-        finally:
-            client.close()
-        times["loaded"] = time.monotonic()
 
-    outcomes = _open_loop(serving.http, rate, seconds=14.0, fault=reload, fault_at_s=4.0)
-    print(f"\n{rate:.0f} req/s offered (half the measured capacity); " + _row("unload and reload", outcomes))
-    assert "loaded" in times, "the reload did not finish"
-    _check(outcomes, times["unload"])
-    after = [o for o in outcomes if o.due > times["loaded"] + 0.5]
-    assert after and all(o.kind == "answered" for o in after), _row("after the reload", after)
-    # the reloaded model answers correctly: the same output as before the fault (the same artifact)
-    np.testing.assert_allclose(_output(serving.http), reference, rtol=1e-5, atol=1e-6)
+def test_unload_and_reload_under_load_loses_nothing(repository: Path, tmp_path: Path) -> None:
+    r = _run("c", repository, tmp_path)
+    _check_every_request(r)
+    assert r["notes"]["reload"]["ok"], r["notes"]["reload"]
+    # while unloaded: HTTP 404 (model not found), at once; after the reload every request is answered
+    assert set(r["failures_by_status"]) <= {"404"}, r["failures_by_status"]
+    assert set(r["after_reload"]) == {"answered"}, r["after_reload"]
+    _check_recovered(r)
+    assert r["server"]["serve_exit_code"] == 0 and r["server"]["processes_left"] == [], r["server"]
+
+
+def test_clients_disconnecting_mid_request_lose_nothing_and_leak_nothing(repository: Path, tmp_path: Path) -> None:
+    r = _run("d", repository, tmp_path)
+    _check_every_request(r)
+    assert r["dropped"] > 0, "no client disconnected"
+    assert r["failed"] == 0, f"other clients' requests failed: {r['failures_by_kind']}"
+    rss = r["rss"]
+    assert len(rss["samples"]) >= 9 and len(rss["stubs"]) == faults.DEFAULT_INSTANCES, rss["stubs"]
+    assert rss["flat"], f"stub RSS grew more than {faults.RSS_FLAT_MIB} MiB: {rss['stubs']}"
+    _check_recovered(r)
+    assert r["server"]["serve_exit_code"] == 0 and r["server"]["processes_left"] == [], r["server"]
+
+
+@pytest.fixture(scope="module")
+def stub_killed(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Fault (b), run once for the tests below (the servers it starts are stopped inside ``run_fault``)."""
+    yield _run("b", repository, tmp_path_factory.mktemp("fault-b"))
+
+
+def test_stub_killed_under_load_fails_with_a_message_and_recovers(stub_killed: dict[str, Any]) -> None:
+    r = stub_killed
+    _check_answered_or_failed(r)
+    notes = r["notes"]
+    killed = notes["killed"]["instance"]
+    # what Triton 2.51 does: no new stub; the model stays ready; requests the dead instance gets fail with HTTP 500
+    assert killed not in notes["stubs_after"], notes
+    assert notes["model_ready_after"] is True
+    assert r["failures_by_status"] and set(r["failures_by_status"]) == {"500"}, r["failures_by_status"]
+    assert all(f"Stub process '{killed}' is not healthy" in k for k in r["failures_by_kind"]), r["failures_by_kind"]
+    # the recovery (an unload and reload, or a new server when the unload does not finish) answers correctly
+    _check_recovered(r)
+    assert not r["server"]["processes_left"], r["server"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Triton 2.51 never answers nor fails the requests in flight in a stub killed with SIGKILL "
+    "(results/faults: the (b) row)",
+)
+def test_stub_killed_under_load_loses_nothing(stub_killed: dict[str, Any]) -> None:
+    assert stub_killed["lost"] == 0, f"{stub_killed['lost']} request(s) lost"

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab import cost_results, heads_results, modes_results, open_loop_results
+from inflight.lab import cost_results, faults, heads_results, modes_results, open_loop_results
 from inflight.lab.open_loop_results import markdown_table
 from inflight.loadtest import report
 
@@ -544,6 +544,7 @@ def render_pages(root: Path) -> dict[str, str]:
         lines += summary_section(sj, root)
     lines += open_loop_results.section(root)
     lines += modes_results.section(root)
+    lines += faults.section(root)
     lines += cost_results.section(root)
     lines += per_gpu_servers_section(results / PER_GPU_SERVERS_DIR, root)
     lines += unpadded_serving_section(results / UNPADDED_SERVING_DIR, root)
