@@ -36,6 +36,8 @@ class Runner(ABC):
     layout: Layout
     engine: Engine
     buckets: Buckets
+    #: Whether launches may replay CUDA graphs (the executors count replays and eager launches then).
+    replays_graphs: bool = False
 
     @abstractmethod
     def make_slots(self, n: int) -> list[Slot]:
@@ -94,6 +96,7 @@ class CudaRunner(Runner):
         self, engine: DeviceEngine, layout: Layout, buckets: Buckets, *, device_id: int, wait_mode: str = "blocking"
     ) -> None:
         cuda.require_device(device_id)
+        self.replays_graphs = True
         self.engine: DeviceEngine = engine
         self.layout = layout
         self.buckets = buckets
