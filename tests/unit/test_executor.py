@@ -379,6 +379,10 @@ def test_an_executor_refuses_use_after_close() -> None:
     with pytest.raises(ClosedError):
         ex.submit(Batch([_item(1, 1, 4, rng)]))
     assert ex.close()  # closing twice is harmless
+    with _runner(ToyEngine()) as runner:
+        runner.make_slots(1)
+    with pytest.raises(ClosedError, match="CpuRunner used after close"):
+        runner.make_slots(1)
 
 
 def test_senders_hold_off_while_the_issue_path_runs_and_never_deadlock() -> None:

@@ -29,6 +29,7 @@ bad requests once, before anything is submitted (``inflight.runtime.batch.partit
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import queue
 import threading
@@ -36,7 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -66,107 +67,180 @@ class _NoRanges:
         return contextlib.nullcontext()
 
 
+#: How a field of ``ExecutorStats`` is published: ``counter`` (its increase), ``gauge`` (its value) or
+#: ``histogram`` (observations the publisher drains).
+MetricKind = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True)
+class StatMetric:
+    """Where a counter of ``ExecutorStats`` shows at Triton's metrics endpoint.
+
+    Attributes:
+        name: The metric family's name.
+        kind: How it is published.
+    """
+
+    name: str
+    kind: MetricKind
+
+
+def _meta(doc: str, metric: str | None = None, kind: MetricKind = "counter") -> dict[str, Any]:
+    """A field's metadata: ``doc`` says what it counts (its one description), ``metric`` where it is published."""
+    return {"doc": doc, "metric": StatMetric(metric, kind) if metric else None}
+
+
+def _stat(doc: str, metric: str | None = None, kind: MetricKind = "counter", default: float = 0) -> Any:
+    """A number field of ``ExecutorStats`` (see ``_meta``)."""
+    return field(default=default, metadata=_meta(doc, metric, kind))
+
+
 @dataclass
 class ExecutorStats:
     """Counters of one executor (cumulative; read by the metrics publisher on the execute thread).
 
-    Attributes:
-        batches: Batches launched.
-        requests: Requests launched.
-        items: Items (rows) launched, without padding.
-        padded_items: Rows launched including bucket padding.
-        launches: Engine launches (a batch is one per sequence bucket, or more when cut; see ``Group``).
-        real_tokens: Items x their own lengths (variable-length models; items otherwise).
-        padded_tokens: Tokens the launches computed: bucket rows x bucket length, or the token
-            bucket of an unpadded launch; ``padded_tokens / real_tokens - 1`` is the padding waste
-            (below 0 when unpadded launches left the requests' masked tokens out).
-        unpadded_launches: Launches run unpadded (masked tokens left out on the device).
-        mixed_length_batches: Batches whose requests fell in more than one sequence bucket.
-        graph_replays: Launches replayed from a CUDA graph.
-        eager_launches: Launches run eagerly (no graph: graphs off, capture failed, or the first
-            use of a bucket captured lazily).
-        failed_batches: Batches that failed on the device.
-        responses: Responses sent (outputs).
-        error_responses: Error responses sent.
-        depth_launches: How many launches found k batches in flight (index k = depth incl. itself).
-        max_depth: Deepest pipeline seen.
-        slot_waits: Times ``submit`` found no free slot.
-        slot_wait_s: Total time spent waiting for a slot.
-        gather_s: Issue-path time copying request inputs into slots.
-        launch_s: Issue-path time enqueueing copies and compute.
-        send_s: Total time inside ``send()`` (summed over sender threads).
-        send_waits: Times a completed batch waited because ``response_backlog`` batches were
-            already waiting for their responses.
-        send_wait_s: Total time of those waits.
-        respond_latency_s: Summed time from a batch's outputs being ready to its last response sent.
-        device_wait_s: Total time the completion side spent waiting for the device.
-        chunks: Chunks launched by the overlap executor (each is one batch in a slot, counted in
-            ``batches`` too).
-        overlap_batches: Batches (``execute()`` calls) the overlap executor ran.
-        inline_wait_s: Time the execute thread waited for the device (overlap executor).
-        deferred_requests: Requests of deferred chunks, answered through ``send()`` (``auto``).
-        auto_inline: ``auto`` batches returned whole: the measured wait for the last chunk was at
-            most the measured cost of sending its responses.
-        auto_deferred: ``auto`` batches whose last chunk was deferred: the wait was longer.
-        auto_explored: ``auto`` batches that took the other branch (of cutting or of deferring) to
-            refresh its estimate.
-        auto_idle: ``auto`` batches answered in-band because the instance was not busy between its
-            ``execute()`` calls (its execute thread's CPU share there under ``busy_min``): the next
-            batch was not waiting, or the thread was not getting a core, so returning early would
-            free it for nothing and its sends would cost CPU (see ``AutoPolicy``).
-        auto_busy_share: ``auto``'s moving average of the execute thread's CPU share between calls.
-        auto_wait_est_us: ``auto``'s current estimate of the execute thread's wait for a last chunk.
-        auto_send_est_us: ``auto``'s current estimate of one ``send()`` per request.
-        auto_whole: ``auto`` batches that could be cut, run as one chunk because one chunk cost
-            less per item than several (or cutting was not measured yet; explorations excluded).
-        auto_split: ``auto`` batches cut into chunks because that cost less per item (or running
-            whole was not measured yet; explorations excluded).
-        auto_whole_est_us: ``auto``'s estimate of ``run()``'s time per item for a batch run whole.
-        auto_split_est_us: ``auto``'s estimate of ``run()``'s time per item for a batch cut into chunks.
-        batch_sizes: Real rows of recent batches (bounded; drained by the metrics publisher).
+    Each field is described once, in its metadata: ``doc`` (what it counts, also the metric's
+    description) and ``metric`` (a ``StatMetric``, or None where it is only logged). ``published()``
+    lists the published ones; the metrics publisher loops over them.
     """
 
-    batches: int = 0
-    requests: int = 0
-    items: int = 0
-    padded_items: int = 0
-    launches: int = 0
-    real_tokens: int = 0
-    padded_tokens: int = 0
-    unpadded_launches: int = 0
-    mixed_length_batches: int = 0
-    graph_replays: int = 0
-    eager_launches: int = 0
-    failed_batches: int = 0
-    responses: int = 0
-    error_responses: int = 0
-    depth_launches: list[int] = field(default_factory=lambda: [0] * 65)
-    max_depth: int = 0
-    slot_waits: int = 0
-    slot_wait_s: float = 0.0
-    gather_s: float = 0.0
-    launch_s: float = 0.0
-    send_s: float = 0.0
-    send_waits: int = 0
-    send_wait_s: float = 0.0
-    respond_latency_s: float = 0.0
-    device_wait_s: float = 0.0
-    chunks: int = 0
-    overlap_batches: int = 0
-    inline_wait_s: float = 0.0
-    deferred_requests: int = 0
-    auto_inline: int = 0
-    auto_deferred: int = 0
-    auto_explored: int = 0
-    auto_idle: int = 0
-    auto_busy_share: float = 0.0
-    auto_wait_est_us: float = 0.0
-    auto_send_est_us: float = 0.0
-    auto_whole: int = 0
-    auto_split: int = 0
-    auto_whole_est_us: float = 0.0
-    auto_split_est_us: float = 0.0
-    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
+    batches: int = _stat("Batches launched.", "inflight_batches_total")
+    requests: int = _stat("Requests launched.")
+    items: int = _stat("Items (rows) launched, without padding.", "inflight_items_total")
+    padded_items: int = _stat("Rows launched including bucket padding.", "inflight_padded_items_total")
+    launches: int = _stat(
+        "Engine launches (a batch is one per sequence bucket, or more when cut; see ``Group``).",
+        "inflight_launches_total",
+    )
+    real_tokens: int = _stat(
+        "Items x their own lengths (variable-length models; items otherwise).", "inflight_real_tokens_total"
+    )
+    padded_tokens: int = _stat(
+        "Tokens the launches computed: bucket rows x bucket length, or the token bucket of an unpadded "
+        "launch; ``padded_tokens / real_tokens - 1`` is the padding waste (below 0 when unpadded launches "
+        "left the requests' masked tokens out).",
+        "inflight_padded_tokens_total",
+    )
+    unpadded_launches: int = _stat(
+        "Launches run unpadded (masked tokens left out on the device).", "inflight_unpadded_launches_total"
+    )
+    mixed_length_batches: int = _stat(
+        "Batches whose requests fell in more than one sequence bucket.", "inflight_mixed_length_batches_total"
+    )
+    graph_replays: int = _stat("Launches replayed from a CUDA graph.", "inflight_graph_replays_total")
+    eager_launches: int = _stat(
+        "Launches run eagerly (no graph: graphs off, capture failed, or the first use of a bucket captured lazily).",
+        "inflight_eager_launches_total",
+    )
+    failed_batches: int = _stat("Batches that failed on the device.", "inflight_failed_batches_total")
+    responses: int = _stat("Responses sent through ``send()`` (outputs).")
+    error_responses: int = _stat("Error responses sent through ``send()``.", "inflight_error_responses_total")
+    depth_launches: list[int] = field(
+        default_factory=lambda: [0] * 65,
+        metadata=_meta(
+            "How many launches found k batches in flight (index k = depth incl. itself).",
+            "inflight_launch_depth",
+            "histogram",
+        ),
+    )
+    max_depth: int = _stat("Deepest pipeline seen.")
+    slot_waits: int = _stat("Times ``execute()`` found every slot busy.", "inflight_slot_waits_total")
+    slot_wait_s: float = _stat(
+        "Time ``execute()`` waited for a free slot.", "inflight_slot_wait_seconds_total", default=0.0
+    )
+    gather_s: float = _stat("Issue-path time copying request inputs into slots.", default=0.0)
+    launch_s: float = _stat("Issue-path time enqueueing copies and compute.", default=0.0)
+    send_s: float = _stat(
+        "Time spent in response ``send()`` calls (summed over sender threads).",
+        "inflight_send_seconds_total",
+        default=0.0,
+    )
+    send_waits: int = _stat(
+        "Times a completed batch waited because ``response_backlog`` batches awaited their responses.",
+        "inflight_response_backlog_waits_total",
+    )
+    send_wait_s: float = _stat(
+        "Total time of those waits.", "inflight_response_backlog_wait_seconds_total", default=0.0
+    )
+    respond_latency_s: float = _stat(
+        "Summed time from a batch's outputs on the host to its last response sent.",
+        "inflight_respond_seconds_total",
+        default=0.0,
+    )
+    device_wait_s: float = _stat(
+        "Time the completion side waited for the device.", "inflight_device_wait_seconds_total", default=0.0
+    )
+    chunks: int = _stat(
+        "Chunks launched (overlap and auto modes; each is one batch in a slot, counted in ``batches`` too).",
+        "inflight_chunks_total",
+    )
+    overlap_batches: int = _stat("Batches (``execute()`` calls) the overlap executor ran.")
+    inline_wait_s: float = _stat("Time the execute thread waited for the device (overlap executor).", default=0.0)
+    deferred_requests: int = _stat(
+        "Requests of deferred chunks, answered through ``send()`` (auto mode).", "inflight_deferred_requests_total"
+    )
+    auto_inline: int = _stat(
+        "auto: batches returned whole (the wait for the last chunk cost less than sending it).",
+        "inflight_auto_inline_batches_total",
+    )
+    auto_deferred: int = _stat(
+        "auto: batches whose last chunk was deferred (the wait cost more than sending it).",
+        "inflight_auto_deferred_batches_total",
+    )
+    auto_explored: int = _stat(
+        "auto: batches that took the other branch (cut or whole, defer or not) to refresh its estimate.",
+        "inflight_auto_explored_batches_total",
+    )
+    auto_idle: int = _stat(
+        "auto: batches answered in-band because the instance was not busy between its ``execute()`` calls "
+        "(the execute thread's CPU share there under ``busy_min``; see ``AutoPolicy``).",
+        "inflight_auto_idle_batches_total",
+    )
+    auto_busy_share: float = _stat(
+        "auto: the execute thread's CPU share between ``execute()`` calls (moving average).",
+        "inflight_auto_busy_share",
+        "gauge",
+        default=0.0,
+    )
+    auto_wait_est_us: float = _stat(
+        "auto: estimated wait for a batch's last chunk.", "inflight_auto_wait_estimate_us", "gauge", default=0.0
+    )
+    auto_send_est_us: float = _stat(
+        "auto: estimated cost of one ``send()`` per request.", "inflight_auto_send_estimate_us", "gauge", default=0.0
+    )
+    auto_whole: int = _stat(
+        "auto: batches run as one chunk (cheaper per item than cutting them as measured, or cutting not "
+        "measured yet; explorations apart).",
+        "inflight_auto_whole_batches_total",
+    )
+    auto_split: int = _stat(
+        "auto: batches cut into chunks (cheaper per item than one chunk as measured, or running whole not "
+        "measured yet; explorations apart).",
+        "inflight_auto_split_batches_total",
+    )
+    auto_whole_est_us: float = _stat(
+        "auto: execute time per item, batches run whole.", "inflight_auto_whole_estimate_us", "gauge", default=0.0
+    )
+    auto_split_est_us: float = _stat(
+        "auto: execute time per item, batches cut into chunks.", "inflight_auto_split_estimate_us", "gauge", default=0.0
+    )
+    batch_sizes: deque[int] = field(
+        default_factory=lambda: deque(maxlen=100_000),
+        metadata=_meta(
+            "Items per executed batch, before padding (recent batches, bounded; drained by the metrics publisher).",
+            "inflight_batch_size",
+            "histogram",
+        ),
+    )
+
+    @classmethod
+    def published(cls, kind: MetricKind) -> list[tuple[str, StatMetric, str]]:
+        """``(field, metric, description)`` of every field published as ``kind``."""
+        return [
+            (f.name, f.metadata["metric"], f.metadata["doc"])
+            for f in dataclasses.fields(cls)
+            if f.metadata["metric"] is not None and f.metadata["metric"].kind == kind
+        ]
 
     def snapshot(self) -> dict[str, Any]:
         """A plain-dict copy (for logs and tests)."""
