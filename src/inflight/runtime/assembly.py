@@ -205,17 +205,12 @@ def build_mode(params: BackendParameters, runner: Runner, answering: Answering) 
     p, sink, ranges = params, answering.sink, answering.ranges
     if p.mode == "sync":
         return SyncMode(SyncExecutor(runner, ranges), answering)
+    ring: dict[str, Any] = {"slots": ring_slots(p), "response_backlog": p.response_backlog, "ranges": ranges}
     if p.mode == "pipelined":
-        executor = PipelinedExecutor(
-            runner,
-            sink,
-            slots=ring_slots(p),
-            response_threads=p.response_threads,
-            response_backlog=p.response_backlog,
-            yield_to_issue=p.response_yield,
-            ranges=ranges,
+        pipelined = PipelinedExecutor(
+            runner, sink, response_threads=p.response_threads, yield_to_issue=p.response_yield, **ring
         )
-        return PipelinedMode(executor, answering)
+        return PipelinedMode(pipelined, answering)
     auto = p.mode == "auto"
     policy = (
         AutoPolicy(
@@ -230,12 +225,10 @@ def build_mode(params: BackendParameters, runner: Runner, answering: Answering) 
     overlap = OverlapExecutor(
         runner,
         sink,
-        slots=ring_slots(p),
         chunk_items=p.chunk_items,
         max_chunks=p.max_chunks,
         policy=policy,
         response_threads=p.response_threads if auto else 1,
-        response_backlog=p.response_backlog,
-        ranges=ranges,
+        **ring,
     )
     return AutoMode(overlap, answering) if auto else OverlapMode(overlap, answering)

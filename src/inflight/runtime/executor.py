@@ -706,41 +706,95 @@ class Completion:
         self.thread.join(timeout=max(1.0, deadline - time.monotonic()))
 
 
-def _close_ring(ex: PipelinedExecutor | OverlapExecutor, timeout_s: float) -> bool:
-    """Stop accepting batches, drain in-flight ones, fail what cannot finish, free everything.
+class _RingExecutor(_Base):
+    """What both ring executors are made of: a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``.
 
-    Batches still on the device after ``timeout_s`` get an explicit error response per request;
-    responses already queued are sent before the sender threads stop. The runner is closed only
-    when nothing can touch its buffers any more.
+    Args:
+        runner: Device resources.
+        sink: Sends responses.
+        slots: Ring size.
+        response_threads: Sender threads.
+        response_backlog: Batches whose responses may wait for the senders at once.
+        yield_to_issue: Senders hold off while the issue path runs.
+        sent: Told each sender's ``(seconds, responses)`` (``ResponsePool``).
+        ranges: NVTX ranges.
     """
-    if ex._closed:
-        return True
-    ex._closed = True
-    deadline = time.monotonic() + timeout_s
-    ex.pool.open_gate()
-    stuck = ex.ring.drain(deadline)
-    if stuck:
-        LOGGER.error(
-            "%d batch(es) still in flight after %.1f s; failing their requests explicitly", len(stuck), timeout_s
+
+    def __init__(
+        self,
+        runner: Runner,
+        sink: ResponseSink,
+        *,
+        slots: int,
+        response_threads: int,
+        response_backlog: int,
+        yield_to_issue: bool,
+        sent: Callable[[float, int], None] | None = None,
+        ranges: Ranges | None = None,
+    ) -> None:
+        super().__init__(runner, ranges)
+        if slots < 1 or response_threads < 1 or response_backlog < 1:
+            raise ValueError("slots, response_threads and response_backlog must be at least 1")
+        self.pool = ResponsePool(
+            sink,
+            self.stats,
+            self._lock,
+            self.ranges,
+            threads=response_threads,
+            backlog=response_backlog,
+            yield_to_issue=yield_to_issue,
+            sent=sent,
         )
-        for s in stuck:
-            if s.batch is not None:
-                for item in s.batch.items:
-                    with contextlib.suppress(Exception):
-                        ex.pool.sink.send(item.handle, None, "the model was unloaded before this batch completed")
-    ex.completion.stop(deadline)
-    ex.pool.stop(deadline)
-    alive = [t.name for t in (ex.completion.thread, *ex.pool.threads) if t.is_alive()]
-    if alive:
-        LOGGER.error("threads still running at close (blocked on the device?): %s", alive)
-    if not stuck and not alive:
-        ex.runner.close()
-    else:
-        LOGGER.error("device resources left to the process exit because work is still queued on the device")
-    return not stuck
+        self.ring = SlotRing(runner.make_slots(slots), self.stats, self._lock, self.ranges, self.pool.waiting)
+        self.slots = self.ring.slots
+        self.completion = Completion(self._collect, self.ring, self.pool, self.stats, self._lock)
+
+    def issuing(self) -> contextlib.AbstractContextManager[None]:
+        """Wrap each ``execute()`` in it: the senders hold off meanwhile (``ResponsePool.issuing``)."""
+        return self.pool.issuing()
+
+    def in_flight(self) -> int:
+        """Slots currently holding a batch on the device."""
+        return self.ring.in_flight()
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Stop accepting batches, drain in-flight ones, fail what cannot finish, free everything.
+
+        Batches still on the device after ``timeout_s`` get an explicit error response per request;
+        responses already queued are sent before the sender threads stop. The runner is closed only
+        when nothing can touch its buffers any more; closing again does nothing.
+
+        Returns:
+            True when every in-flight batch completed normally.
+        """
+        if self._closed:
+            return True
+        self._closed = True
+        deadline = time.monotonic() + timeout_s
+        self.pool.open_gate()
+        stuck = self.ring.drain(deadline)
+        if stuck:
+            LOGGER.error(
+                "%d batch(es) still in flight after %.1f s; failing their requests explicitly", len(stuck), timeout_s
+            )
+            for s in stuck:
+                if s.batch is not None:
+                    for item in s.batch.items:
+                        with contextlib.suppress(Exception):
+                            self.pool.sink.send(item.handle, None, "the model was unloaded before this batch completed")
+        self.completion.stop(deadline)
+        self.pool.stop(deadline)
+        alive = [t.name for t in (self.completion.thread, *self.pool.threads) if t.is_alive()]
+        if alive:
+            LOGGER.error("threads still running at close (blocked on the device?): %s", alive)
+        if not stuck and not alive:
+            self.runner.close()
+        else:
+            LOGGER.error("device resources left to the process exit because work is still queued on the device")
+        return not stuck
 
 
-class PipelinedExecutor(_Base):
+class PipelinedExecutor(_RingExecutor):
     """A ring of slots; ``submit`` returns once the batch is enqueued.
 
     Composed of a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``. A slot is busy only
@@ -776,29 +830,15 @@ class PipelinedExecutor(_Base):
         yield_to_issue: bool = True,
         ranges: Ranges | None = None,
     ) -> None:
-        super().__init__(runner, ranges)
-        if slots < 1 or response_threads < 1 or response_backlog < 1:
-            raise ValueError("slots, response_threads and response_backlog must be at least 1")
-        self.pool = ResponsePool(
+        super().__init__(
+            runner,
             sink,
-            self.stats,
-            self._lock,
-            self.ranges,
-            threads=response_threads,
-            backlog=response_backlog,
+            slots=slots,
+            response_threads=response_threads,
+            response_backlog=response_backlog,
             yield_to_issue=yield_to_issue,
+            ranges=ranges,
         )
-        self.ring = SlotRing(runner.make_slots(slots), self.stats, self._lock, self.ranges, self.pool.waiting)
-        self.completion = Completion(self._collect, self.ring, self.pool, self.stats, self._lock)
-        self.slots = self.ring.slots
-
-    def issuing(self) -> contextlib.AbstractContextManager[None]:
-        """Wrap each ``execute()`` in it: the senders hold off meanwhile (``ResponsePool.issuing``)."""
-        return self.pool.issuing()
-
-    def in_flight(self) -> int:
-        """Slots currently holding a batch on the device."""
-        return self.ring.in_flight()
 
     def submit(self, batch: Batch) -> None:
         """Gather ``batch`` into a free slot, launch it, hand it to the completion thread.
@@ -828,14 +868,6 @@ class PipelinedExecutor(_Base):
         LOGGER.error("batch of %d requests %s: %s", len(batch.items), what, error)
         self.ring.release(slot)
         self.pool.dispatch(_Outgoing(batch.items, None, error))
-
-    def close(self, timeout_s: float = 10.0) -> bool:
-        """Stop accepting batches, drain in-flight ones, fail what cannot finish, free everything.
-
-        Returns:
-            True when every in-flight batch completed normally.
-        """
-        return _close_ring(self, timeout_s)
 
 
 def chunk_bounds(counts: Sequence[int], chunk_items: int, max_chunks: int) -> list[tuple[int, int]]:
@@ -1029,7 +1061,7 @@ class AutoPolicy:
 Respond = Callable[[Mapping[str, np.ndarray] | None, str | None], Any]
 
 
-class OverlapExecutor(_Base):
+class OverlapExecutor(_RingExecutor):
     """Chunks of one batch overlapped on the GPU, answered in ``execute()``'s returned list.
 
     ``run`` cuts the batch into chunks (``chunk_bounds``); each chunk takes a slot of the ring,
@@ -1070,36 +1102,24 @@ class OverlapExecutor(_Base):
     ) -> None:
         if slots < 2:
             raise ValueError("the overlap executor needs at least 2 slots (a chunk launches before the last one ends)")
-        if chunk_items < 1 or max_chunks < 1 or response_threads < 1 or response_backlog < 1:
-            raise ValueError("chunk_items, max_chunks, response_threads and response_backlog must be at least 1")
-        super().__init__(runner, ranges)
+        if chunk_items < 1 or max_chunks < 1:
+            raise ValueError("chunk_items and max_chunks must be at least 1")
         self.chunk_items = chunk_items
         self.max_chunks = max_chunks
         self.policy = policy
         self._deferred: list[int] = []  # id() of the handles of the chunk the latest run() deferred
-        self.pool = ResponsePool(
+        super().__init__(
+            runner,
             sink,
-            self.stats,
-            self._lock,
-            self.ranges,
-            threads=response_threads,
-            backlog=response_backlog,
+            slots=slots,
+            response_threads=response_threads,
+            response_backlog=response_backlog,
             yield_to_issue=True,
             sent=self._sent if policy is not None else None,
+            ranges=ranges,
         )
-        self.ring = SlotRing(runner.make_slots(slots), self.stats, self._lock, self.ranges, self.pool.waiting)
-        self.completion = Completion(self._collect, self.ring, self.pool, self.stats, self._lock)
-        self.slots = self.ring.slots
         if policy is not None:
             self.stats.auto_send_est_us = policy.send_us
-
-    def issuing(self) -> contextlib.AbstractContextManager[None]:
-        """Wrap each ``execute()`` in it: the senders of deferred chunks hold off meanwhile."""
-        return self.pool.issuing()
-
-    def in_flight(self) -> int:
-        """Slots currently holding a chunk on the device."""
-        return self.ring.in_flight()
 
     def between_executes(self, wall_s: float, cpu_s: float) -> None:
         """The execute thread spent ``cpu_s`` of CPU in the ``wall_s`` since the previous ``execute()`` returned."""
@@ -1115,10 +1135,6 @@ class OverlapExecutor(_Base):
         assert self.policy is not None
         self.policy.sent(seconds, responses)
         self.stats.auto_send_est_us = self.policy.send_us
-
-    def close(self, timeout_s: float = 10.0) -> bool:
-        """Drain deferred chunks, fail what cannot finish, free everything (see ``PipelinedExecutor.close``)."""
-        return _close_ring(self, timeout_s)
 
     def run(self, batch: Batch, respond: Respond) -> list[Any]:
         """Execute ``batch``; return each request's response object, or None where it was deferred.

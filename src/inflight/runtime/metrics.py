@@ -6,7 +6,13 @@ Two hazards of the 2.51 custom-metrics API shape this module:
   from the execute thread were fine. The executor's threads therefore only bump plain counters
   (``ExecutorStats``); ``MetricsPublisher.publish()``, called at the start of each ``execute()``,
   turns their change since the last call into metric updates, at most every ``interval_s`` (each
-  update is a round trip to the server process).
+  update is a round trip to the server process). When an ``execute()`` refused a request or
+  counted an error (``inflight_rejected_requests_total``, ``inflight_error_responses_total``,
+  ``inflight_failed_batches_total``), ``InflightModel`` publishes those again at its end
+  (``publish_failures``): they are current at once, an idle server included. What remains:
+  errors that sender threads answer later (pipelined batches that fail on the device, ``auto``'s
+  deferred chunks), and the other counters, show at the next ``execute()``; publishing them from
+  a timer would mean a background thread.
 * A server segfault seen on the GPU host (2026-11-21, stack in libtritonserver under a
   libtriton_python thread) right after a model was reloaded while its old instance was still
   alive: both instances' metrics had the same family name *and* labels, so they shared one
@@ -26,6 +32,9 @@ from typing import Any
 from inflight.runtime.executor import ExecutorStats
 
 LOGGER = logging.getLogger(__name__)
+
+#: The ``ExecutorStats`` counters of errors, published with the refusals by ``MetricsPublisher.publish_failures``.
+FAILURE_COUNTERS = ("error_responses", "failed_batches")
 
 #: A provider of live GPU figures: returns ``{"gpu_activity": f, "sync_share": f}`` or None.
 GpuFigures = Callable[[], "dict[str, float] | None"]
@@ -125,12 +134,7 @@ class MetricsPublisher:
             return
         self._last = now
         s = self.stats
-        for attr, metric in self.m_counters.items():
-            value = float(getattr(s, attr))
-            delta = value - self._seen.get(attr, 0.0)
-            if delta > 0:
-                metric.increment(delta)
-                self._seen[attr] = value
+        self._push_counters(self.m_counters)
         for depth, n in enumerate(s.depth_launches):
             for _ in range(min(n - self._depth_seen[depth], 1000)):
                 self.m_depth.observe(float(depth))
@@ -139,13 +143,7 @@ class MetricsPublisher:
         for _ in range(min(len(sizes), 1000)):
             self.m_batch.observe(float(sizes.popleft()))
         sizes.clear()
-        for reason, n in (self.rejected or {}).items():
-            delta = n - self._rejected_seen.get(reason, 0)
-            if delta > 0:
-                if reason not in self.m_rejected:
-                    self.m_rejected[reason] = self.f_rejected.Metric(labels={**self._labels, "reason": reason})
-                self.m_rejected[reason].increment(float(delta))
-                self._rejected_seen[reason] = n
+        self._push_rejected()
         for attr, metric in self.m_gauges.items():
             metric.set(float(getattr(s, attr)))
         self.m_inflight.set(float(self.in_flight()))
@@ -155,6 +153,32 @@ class MetricsPublisher:
                 for key, metric in self.m_gpu.items():
                     if key in figures:
                         metric.set(float(figures[key]))
+
+    def publish_failures(self) -> None:
+        """Push the refusals and errors counted since the last call at once (execute thread only).
+
+        Called at the end of an ``execute()`` that counted some, so they are current on an idle
+        server; only the families that moved cost a round trip.
+        """
+        self._push_counters({attr: self.m_counters[attr] for attr in FAILURE_COUNTERS})
+        self._push_rejected()
+
+    def _push_counters(self, metrics: Mapping[str, Any]) -> None:
+        for attr, metric in metrics.items():
+            value = float(getattr(self.stats, attr))
+            delta = value - self._seen.get(attr, 0.0)
+            if delta > 0:
+                metric.increment(delta)
+                self._seen[attr] = value
+
+    def _push_rejected(self) -> None:
+        for reason, n in (self.rejected or {}).items():
+            delta = n - self._rejected_seen.get(reason, 0)
+            if delta > 0:
+                if reason not in self.m_rejected:
+                    self.m_rejected[reason] = self.f_rejected.Metric(labels={**self._labels, "reason": reason})
+                self.m_rejected[reason].increment(float(delta))
+                self._rejected_seen[reason] = n
 
     def close(self) -> None:
         """Drop the metric families (they are removed from the endpoint)."""

@@ -104,12 +104,15 @@ class Rejections:
         self.sink = sink
         self.model_name = model_name
         self.counts: Counter[str] = Counter()
+        #: every rejection so far (the sum of ``counts``)
+        self.total = 0
         self._logged: dict[str, float] = {}
 
     def response(self, error: ValidationError) -> Any:
         """Count ``error`` and return the error response for its request."""
         reason = error.reason
         self.counts[reason] += 1
+        self.total += 1
         now = time.monotonic()
         if now - self._logged.get(reason, -math.inf) >= REJECT_LOG_INTERVAL_S:
             LOGGER.warning(

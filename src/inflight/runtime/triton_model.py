@@ -224,6 +224,7 @@ class InflightModel:
     def execute(self, requests: Sequence[Any]) -> list[Any] | None:
         """Run one batch of requests through the mode (see ``inflight.runtime.modes``)."""
         t0 = time.perf_counter()
+        failures = self._failures()
         if self._t_last_exit:
             gap = t0 - self._t_last_exit
             self.timing["between_executes_s"] += gap
@@ -243,6 +244,20 @@ class InflightModel:
             t["execute_max_ms"] = max(t["execute_max_ms"], took * 1e3)
             if took > 0.010:
                 t["executes_over_10ms"] += 1
+            if self.metrics is not None and self._failures() != failures:
+                self._publish_now()
+
+    def _failures(self) -> int:
+        """Requests refused and error responses counted so far (cheap: compared around each ``execute()``)."""
+        st = self.mode.stats
+        return self.rejections.total + st.error_responses + st.failed_batches
+
+    def _publish_now(self) -> None:
+        """Publish this call's refusals and errors at once, so the endpoint is current on an idle server."""
+        try:
+            self.metrics.publish_failures()
+        except Exception as e:  # metrics must not fail the requests
+            LOGGER.warning("publishing metrics failed (%s: %s)", type(e).__name__, e)
 
     def _execute(self, requests: Sequence[Any]) -> list[Any] | None:
         with self.ranges.range("execute"):
