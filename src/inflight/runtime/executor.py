@@ -715,7 +715,10 @@ class _RingExecutor(_Base):
         slots: Ring size.
         response_threads: Sender threads.
         response_backlog: Batches whose responses may wait for the senders at once.
-        yield_to_issue: Senders hold off while the issue path runs.
+        yield_to_issue: Sender threads build a response only while the issue path is idle
+            (see ``issuing``). All of them share the GIL with the execute thread, which is the
+            one thread that decides throughput; measured on the H200, letting eight senders
+            contend with it made the gather step six times slower.
         sent: Told each sender's ``(seconds, responses)`` (``ResponsePool``).
         ranges: NVTX ranges.
     """
@@ -727,8 +730,8 @@ class _RingExecutor(_Base):
         *,
         slots: int,
         response_threads: int,
-        response_backlog: int,
-        yield_to_issue: bool,
+        response_backlog: int = 8,
+        yield_to_issue: bool = True,
         sent: Callable[[float, int], None] | None = None,
         ranges: Ranges | None = None,
     ) -> None:
@@ -806,39 +809,9 @@ class PipelinedExecutor(_RingExecutor):
     stay busy, and ``submit`` waits for a slot (counted) — back-pressure reaches Triton's queue,
     nothing is dropped.
 
-    Args:
-        runner: Device resources.
-        sink: Sends responses.
-        slots: Ring size (batches on the device at once).
-        response_threads: Threads that call ``sink.send`` concurrently.
-        response_backlog: Batches whose responses may wait for the senders at once.
-        yield_to_issue: Sender threads build a response only while the issue path is idle
-            (see ``issuing``). All of them share the GIL with the execute thread, which is the
-            one thread that decides throughput; measured on the H200, letting eight senders
-            contend with it made the gather step six times slower.
-        ranges: NVTX ranges.
+    Args: those of ``_RingExecutor`` (``runner``, ``sink``, ``slots``, ``response_threads``,
+    ``response_backlog``, ``yield_to_issue``, ``ranges``).
     """
-
-    def __init__(
-        self,
-        runner: Runner,
-        sink: ResponseSink,
-        *,
-        slots: int,
-        response_threads: int,
-        response_backlog: int = 8,
-        yield_to_issue: bool = True,
-        ranges: Ranges | None = None,
-    ) -> None:
-        super().__init__(
-            runner,
-            sink,
-            slots=slots,
-            response_threads=response_threads,
-            response_backlog=response_backlog,
-            yield_to_issue=yield_to_issue,
-            ranges=ranges,
-        )
 
     def submit(self, batch: Batch) -> None:
         """Gather ``batch`` into a free slot, launch it, hand it to the completion thread.
