@@ -40,3 +40,7 @@ class NoGPUError(EngineError):
 
 class ShuttingDownError(InflightError):
     """The model is being unloaded; in-flight work that cannot finish is failed with this."""
+
+
+class ClosedError(ShuttingDownError):
+    """A runner or an executor was used after ``close()`` (its resources are released)."""

@@ -9,7 +9,9 @@ Generating config.pbtxt and the variants the tools load lives apart, in ``inflig
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,6 +24,14 @@ from inflight.models.packing import UNPAD_TOKEN_COST
 
 #: Execution modes of the inflight backend (see ``BackendParameters.mode``).
 Mode = Literal["pipelined", "sync", "overlap", "auto"]
+#: Engines (see ``BackendParameters.engine``).
+EngineKind = Literal["torch", "tensorrt", "auto"]
+#: How the completion side waits for the device (see ``BackendParameters.completion_wait``).
+CompletionWait = Literal["blocking", "poll"]
+#: Precisions of the Torch engine on a GPU (see ``BackendParameters.precision``).
+Precision = Literal["fp16", "bf16", "fp32"]
+#: Compile modes of the Torch engine (see ``BackendParameters.compile``).
+CompileMode = Literal["auto", "inductor", "max-autotune", "none"]
 
 
 @dataclass(kw_only=True)
@@ -103,7 +113,7 @@ class BackendParameters:
     """
 
     mode: Mode = "pipelined"
-    engine: Literal["torch", "tensorrt", "auto"] = "torch"
+    engine: EngineKind = "torch"
     slots: int = 4
     chunk_items: int = 512
     max_chunks: int = 8
@@ -115,9 +125,9 @@ class BackendParameters:
     response_backlog: int = 8
     response_yield: bool = True
     gil_switch_interval_us: int = 0
-    completion_wait: Literal["blocking", "poll"] = "blocking"
-    precision: Literal["fp16", "bf16", "fp32"] = "fp16"
-    compile: Literal["auto", "inductor", "max-autotune", "none"] = "auto"
+    completion_wait: CompletionWait = "blocking"
+    precision: Precision = "fp16"
+    compile: CompileMode = "auto"
     cuda_graphs: bool = True
     batch_buckets: tuple[int, ...] = ()
     seq_buckets: tuple[int, ...] = (16, 32, 48, 64, 80, 96, 112, 128, 192, 256, 384, 512)
@@ -135,6 +145,17 @@ class BackendParameters:
     gil_probe: bool = False
     gc_freeze: bool = False
     drain_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        """Check every choice against its ``Literal`` type, where the options object is built.
+
+        Raises:
+            ConfigError: naming the parameter and its choices.
+        """
+        for key, allowed in choices().items():
+            value = getattr(self, key)
+            if value not in allowed:
+                raise ConfigError(f"parameter {key}={value!r} is invalid: choose one of {list(allowed)}")
 
     def to_parameters(self, *, full: bool = True) -> dict[str, str]:
         """The parameters as strings, as config.pbtxt stores them.
@@ -169,22 +190,11 @@ class BackendParameters:
             raise ConfigError(f"unknown inflight parameter(s) {unknown}; known: {sorted(fields)}")
         kwargs: dict[str, Any] = {}
         default = cls()
-        choices = {
-            "mode": ("pipelined", "sync", "overlap", "auto"),
-            "engine": ("torch", "tensorrt", "auto"),
-            "completion_wait": ("blocking", "poll"),
-            "precision": ("fp16", "bf16", "fp32"),
-            "compile": ("auto", "inductor", "max-autotune", "none"),
-        }
         for key, raw in params.items():
             raw = raw.strip()
             current = getattr(default, key)
             try:
-                if key in choices:
-                    if raw not in choices[key]:
-                        raise ValueError(f"choose one of {list(choices[key])}")
-                    kwargs[key] = raw
-                elif isinstance(current, bool):
+                if isinstance(current, bool):
                     if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
                         raise ValueError("use true or false")
                     kwargs[key] = raw.lower() in ("true", "1", "yes")
@@ -253,6 +263,13 @@ class BackendParameters:
             raise ConfigError(f"graph_memory_mb={self.graph_memory_mb}: must be >= 0 (0 captures at load nothing)")
         if self.drain_timeout_s < 0:
             raise ConfigError(f"drain_timeout_s={self.drain_timeout_s}: must be >= 0")
+
+
+@functools.cache
+def choices() -> dict[str, tuple[str, ...]]:
+    """The allowed values of each ``BackendParameters`` field typed with a ``Literal``, derived from that type."""
+    hints = typing.get_type_hints(BackendParameters)
+    return {name: typing.get_args(t) for name, t in hints.items() if typing.get_origin(t) is Literal}
 
 
 _SHOWN = frozenset({"mode", "engine", "slots", "response_threads", "precision", "cuda_graphs"})

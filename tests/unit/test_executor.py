@@ -13,7 +13,17 @@ import numpy as np
 import pytest
 
 from inflight.models.spec import ModelSpec, TensorSpec
-from inflight.runtime.batch import Batch, Buckets, Item, Layout, gather, outputs_for, plan, pow2_buckets
+from inflight.runtime.batch import (
+    Batch,
+    Buckets,
+    Item,
+    Layout,
+    gather,
+    outputs_for,
+    partition_values,
+    plan,
+    pow2_buckets,
+)
 from inflight.runtime.engines.base import HostEngine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner
@@ -333,27 +343,46 @@ def _token_item(i: int, bad: int | None = None) -> Item:
 
 
 @pytest.mark.parametrize("bad", [100, -1, 10**12])
-def test_out_of_vocabulary_ids_stop_the_batch_before_anything_is_enqueued(bad: int) -> None:
-    from inflight.errors import ValidationError
+def test_out_of_vocabulary_ids_are_partitioned_out_before_anything_is_submitted(bad: int) -> None:
+    items = [_token_item(0), _token_item(1, bad), _token_item(2)]
+    good, refused = partition_values(TOKENS, items)
+    assert [it.handle for it in good] == [0, 2]
+    ((item, error),) = refused
+    assert item.handle == 1 and error.reason == "token_out_of_range"
+    assert f"token id {bad} is outside the vocabulary" in str(error)
+    mask = _token_item(3)
+    mask.inputs["attention_mask"][0, 0] = 2
+    good, refused = partition_values(TOKENS, [_token_item(0), mask])
+    assert [it.handle for it in good] == [0] and [(it.handle, e.reason) for it, e in refused] == [(3, "mask_value")]
+    everything = [_token_item(i) for i in range(4)]
+    assert partition_values(TOKENS, everything) == (everything, [])
 
     engine = TokenEngine()
-    layout = Layout(TOKENS, 64, 16)
-    runner = CpuRunner(engine, layout, Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
-    sync = SyncExecutor(runner)
-    with pytest.raises(ValidationError, match=f"token id {bad} is outside the vocabulary"):
-        sync.run(Batch([_token_item(0), _token_item(1, bad)]))
-    assert engine.calls == 0
-    assert sync.run(Batch([_token_item(0)]))[0]["y"][0, 0] == 28
-    sync.close()
+    runner = CpuRunner(engine, Layout(TOKENS, 64, 16), Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
+    with SyncExecutor(runner) as sync:
+        assert sync.run(Batch(partition_values(TOKENS, items)[0]))[0]["y"][0, 0] == 28
+    assert engine.calls == 1
 
-    engine = TokenEngine()
-    runner = CpuRunner(engine, layout, Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
+
+def test_an_executor_refuses_use_after_close() -> None:
+    from inflight.errors import ClosedError
+
+    rng = np.random.default_rng(6)
+    with SyncExecutor(_runner(ToyEngine())) as sync:
+        sync.run(Batch([_item(0, 1, 4, rng)]))
+    with pytest.raises(ClosedError, match="used after close"):
+        sync.run(Batch([_item(1, 1, 4, rng)]))
     sink = Sink()
-    ex = PipelinedExecutor(runner, sink, slots=1, response_threads=1)
-    with pytest.raises(ValidationError):
-        ex.submit(Batch([_token_item(0), _token_item(1, bad)]))
-    ex.submit(Batch([_token_item(0)]))  # the slot went back to the ring
-    assert ex.close(10) and sorted(sink.got) == [0] and engine.calls == 1
+    with PipelinedExecutor(_runner(ToyEngine()), sink, slots=1, response_threads=1) as ex:
+        ex.submit(Batch([_item(0, 1, 4, rng)]))
+    assert sorted(sink.got) == [0]
+    with pytest.raises(ClosedError):
+        ex.submit(Batch([_item(1, 1, 4, rng)]))
+    assert ex.close()  # closing twice is harmless
+    with _runner(ToyEngine()) as runner:
+        runner.make_slots(1)
+    with pytest.raises(ClosedError, match="CpuRunner used after close"):
+        runner.make_slots(1)
 
 
 def test_senders_hold_off_while_the_issue_path_runs_and_never_deadlock() -> None:
@@ -416,10 +445,6 @@ def _respond(outputs: Mapping[str, np.ndarray] | None, error: str | None) -> Any
     return ("ok", {k: v.copy() for k, v in outputs.items()}) if outputs is not None else ("error", error)
 
 
-def _reject(error: Exception) -> Any:
-    return ("invalid", str(error))
-
-
 @pytest.mark.parametrize(
     ("counts", "chunk_items", "max_chunks", "expected"),
     [
@@ -467,7 +492,7 @@ def test_overlap_returns_every_response_inline_and_exact() -> None:
     for _ in range(30):
         s = int(rng.integers(1, 17))
         items = [_item(k, int(rng.integers(1, 9)), s, rng) for k in range(int(rng.integers(1, 12)))]
-        out = ex.run(Batch(items), _respond, _reject)
+        out = ex.run(Batch(items), _respond)
         assert len(out) == len(items)
         for it, (kind, value) in zip(items, out, strict=True):
             assert kind == "ok"
@@ -479,7 +504,7 @@ def test_overlap_returns_every_response_inline_and_exact() -> None:
     assert ex.close(10)
 
 
-def test_a_bad_value_or_a_failing_chunk_fails_only_its_requests() -> None:
+def test_a_failing_chunk_fails_only_its_requests() -> None:
     from inflight.runtime.executor import OverlapExecutor
 
     layout = Layout(TOKENS, 64, 16)
@@ -493,15 +518,13 @@ def test_a_bad_value_or_a_failing_chunk_fails_only_its_requests() -> None:
     runner = CpuRunner(FaultyEngine(), layout, Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
     ex = OverlapExecutor(runner, Sink(), slots=2, chunk_items=4, max_chunks=8)
     items = [_token_item(i) for i in range(6)]
-    items[3] = _token_item(3, bad=100)  # out of the vocabulary, in the second chunk
     items[4].inputs["input_ids"][0, 0] = 99  # a device fault, in the third chunk with item 5
-    out = ex.run(Batch(items), _respond, _reject)
-    assert [o[0] for o in out] == ["ok", "ok", "ok", "invalid", "error", "error"]
-    assert "token id 100 is outside the vocabulary" in out[3][1]
+    out = ex.run(Batch(items), _respond)
+    assert [o[0] for o in out] == ["ok", "ok", "ok", "ok", "error", "error"]
     assert "device fault" in out[4][1] and "device fault" in out[5][1]
     np.testing.assert_array_equal(out[2][1]["y"], [[28, 4], [28, 4]])
     # the executor carries on: the slots went back to the ring
-    assert [o[0] for o in ex.run(Batch([_token_item(i) for i in range(4)]), _respond, _reject)] == ["ok"] * 4
+    assert [o[0] for o in ex.run(Batch([_token_item(i) for i in range(4)]), _respond)] == ["ok"] * 4
     assert ex.stats.failed_batches == 1
     assert ex.close(10)
 
@@ -532,7 +555,7 @@ def test_auto_defers_the_last_chunk_when_waiting_costs_more_than_sending() -> No
         k += 6
         expected.update({it.handle: _expect(it) for it in items})
         with ex.issuing():
-            out = ex.run(Batch(items), _respond, _reject)
+            out = ex.run(Batch(items), _respond)
         for it, o in zip(items, out, strict=True):
             if o is not None:
                 np.testing.assert_array_equal(o[1]["y"], expected[it.handle])
@@ -559,7 +582,7 @@ def test_auto_returns_whole_batches_when_sending_costs_more_and_explores_now_and
     for b in range(8):
         items = [_item(b * 6 + j, 4, 5, rng) for j in range(6)]
         with ex.issuing():
-            out = ex.run(Batch(items), _respond, _reject)
+            out = ex.run(Batch(items), _respond)
         assert sum(o is None for o in out) in (0, 2)
     assert ex.close(10)
     st = ex.stats
@@ -573,7 +596,7 @@ def _auto_batches(ex: Any, batches: int, respond: Any, rng: np.random.Generator)
     for b in range(batches):
         items = [_item(b * 6 + j, 4, 5, rng) for j in range(6)]
         with ex.issuing():
-            out = ex.run(Batch(items), respond, _reject)
+            out = ex.run(Batch(items), respond)
         for it, o in zip(items, out, strict=True):
             if o is not None:
                 np.testing.assert_array_equal(o[1]["y"], _expect(it))
@@ -622,13 +645,13 @@ def test_auto_returns_a_batch_that_explores_cutting_in_full_so_its_time_is_measu
     rng = np.random.default_rng(15)
     items = [_item(j, 4, 5, rng) for j in range(6)]
     with ex.issuing():
-        out = ex.run(Batch(items), _respond, _reject)
+        out = ex.run(Batch(items), _respond)
     assert all(o is not None for o in out), "the exploring batch was deferred"
     assert ex.stats.auto_explored == 1 and ex.stats.chunks == 3 and ex.stats.deferred_requests == 0
     assert policy.split_us is not None and policy.split_us < 1e6  # its time was measured
     items = [_item(10 + j, 4, 5, rng) for j in range(6)]
     with ex.issuing():
-        out = ex.run(Batch(items), _respond, _reject)
+        out = ex.run(Batch(items), _respond)
     assert out.count(None) > 0 and ex.stats.auto_deferred == 1  # the next batch defers its last chunk
     assert ex.close(10)
     assert len(sink.got) == out.count(None)
@@ -704,7 +727,7 @@ def test_auto_counts_the_batches_it_answers_in_band_for_idleness() -> None:
         ex.between_executes(0.01, 0.001)  # 10% busy between calls
         items = [_item(b * 6 + j, 4, 5, rng) for j in range(6)]
         with ex.issuing():
-            out = ex.run(Batch(items), _respond, _reject)
+            out = ex.run(Batch(items), _respond)
         assert all(o is not None for o in out)
     assert ex.close(10)
     st = ex.stats

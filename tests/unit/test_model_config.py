@@ -132,6 +132,14 @@ def test_parameters_parse_and_errors_name_the_key() -> None:
     assert BackendParameters.from_parameters({"auto_explore_max": "64"}).auto_explore_max == 64
 
 
+def test_choices_come_from_the_literal_types_and_are_checked_where_the_options_are_built() -> None:
+    from inflight.model_config import choices
+
+    assert choices()["precision"] == ("fp16", "bf16", "fp32") and choices()["mode"][0] == "pipelined"
+    with pytest.raises(ConfigError, match=r"precision='fp8' is invalid: choose one of \['fp16', 'bf16', 'fp32'\]"):
+        BackendParameters(precision="fp8")  # type: ignore[arg-type]
+
+
 def test_an_inflight_variant_keeps_its_mode_and_a_sync_variant_is_sync() -> None:
     vc = apply_overrides(VariantConfig(model="bert_tiny", variant="inflight"), {"mode": "auto", "chunk_items": "256"})
     doc = json.loads(vc.to_json())

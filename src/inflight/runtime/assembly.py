@@ -1,9 +1,9 @@
-"""One construction path for an instance's device side: sequence buckets, layout, engine, buckets, runner.
+"""One construction path for an instance: sequence buckets, layout, engine, buckets, runner, then its mode.
 
-``InflightModel`` builds through :func:`assemble` and :func:`capture_at_load`, and so does
-``inflight bench-engine``, so what the bench measures is what the server runs: the same bucket
-arithmetic, the same engine options (precision, compile, graphs, unpadded launches) and the same
-graphs captured at load.
+``InflightModel`` builds through :func:`assemble`, :func:`build_mode` and :func:`capture_at_load`,
+and ``inflight bench-engine`` through the first and the last, so what the bench measures is what the
+server runs: the same bucket arithmetic, the same engine options (precision, compile, graphs,
+unpadded launches) and the same graphs captured at load.
 """
 
 from __future__ import annotations
@@ -12,15 +12,23 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from inflight.errors import ConfigError, InflightError
 from inflight.model_config import BackendParameters
 from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Buckets, Layout, pow2_buckets, token_buckets
 from inflight.runtime.engines.base import DeviceEngine, Engine, HostEngine
+from inflight.runtime.executor import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor
+from inflight.runtime.modes import Answering, AutoMode, Mode, OverlapMode, PipelinedMode, SyncMode
 from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
 
 LOGGER = logging.getLogger(__name__)
+
+
+def ring_slots(params: BackendParameters) -> int:
+    """The slots an instance makes: the sync executor's one in sync mode, ``slots`` otherwise."""
+    return SyncExecutor.SLOTS if params.mode == "sync" else params.slots
 
 
 def make_host_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path) -> HostEngine:
@@ -58,7 +66,7 @@ def make_device_engine(params: BackendParameters, spec: ModelSpec, version_dir: 
                     plan,
                     spec,
                     device_id=device_id,
-                    slots=1 if params.mode == "sync" else params.slots,
+                    slots=ring_slots(params),
                     cuda_graphs=params.cuda_graphs,
                 )
             except InflightError as e:
@@ -184,3 +192,43 @@ def capture_at_load(parts: InstanceParts, params: BackendParameters) -> tuple[in
         graphs = runner.warmup(seqs[1:])
     held = runner.engine.graph_memory_mb()
     return graphs, f" ({held:.0f} MB held, captured in {time.perf_counter() - t0:.1f} s)"
+
+
+def build_mode(params: BackendParameters, runner: Runner, answering: Answering) -> Mode[Any]:
+    """The instance's mode over its executor, chosen once from ``params.mode``; its executor makes the slots.
+
+    Args:
+        params: The backend parameters (mode, ring, response threads, ``auto``'s policy).
+        runner: The instance's runner (:func:`assemble`); the executor owns it from here.
+        answering: How requests are read and answered.
+    """
+    p, sink, ranges = params, answering.sink, answering.ranges
+    if p.mode == "sync":
+        return SyncMode(SyncExecutor(runner, ranges), answering)
+    ring: dict[str, Any] = {"slots": ring_slots(p), "response_backlog": p.response_backlog, "ranges": ranges}
+    if p.mode == "pipelined":
+        pipelined = PipelinedExecutor(
+            runner, sink, response_threads=p.response_threads, yield_to_issue=p.response_yield, **ring
+        )
+        return PipelinedMode(pipelined, answering)
+    auto = p.mode == "auto"
+    policy = (
+        AutoPolicy(
+            send_us=p.auto_send_prior_us,
+            explore_every=p.auto_explore_every,
+            explore_max=p.auto_explore_max,
+            busy_min=p.auto_busy_min,
+        )
+        if auto
+        else None
+    )
+    overlap = OverlapExecutor(
+        runner,
+        sink,
+        chunk_items=p.chunk_items,
+        max_chunks=p.max_chunks,
+        policy=policy,
+        response_threads=p.response_threads if auto else 1,
+        **ring,
+    )
+    return AutoMode(overlap, answering) if auto else OverlapMode(overlap, answering)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from inflight.errors import ValidationError
 from inflight.models.packing import UNPAD_COST_TOKENS, UNPAD_TOKEN_COST
 from inflight.models.spec import ModelSpec, TensorSpec
 
@@ -54,6 +55,41 @@ class Batch:
         """Longest sequence in the batch (None for fixed-shape models)."""
         seqs = [i.seq for i in self.items if i.seq is not None]
         return max(seqs) if seqs else None
+
+
+def partition_values(spec: ModelSpec, items: Sequence[Item]) -> tuple[list[Item], list[tuple[Item, ValidationError]]]:
+    """Split requests into those whose values the device may read and those it may not (the one place).
+
+    Token ids outside the vocabulary and mask values other than 0 and 1 would fault on the device or
+    be read out of bounds, so each mode calls this once per batch, before anything is submitted. One
+    reduction per input over the whole batch (its inputs laid end to end); only when that finds a
+    bad value is each request checked alone.
+
+    Args:
+        spec: The model (``ModelSpec.check_values``).
+        items: The batch's requests, in order.
+
+    Returns:
+        The valid requests in order, and each bad one with the error that names its value.
+    """
+    if spec.vocab_size is None or not items:
+        return list(items), []
+    try:
+        spec.check_values({t.name: np.concatenate([np.ravel(it.inputs[t.name]) for it in items]) for t in spec.inputs})
+    except ValidationError:
+        pass
+    else:
+        return list(items), []
+    good: list[Item] = []
+    bad: list[tuple[Item, ValidationError]] = []
+    for it in items:
+        try:
+            spec.check_values(it.inputs)
+        except ValidationError as e:
+            bad.append((it, e))
+        else:
+            good.append(it)
+    return good, bad
 
 
 def pow2_buckets(limit: int) -> tuple[int, ...]:

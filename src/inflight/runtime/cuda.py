@@ -299,8 +299,17 @@ def device_name(device_id: int = 0) -> str:
     return (name.decode() if isinstance(name, bytes) else str(name)).rstrip("\x00")
 
 
-class _CudaArray:
-    """Exposes a device pointer through ``__cuda_array_interface__`` (for torch.as_tensor)."""
+class CudaArray:
+    """A device pointer seen as an array through ``__cuda_array_interface__`` (version 3), no copy.
+
+    ``torch.as_tensor(CudaArray(ptr, shape, dtype), device=...)`` wraps device memory that this
+    module allocated (a ``DeviceBuffer``); the buffer's owner keeps it alive.
+
+    Args:
+        ptr: The device address.
+        shape: The array's shape (C order).
+        dtype: Its element type.
+    """
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
         self.__cuda_array_interface__ = {

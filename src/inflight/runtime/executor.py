@@ -19,11 +19,17 @@ runs chunk i+1; all of them go back in ``execute()``'s returned list (one messag
 at once: those requests are answered through ``send()``, a round trip each, which pays only when
 the execute thread would otherwise wait on the GPU longer (decided per batch from measured costs,
 see ``AutoPolicy``).
+
+The two ring executors are composed of the same parts, not one of the other: a ``SlotRing`` (free
+and busy slots, back-pressure), a ``Completion`` thread and a ``ResponsePool`` (sender threads, a
+bounded backlog). No executor checks request values: the mode partitions a batch into valid and
+bad requests once, before anything is submitted (``inflight.runtime.batch.partition_values``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import queue
 import threading
@@ -31,13 +37,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from inflight.errors import EngineError, ShuttingDownError, ValidationError
+from inflight.errors import ClosedError, EngineError, ShuttingDownError
 from inflight.runtime.batch import Batch, Item, Layout, Slot, gather, outputs_for
-from inflight.runtime.runners import CudaRunner, Runner
+from inflight.runtime.runners import Runner
 
 LOGGER = logging.getLogger(__name__)
 
@@ -61,107 +67,180 @@ class _NoRanges:
         return contextlib.nullcontext()
 
 
+#: How a field of ``ExecutorStats`` is published: ``counter`` (its increase), ``gauge`` (its value) or
+#: ``histogram`` (observations the publisher drains).
+MetricKind = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True)
+class StatMetric:
+    """Where a counter of ``ExecutorStats`` shows at Triton's metrics endpoint.
+
+    Attributes:
+        name: The metric family's name.
+        kind: How it is published.
+    """
+
+    name: str
+    kind: MetricKind
+
+
+def _meta(doc: str, metric: str | None = None, kind: MetricKind = "counter") -> dict[str, Any]:
+    """A field's metadata: ``doc`` says what it counts (its one description), ``metric`` where it is published."""
+    return {"doc": doc, "metric": StatMetric(metric, kind) if metric else None}
+
+
+def _stat(doc: str, metric: str | None = None, kind: MetricKind = "counter", default: float = 0) -> Any:
+    """A number field of ``ExecutorStats`` (see ``_meta``)."""
+    return field(default=default, metadata=_meta(doc, metric, kind))
+
+
 @dataclass
 class ExecutorStats:
     """Counters of one executor (cumulative; read by the metrics publisher on the execute thread).
 
-    Attributes:
-        batches: Batches launched.
-        requests: Requests launched.
-        items: Items (rows) launched, without padding.
-        padded_items: Rows launched including bucket padding.
-        launches: Engine launches (a batch is one per sequence bucket, or more when cut; see ``Group``).
-        real_tokens: Items x their own lengths (variable-length models; items otherwise).
-        padded_tokens: Tokens the launches computed: bucket rows x bucket length, or the token
-            bucket of an unpadded launch; ``padded_tokens / real_tokens - 1`` is the padding waste
-            (below 0 when unpadded launches left the requests' masked tokens out).
-        unpadded_launches: Launches run unpadded (masked tokens left out on the device).
-        mixed_length_batches: Batches whose requests fell in more than one sequence bucket.
-        graph_replays: Launches replayed from a CUDA graph.
-        eager_launches: Launches run eagerly (no graph: graphs off, capture failed, or the first
-            use of a bucket captured lazily).
-        failed_batches: Batches that failed on the device.
-        responses: Responses sent (outputs).
-        error_responses: Error responses sent.
-        depth_launches: How many launches found k batches in flight (index k = depth incl. itself).
-        max_depth: Deepest pipeline seen.
-        slot_waits: Times ``submit`` found no free slot.
-        slot_wait_s: Total time spent waiting for a slot.
-        gather_s: Issue-path time copying request inputs into slots.
-        launch_s: Issue-path time enqueueing copies and compute.
-        send_s: Total time inside ``send()`` (summed over sender threads).
-        send_waits: Times a completed batch waited because ``response_backlog`` batches were
-            already waiting for their responses.
-        send_wait_s: Total time of those waits.
-        respond_latency_s: Summed time from a batch's outputs being ready to its last response sent.
-        device_wait_s: Total time the completion side spent waiting for the device.
-        chunks: Chunks launched by the overlap executor (each is one batch in a slot, counted in
-            ``batches`` too).
-        overlap_batches: Batches (``execute()`` calls) the overlap executor ran.
-        inline_wait_s: Time the execute thread waited for the device (overlap executor).
-        deferred_requests: Requests of deferred chunks, answered through ``send()`` (``auto``).
-        auto_inline: ``auto`` batches returned whole: the measured wait for the last chunk was at
-            most the measured cost of sending its responses.
-        auto_deferred: ``auto`` batches whose last chunk was deferred: the wait was longer.
-        auto_explored: ``auto`` batches that took the other branch (of cutting or of deferring) to
-            refresh its estimate.
-        auto_idle: ``auto`` batches answered in-band because the instance was not busy between its
-            ``execute()`` calls (its execute thread's CPU share there under ``busy_min``): the next
-            batch was not waiting, or the thread was not getting a core, so returning early would
-            free it for nothing and its sends would cost CPU (see ``AutoPolicy``).
-        auto_busy_share: ``auto``'s moving average of the execute thread's CPU share between calls.
-        auto_wait_est_us: ``auto``'s current estimate of the execute thread's wait for a last chunk.
-        auto_send_est_us: ``auto``'s current estimate of one ``send()`` per request.
-        auto_whole: ``auto`` batches that could be cut, run as one chunk because one chunk cost
-            less per item than several (or cutting was not measured yet; explorations excluded).
-        auto_split: ``auto`` batches cut into chunks because that cost less per item (or running
-            whole was not measured yet; explorations excluded).
-        auto_whole_est_us: ``auto``'s estimate of ``run()``'s time per item for a batch run whole.
-        auto_split_est_us: ``auto``'s estimate of ``run()``'s time per item for a batch cut into chunks.
-        batch_sizes: Real rows of recent batches (bounded; drained by the metrics publisher).
+    Each field is described once, in its metadata: ``doc`` (what it counts, also the metric's
+    description) and ``metric`` (a ``StatMetric``, or None where it is only logged). ``published()``
+    lists the published ones; the metrics publisher loops over them.
     """
 
-    batches: int = 0
-    requests: int = 0
-    items: int = 0
-    padded_items: int = 0
-    launches: int = 0
-    real_tokens: int = 0
-    padded_tokens: int = 0
-    unpadded_launches: int = 0
-    mixed_length_batches: int = 0
-    graph_replays: int = 0
-    eager_launches: int = 0
-    failed_batches: int = 0
-    responses: int = 0
-    error_responses: int = 0
-    depth_launches: list[int] = field(default_factory=lambda: [0] * 65)
-    max_depth: int = 0
-    slot_waits: int = 0
-    slot_wait_s: float = 0.0
-    gather_s: float = 0.0
-    launch_s: float = 0.0
-    send_s: float = 0.0
-    send_waits: int = 0
-    send_wait_s: float = 0.0
-    respond_latency_s: float = 0.0
-    device_wait_s: float = 0.0
-    chunks: int = 0
-    overlap_batches: int = 0
-    inline_wait_s: float = 0.0
-    deferred_requests: int = 0
-    auto_inline: int = 0
-    auto_deferred: int = 0
-    auto_explored: int = 0
-    auto_idle: int = 0
-    auto_busy_share: float = 0.0
-    auto_wait_est_us: float = 0.0
-    auto_send_est_us: float = 0.0
-    auto_whole: int = 0
-    auto_split: int = 0
-    auto_whole_est_us: float = 0.0
-    auto_split_est_us: float = 0.0
-    batch_sizes: deque[int] = field(default_factory=lambda: deque(maxlen=100_000))
+    batches: int = _stat("Batches launched.", "inflight_batches_total")
+    requests: int = _stat("Requests launched.")
+    items: int = _stat("Items (rows) launched, without padding.", "inflight_items_total")
+    padded_items: int = _stat("Rows launched including bucket padding.", "inflight_padded_items_total")
+    launches: int = _stat(
+        "Engine launches (a batch is one per sequence bucket, or more when cut; see ``Group``).",
+        "inflight_launches_total",
+    )
+    real_tokens: int = _stat(
+        "Items x their own lengths (variable-length models; items otherwise).", "inflight_real_tokens_total"
+    )
+    padded_tokens: int = _stat(
+        "Tokens the launches computed: bucket rows x bucket length, or the token bucket of an unpadded "
+        "launch; ``padded_tokens / real_tokens - 1`` is the padding waste (below 0 when unpadded launches "
+        "left the requests' masked tokens out).",
+        "inflight_padded_tokens_total",
+    )
+    unpadded_launches: int = _stat(
+        "Launches run unpadded (masked tokens left out on the device).", "inflight_unpadded_launches_total"
+    )
+    mixed_length_batches: int = _stat(
+        "Batches whose requests fell in more than one sequence bucket.", "inflight_mixed_length_batches_total"
+    )
+    graph_replays: int = _stat("Launches replayed from a CUDA graph.", "inflight_graph_replays_total")
+    eager_launches: int = _stat(
+        "Launches run eagerly (no graph: graphs off, capture failed, or the first use of a bucket captured lazily).",
+        "inflight_eager_launches_total",
+    )
+    failed_batches: int = _stat("Batches that failed on the device.", "inflight_failed_batches_total")
+    responses: int = _stat("Responses sent through ``send()`` (outputs).")
+    error_responses: int = _stat("Error responses sent through ``send()``.", "inflight_error_responses_total")
+    depth_launches: list[int] = field(
+        default_factory=lambda: [0] * 65,
+        metadata=_meta(
+            "How many launches found k batches in flight (index k = depth incl. itself).",
+            "inflight_launch_depth",
+            "histogram",
+        ),
+    )
+    max_depth: int = _stat("Deepest pipeline seen.")
+    slot_waits: int = _stat("Times ``execute()`` found every slot busy.", "inflight_slot_waits_total")
+    slot_wait_s: float = _stat(
+        "Time ``execute()`` waited for a free slot.", "inflight_slot_wait_seconds_total", default=0.0
+    )
+    gather_s: float = _stat("Issue-path time copying request inputs into slots.", default=0.0)
+    launch_s: float = _stat("Issue-path time enqueueing copies and compute.", default=0.0)
+    send_s: float = _stat(
+        "Time spent in response ``send()`` calls (summed over sender threads).",
+        "inflight_send_seconds_total",
+        default=0.0,
+    )
+    send_waits: int = _stat(
+        "Times a completed batch waited because ``response_backlog`` batches awaited their responses.",
+        "inflight_response_backlog_waits_total",
+    )
+    send_wait_s: float = _stat(
+        "Total time of those waits.", "inflight_response_backlog_wait_seconds_total", default=0.0
+    )
+    respond_latency_s: float = _stat(
+        "Summed time from a batch's outputs on the host to its last response sent.",
+        "inflight_respond_seconds_total",
+        default=0.0,
+    )
+    device_wait_s: float = _stat(
+        "Time the completion side waited for the device.", "inflight_device_wait_seconds_total", default=0.0
+    )
+    chunks: int = _stat(
+        "Chunks launched (overlap and auto modes; each is one batch in a slot, counted in ``batches`` too).",
+        "inflight_chunks_total",
+    )
+    overlap_batches: int = _stat("Batches (``execute()`` calls) the overlap executor ran.")
+    inline_wait_s: float = _stat("Time the execute thread waited for the device (overlap executor).", default=0.0)
+    deferred_requests: int = _stat(
+        "Requests of deferred chunks, answered through ``send()`` (auto mode).", "inflight_deferred_requests_total"
+    )
+    auto_inline: int = _stat(
+        "auto: batches returned whole (the wait for the last chunk cost less than sending it).",
+        "inflight_auto_inline_batches_total",
+    )
+    auto_deferred: int = _stat(
+        "auto: batches whose last chunk was deferred (the wait cost more than sending it).",
+        "inflight_auto_deferred_batches_total",
+    )
+    auto_explored: int = _stat(
+        "auto: batches that took the other branch (cut or whole, defer or not) to refresh its estimate.",
+        "inflight_auto_explored_batches_total",
+    )
+    auto_idle: int = _stat(
+        "auto: batches answered in-band because the instance was not busy between its ``execute()`` calls "
+        "(the execute thread's CPU share there under ``busy_min``; see ``AutoPolicy``).",
+        "inflight_auto_idle_batches_total",
+    )
+    auto_busy_share: float = _stat(
+        "auto: the execute thread's CPU share between ``execute()`` calls (moving average).",
+        "inflight_auto_busy_share",
+        "gauge",
+        default=0.0,
+    )
+    auto_wait_est_us: float = _stat(
+        "auto: estimated wait for a batch's last chunk.", "inflight_auto_wait_estimate_us", "gauge", default=0.0
+    )
+    auto_send_est_us: float = _stat(
+        "auto: estimated cost of one ``send()`` per request.", "inflight_auto_send_estimate_us", "gauge", default=0.0
+    )
+    auto_whole: int = _stat(
+        "auto: batches run as one chunk (cheaper per item than cutting them as measured, or cutting not "
+        "measured yet; explorations apart).",
+        "inflight_auto_whole_batches_total",
+    )
+    auto_split: int = _stat(
+        "auto: batches cut into chunks (cheaper per item than one chunk as measured, or running whole not "
+        "measured yet; explorations apart).",
+        "inflight_auto_split_batches_total",
+    )
+    auto_whole_est_us: float = _stat(
+        "auto: execute time per item, batches run whole.", "inflight_auto_whole_estimate_us", "gauge", default=0.0
+    )
+    auto_split_est_us: float = _stat(
+        "auto: execute time per item, batches cut into chunks.", "inflight_auto_split_estimate_us", "gauge", default=0.0
+    )
+    batch_sizes: deque[int] = field(
+        default_factory=lambda: deque(maxlen=100_000),
+        metadata=_meta(
+            "Items per executed batch, before padding (recent batches, bounded; drained by the metrics publisher).",
+            "inflight_batch_size",
+            "histogram",
+        ),
+    )
+
+    @classmethod
+    def published(cls, kind: MetricKind) -> list[tuple[str, StatMetric, str]]:
+        """``(field, metric, description)`` of every field published as ``kind``."""
+        return [
+            (f.name, f.metadata["metric"], f.metadata["doc"])
+            for f in dataclasses.fields(cls)
+            if f.metadata["metric"] is not None and f.metadata["metric"].kind == kind
+        ]
 
     def snapshot(self) -> dict[str, Any]:
         """A plain-dict copy (for logs and tests)."""
@@ -187,24 +266,47 @@ _Job = tuple[_Outgoing, int, int]  # (batch, first request, end request)
 
 
 class _Base:
+    """The issue path every executor shares: gather a batch into a slot, launch it, collect its outputs.
+
+    An executor is a context manager: leaving the block closes it, and any use after ``close()``
+    raises ``ClosedError`` (as Polygraphy's runners refuse use outside their activation).
+    """
+
     def __init__(self, runner: Runner, ranges: Ranges | None = None) -> None:
         self.runner = runner
         self.layout: Layout = runner.layout
         self.stats = ExecutorStats()
         self.ranges: Ranges = ranges or _NoRanges()
         self._lock = threading.Lock()
+        self._closed = False
+
+    def __enter__(self: _E) -> _E:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._closed:
+            self.close()
+
+    def close(self, timeout_s: float = 10.0) -> bool:  # pragma: no cover - every executor overrides it
+        """Release everything; True when no work was left unfinished."""
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(
+                f"{type(self).__name__} used after close(): the model is being unloaded; retry on another "
+                "instance or after reload"
+            )
 
     def _prepare(self, slot: Slot, batch: Batch) -> None:
+        """Gather ``batch`` into ``slot`` (its values were checked by ``partition_values`` before submission)."""
         t0 = time.perf_counter()
         with self.ranges.range("gather"):
             try:
                 gather(self.layout, self.runner.buckets, slot, batch)
             except ValueError as e:  # validated requests never get here; a bug if they do
                 raise EngineError(f"batch does not fit the instance's buffers: {e}") from e
-            if self.layout.spec.vocab_size is not None:
-                # one reduction per input over the whole batch instead of per request
-                spec = self.layout.spec
-                spec.check_values({t.name: slot.host_in[t.name][: slot.in_elements[t.name]] for t in spec.inputs})
         with self._lock:
             st = self.stats
             st.gather_s += time.perf_counter() - t0
@@ -221,195 +323,18 @@ class _Base:
                 st.mixed_length_batches += 1
             st.batch_sizes.append(slot.rows)
 
-    def between_executes(self, wall_s: float, cpu_s: float) -> None:
-        """The execute thread spent ``cpu_s`` of CPU in the ``wall_s`` since the previous ``execute()`` returned.
-
-        Only ``auto`` decides by it (``OverlapExecutor``); the other executors ignore it.
-        """
-
-    def _count_launch(self, slot: Slot, replays: int, seconds: float) -> None:
-        with self._lock:
-            self.stats.launch_s += seconds
-            if isinstance(self.runner, CudaRunner):
-                self.stats.graph_replays += replays
-                self.stats.eager_launches += len(slot.groups) - replays
-
-
-class SyncExecutor(_Base):
-    """Stock-equivalent: one slot, wait for the device after each batch."""
-
-    def __init__(self, runner: Runner, ranges: Ranges | None = None) -> None:
-        super().__init__(runner, ranges)
-        (self.slot,) = runner.make_slots(1)
-
-    def run(self, batch: Batch) -> list[dict[str, np.ndarray]]:
-        """Execute ``batch`` and return per-request output views (valid until the next ``run``).
-
-        Raises:
-            ValidationError: when a token id or mask value in the batch is out of range (nothing
-                was enqueued; the caller finds the offending requests and retries the others).
-            EngineError: when the batch failed on the device.
-        """
-        self._prepare(self.slot, batch)
-        t0 = time.perf_counter()
-        with self.ranges.range("enqueue"):
-            replays = self.runner.launch(self.slot)
-        self._count_launch(self.slot, replays, time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        with self.ranges.range("wait"):
-            self.runner.wait(self.slot)
-        with self._lock:
-            self.stats.device_wait_s += time.perf_counter() - t0
-            self.stats.depth_launches[1] += 1
-            self.stats.max_depth = 1
-        return outputs_for(self.layout, self.slot)
-
-    def close(self, timeout_s: float = 10.0) -> bool:
-        """Release the runner (nothing is in flight between calls); always drained."""
-        self.runner.close()
-        return True
-
-
-class PipelinedExecutor(_Base):
-    """A ring of slots; ``submit`` returns once the batch is enqueued.
-
-    A slot is busy only while its batch is on the device: once the output event fired, the
-    completion thread copies the batch's outputs out of the slot's pinned buffer (one copy per
-    output per batch), frees the slot, and queues the responses for the sender threads. So the
-    GPU is never held up by the response path, and the response path is bounded separately: at
-    most ``response_backlog`` batches wait for their responses; beyond that the completion thread
-    waits (counted), slots stay busy, and ``submit`` waits for a slot (counted) — back-pressure
-    reaches Triton's queue, nothing is dropped.
-
-    Args:
-        runner: Device resources.
-        sink: Sends responses.
-        slots: Ring size (batches on the device at once).
-        response_threads: Threads that call ``sink.send`` concurrently.
-        response_backlog: Batches whose responses may wait for the senders at once.
-        yield_to_issue: Sender threads build a response only while the issue path is idle
-            (see ``issuing``). All of them share the GIL with the execute thread, which is the
-            one thread that decides throughput; measured on the H200, letting eight senders
-            contend with it made the gather step six times slower.
-        ranges: NVTX ranges.
-    """
-
-    def __init__(
-        self,
-        runner: Runner,
-        sink: ResponseSink,
-        *,
-        slots: int,
-        response_threads: int,
-        response_backlog: int = 8,
-        yield_to_issue: bool = True,
-        ranges: Ranges | None = None,
-    ) -> None:
-        super().__init__(runner, ranges)
-        if slots < 1 or response_threads < 1 or response_backlog < 1:
-            raise ValueError("slots, response_threads and response_backlog must be at least 1")
-        self.sink = sink
-        self.slots = runner.make_slots(slots)
-        self._free: deque[Slot] = deque(self.slots)
-        self._busy: set[int] = set()
-        self._cond = threading.Condition(self._lock)
-        self._closing = False
-        self._inflight: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
-        self._sends: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._n_senders = response_threads
-        self._backlog = threading.BoundedSemaphore(response_backlog)
-        self._abandoned: set[int] = set()
-        self._yield = yield_to_issue
-        self._issue_idle = threading.Event()  # clear while execute() gathers and launches
-        self._issue_idle.set()
-        self._issuer: int | None = None  # thread id of the issue path (set by issuing())
-        self._completion = threading.Thread(target=self._complete_loop, name="inflight-completion", daemon=True)
-        self._senders = [
-            threading.Thread(target=self._send_loop, name=f"inflight-send-{i}", daemon=True)
-            for i in range(response_threads)
-        ]
-        self._completion.start()
-        for t in self._senders:
-            t.start()
-
-    # -- issue path (execute thread) ---------------------------------------------------------
-    @contextlib.contextmanager
-    def issuing(self) -> Iterator[None]:
-        """Mark the issue path busy: sender threads hold off building responses meanwhile.
-
-        Wrap each ``execute()`` in it. Sends already in their round trip carry on (that part
-        does not hold the GIL); the senders resume when the block ends or ``submit`` waits for a
-        slot, so they can never be starved into a deadlock.
-        """
-        self._issuer = threading.get_ident()
-        if not self._yield:
-            yield
-            return
-        self._issue_idle.clear()
-        try:
-            yield
-        finally:
-            self._issue_idle.set()
-
-    def in_flight(self) -> int:
-        """Slots currently holding a batch on the device."""
-        with self._lock:
-            return len(self._busy)
-
-    def _acquire(self) -> Slot:
-        with self._cond:
-            if not self._free and not self._closing:
-                t0 = time.perf_counter()
-                self.stats.slot_waits += 1
-                busy = not self._issue_idle.is_set()
-                self._issue_idle.set()  # the senders free slots (through the backlog): let them run
-                with self.ranges.range("slot_wait"):
-                    while not self._free and not self._closing:
-                        self._cond.wait()
-                if busy:
-                    self._issue_idle.clear()
-                self.stats.slot_wait_s += time.perf_counter() - t0
-            if self._closing:
-                raise ShuttingDownError("the model is being unloaded; retry on another instance or after reload")
-            slot = self._free.popleft()
-            self._busy.add(slot.index)
-            depth = len(self._busy)
-            self.stats.depth_launches[min(depth, 64)] += 1
-            self.stats.max_depth = max(self.stats.max_depth, depth)
-            return slot
-
-    def submit(self, batch: Batch) -> None:
-        """Gather ``batch`` into a free slot, launch it, hand it to the completion thread.
-
-        Raises:
-            ShuttingDownError: when the executor is closing (the caller fails the requests).
-            ValidationError: when a token id or mask value in the batch is out of range; nothing
-                was enqueued and no response sent (the caller finds the offending requests).
-        """
-        slot = self._acquire()
-        try:
-            self._prepare(slot, batch)
-        except ValidationError:
-            with self._cond:
-                self._release(slot)
-            raise
-        except Exception as e:
-            self._fail_unlaunched(slot, batch, "could not be gathered", f"batch failed before launch: {e}")
-            return
-        try:
-            self._launch(slot)
-        except Exception as e:
-            self._fail_unlaunched(slot, batch, "failed to launch", f"batch failed to launch on the device: {e}")
-            return
-        self._inflight.put(slot)
-
     def _launch(self, slot: Slot) -> None:
         """Enqueue the slot's gathered batch on the device (raises what the runner raises)."""
         slot.generation += 1
         t0 = time.perf_counter()
         with self.ranges.range("enqueue"):
             replays = self.runner.launch(slot)
-        self._count_launch(slot, replays, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        with self._lock:
+            self.stats.launch_s += seconds
+            if self.runner.replays_graphs:
+                self.stats.graph_replays += replays
+                self.stats.eager_launches += len(slot.groups) - replays
 
     def _collect(self, slot: Slot, range_name: str) -> tuple[dict[str, np.ndarray] | None, str | None, float]:
         """Wait for the slot's batch and copy its real output rows out of the slot.
@@ -433,35 +358,215 @@ class PipelinedExecutor(_Base):
         }
         return outs, None, time.perf_counter() - t0
 
-    def _fail_unlaunched(self, slot: Slot, batch: Batch, what: str, error: str) -> None:
-        """Free the slot of a batch that never reached the device and answer its requests with ``error``."""
-        LOGGER.error("batch of %d requests %s: %s", len(batch.items), what, error)
+
+_E = TypeVar("_E", bound=_Base)
+
+
+class SyncExecutor(_Base):
+    """Stock-equivalent: one slot, wait for the device after each batch."""
+
+    #: The sync mode's ring: one slot (``assembly.ring_slots`` reads it for the engine's bindings).
+    SLOTS: ClassVar[int] = 1
+
+    def __init__(self, runner: Runner, ranges: Ranges | None = None) -> None:
+        super().__init__(runner, ranges)
+        self.slots = runner.make_slots(self.SLOTS)
+
+    def run(self, batch: Batch) -> list[dict[str, np.ndarray]]:
+        """Execute ``batch`` and return per-request output views (valid until the next ``run``).
+
+        Raises:
+            EngineError: when the batch failed on the device.
+            ClosedError: after ``close()``.
+        """
+        self._check_open()
+        (slot,) = self.slots
+        self._prepare(slot, batch)
+        self._launch(slot)
+        t0 = time.perf_counter()
+        with self.ranges.range("wait"):
+            self.runner.wait(slot)
+        with self._lock:
+            self.stats.device_wait_s += time.perf_counter() - t0
+            self.stats.depth_launches[1] += 1
+            self.stats.max_depth = 1
+        return outputs_for(self.layout, slot)
+
+    def in_flight(self) -> int:
+        """Batches on the device between calls: none."""
+        return 0
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Release the runner (nothing is in flight between calls); always drained."""
+        if not self._closed:
+            self._closed = True
+            self.runner.close()
+        return True
+
+
+class SlotRing:
+    """The slots of a ring: the free ones in launch order, the busy ones, and back-pressure.
+
+    ``acquire`` takes a free slot, waiting for one when every slot is busy (counted in
+    ``slot_waits``); ``release`` returns one; ``drain`` waits for the busy ones at close and marks
+    those still busy abandoned, so that their late completion frees nothing.
+
+    Args:
+        slots: The slots (made once by the runner).
+        stats: The executor's counters (depth and waits).
+        lock: The executor's lock (the ring's condition uses it).
+        ranges: NVTX ranges.
+        waiting: While ``acquire`` waits, what lets the response path run (``ResponsePool.waiting``).
+    """
+
+    def __init__(
+        self,
+        slots: list[Slot],
+        stats: ExecutorStats,
+        lock: threading.Lock,
+        ranges: Ranges,
+        waiting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> None:
+        self.slots = slots
+        self.stats = stats
+        self.ranges = ranges
+        self._waiting = waiting
+        self._free: deque[Slot] = deque(slots)
+        self._busy: set[int] = set()
+        self._cond = threading.Condition(lock)
+        self._closing = False
+        self._abandoned: set[int] = set()
+
+    def in_flight(self) -> int:
+        """Slots currently holding a batch on the device."""
         with self._cond:
-            self._release(slot)
-        self._dispatch(_Outgoing(batch.items, None, error))
+            return len(self._busy)
 
-    # -- completion side ---------------------------------------------------------------------
-    def _complete_loop(self) -> None:
-        while True:
-            slot = self._inflight.get()
-            if slot is None:
-                return
-            batch = slot.batch
-            assert batch is not None
-            outs, error, waited = self._collect(slot, "complete")
-            item_rows = list(slot.item_rows) if error is None else []
-            with self._cond:
-                if error is None:
-                    self.stats.device_wait_s += waited
-                else:
-                    self.stats.failed_batches += 1
-                if slot.index in self._abandoned:
-                    continue  # close() already failed these requests
-                self._release(slot)
-            self._dispatch(_Outgoing(batch.items, outs, error, offsets=item_rows))
+    def acquire(self) -> Slot:
+        """A free slot, marked busy (waits for one while every slot is busy).
 
-    def _dispatch(self, out: _Outgoing) -> None:
-        """Queue a batch's responses as one chunk per sender thread (fewer wake-ups than one job each)."""
+        Raises:
+            ShuttingDownError: when the ring is closing.
+        """
+        with self._cond:
+            if not self._free and not self._closing:
+                t0 = time.perf_counter()
+                self.stats.slot_waits += 1
+                with self._waiting(), self.ranges.range("slot_wait"):
+                    while not self._free and not self._closing:
+                        self._cond.wait()
+                self.stats.slot_wait_s += time.perf_counter() - t0
+            if self._closing:
+                raise ShuttingDownError("the model is being unloaded; retry on another instance or after reload")
+            slot = self._free.popleft()
+            self._busy.add(slot.index)
+            depth = len(self._busy)
+            self.stats.depth_launches[min(depth, 64)] += 1
+            self.stats.max_depth = max(self.stats.max_depth, depth)
+            return slot
+
+    def release(self, slot: Slot) -> bool:
+        """Return ``slot`` to the free list; False (and nothing freed) when ``drain`` abandoned it."""
+        with self._cond:
+            if slot.index in self._abandoned:
+                return False
+            slot.batch = None
+            self._busy.discard(slot.index)
+            self._free.append(slot)
+            self._cond.notify()
+            return True
+
+    def drain(self, deadline: float) -> list[Slot]:
+        """Refuse new work, wait until ``deadline`` for the busy slots; return (and abandon) those still busy."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            while self._busy and time.monotonic() < deadline:
+                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
+            stuck = [s for s in self.slots if s.index in self._busy]
+            self._abandoned.update(s.index for s in stuck)
+        return stuck
+
+
+class ResponsePool:
+    """Sender threads that answer completed batches through the sink, with a bounded backlog.
+
+    Every Python-backend ``send()`` is a blocking round trip to the server process, so several
+    threads send at once. At most ``backlog`` batches wait for their responses; beyond it
+    ``dispatch`` waits (counted). With ``yield_to_issue`` the senders build a response only while
+    the issue path is idle (see ``issuing``).
+
+    Args:
+        sink: Sends responses.
+        stats: The executor's counters (sends, backlog waits).
+        lock: The executor's lock.
+        ranges: NVTX ranges.
+        threads: Sender threads.
+        backlog: Batches whose responses may wait for the senders at once.
+        yield_to_issue: Hold the senders off while the issue path runs.
+        sent: Told ``(seconds, responses)`` of each sender's run of responses, under the lock.
+    """
+
+    def __init__(
+        self,
+        sink: ResponseSink,
+        stats: ExecutorStats,
+        lock: threading.Lock,
+        ranges: Ranges,
+        *,
+        threads: int,
+        backlog: int,
+        yield_to_issue: bool,
+        sent: Callable[[float, int], None] | None = None,
+    ) -> None:
+        self.sink = sink
+        self.stats = stats
+        self.ranges = ranges
+        self._lock = lock
+        self._sent = sent
+        self._sends: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._backlog = threading.BoundedSemaphore(backlog)
+        self._yield = yield_to_issue
+        self._issue_idle = threading.Event()  # clear while execute() gathers and launches
+        self._issue_idle.set()
+        self._issuer: int | None = None  # thread id of the issue path (set by issuing())
+        self.threads = [
+            threading.Thread(target=self._send_loop, name=f"inflight-send-{i}", daemon=True) for i in range(threads)
+        ]
+        for t in self.threads:
+            t.start()
+
+    @contextlib.contextmanager
+    def issuing(self) -> Iterator[None]:
+        """Mark the issue path busy: sender threads hold off building responses meanwhile.
+
+        Sends already in their round trip carry on (that part does not hold the GIL); the senders
+        resume when the block ends or the issue path waits (``waiting``), so they can never be
+        starved into a deadlock.
+        """
+        self._issuer = threading.get_ident()
+        if not self._yield:
+            yield
+            return
+        self._issue_idle.clear()
+        try:
+            yield
+        finally:
+            self._issue_idle.set()
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """The issue path waits (for a slot, for the backlog): the senders may run meanwhile."""
+        busy = not self._issue_idle.is_set()
+        self._issue_idle.set()
+        try:
+            yield
+        finally:
+            if busy:
+                self._issue_idle.clear()
+
+    def dispatch(self, out: _Outgoing) -> None:
+        """Queue a batch's responses as one job per sender thread (fewer wake-ups than one job each)."""
         if not self._backlog.acquire(blocking=False):
             t0 = time.perf_counter()
             with self._lock:
@@ -469,16 +574,12 @@ class PipelinedExecutor(_Base):
             # the senders free the backlog: if the issue path itself waits here (a batch that
             # failed to launch), it must let them run, or both would wait for each other
             issuer = threading.get_ident() == self._issuer
-            if issuer:
-                self._issue_idle.set()
-            with self.ranges.range("backlog_wait"):
+            with self.waiting() if issuer else contextlib.nullcontext(), self.ranges.range("backlog_wait"):
                 self._backlog.acquire()
-            if issuer and self._yield:
-                self._issue_idle.clear()
             with self._lock:
                 self.stats.send_wait_s += time.perf_counter() - t0
         n = len(out.items)
-        per = -(-n // self._n_senders)
+        per = -(-n // len(self.threads))
         bounds = [(i, min(n, i + per)) for i in range(0, n, per)]
         out.chunks = len(bounds)
         if out.outs is not None and not out.offsets:
@@ -519,7 +620,7 @@ class PipelinedExecutor(_Base):
             t1 = time.perf_counter()
             with self._lock:
                 self.stats.send_s += t1 - t0
-                if sent:
+                if sent and self._sent is not None:
                     self._sent(t1 - t0 - held, sent)
                 if outs is None:
                     self.stats.error_responses += sent
@@ -532,37 +633,149 @@ class PipelinedExecutor(_Base):
             if last:
                 self._backlog.release()
 
-    def _sent(self, seconds: float, responses: int) -> None:
-        """A sender thread sent ``responses`` responses in ``seconds`` of its own (called under the lock)."""
+    def open_gate(self) -> None:
+        """Nothing is issued any more (the executor closes): the senders must not wait for the issue path."""
+        self._issue_idle.set()
 
-    def _release(self, slot: Slot) -> None:
-        # caller holds self._cond
-        slot.batch = None
-        self._busy.discard(slot.index)
-        self._free.append(slot)
-        self._cond.notify()
+    def stop(self, deadline: float) -> None:
+        """Send what is queued, then stop the threads (waiting until ``deadline``, 5 s at least)."""
+        self.open_gate()
+        # sentinels queue behind every response already dispatched: those are sent first
+        for _ in self.threads:
+            self._sends.put(None)
+        for t in self.threads:
+            t.join(timeout=max(5.0, deadline - time.monotonic()))
 
-    # -- shutdown ----------------------------------------------------------------------------
+
+class Completion:
+    """The completion thread: waits for launched slots in launch order and hands their responses on.
+
+    For each slot it waits for the device, copies the outputs out of the slot, frees the slot
+    (unless ``SlotRing.drain`` abandoned it: its requests were failed already) and dispatches the
+    responses to the response pool.
+
+    Args:
+        collect: Waits for a slot and copies its outputs (``_Base._collect``).
+        ring: Where the slots go back.
+        pool: Who answers.
+        stats: The executor's counters.
+        lock: The executor's lock.
+    """
+
+    def __init__(
+        self,
+        collect: Callable[[Slot, str], tuple[dict[str, np.ndarray] | None, str | None, float]],
+        ring: SlotRing,
+        pool: ResponsePool,
+        stats: ExecutorStats,
+        lock: threading.Lock,
+    ) -> None:
+        self._collect = collect
+        self._ring = ring
+        self._pool = pool
+        self._stats = stats
+        self._lock = lock
+        self._queue: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="inflight-completion", daemon=True)
+        self.thread.start()
+
+    def put(self, slot: Slot) -> None:
+        """Hand over a launched slot."""
+        self._queue.put(slot)
+
+    def _loop(self) -> None:
+        while True:
+            slot = self._queue.get()
+            if slot is None:
+                return
+            batch = slot.batch
+            assert batch is not None
+            outs, error, waited = self._collect(slot, "complete")
+            item_rows = list(slot.item_rows) if error is None else []
+            with self._lock:
+                if error is None:
+                    self._stats.device_wait_s += waited
+                else:
+                    self._stats.failed_batches += 1
+            if self._ring.release(slot):
+                self._pool.dispatch(_Outgoing(batch.items, outs, error, offsets=item_rows))
+
+    def stop(self, deadline: float) -> None:
+        """Stop after the slots handed over (waiting until ``deadline``, 1 s at least)."""
+        self._queue.put(None)
+        self.thread.join(timeout=max(1.0, deadline - time.monotonic()))
+
+
+class _RingExecutor(_Base):
+    """What both ring executors are made of: a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``.
+
+    Args:
+        runner: Device resources.
+        sink: Sends responses.
+        slots: Ring size.
+        response_threads: Sender threads.
+        response_backlog: Batches whose responses may wait for the senders at once.
+        yield_to_issue: Sender threads build a response only while the issue path is idle
+            (see ``issuing``). All of them share the GIL with the execute thread, which is the
+            one thread that decides throughput; measured on the H200, letting eight senders
+            contend with it made the gather step six times slower.
+        sent: Told each sender's ``(seconds, responses)`` (``ResponsePool``).
+        ranges: NVTX ranges.
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        sink: ResponseSink,
+        *,
+        slots: int,
+        response_threads: int,
+        response_backlog: int = 8,
+        yield_to_issue: bool = True,
+        sent: Callable[[float, int], None] | None = None,
+        ranges: Ranges | None = None,
+    ) -> None:
+        super().__init__(runner, ranges)
+        if slots < 1 or response_threads < 1 or response_backlog < 1:
+            raise ValueError("slots, response_threads and response_backlog must be at least 1")
+        self.pool = ResponsePool(
+            sink,
+            self.stats,
+            self._lock,
+            self.ranges,
+            threads=response_threads,
+            backlog=response_backlog,
+            yield_to_issue=yield_to_issue,
+            sent=sent,
+        )
+        self.ring = SlotRing(runner.make_slots(slots), self.stats, self._lock, self.ranges, self.pool.waiting)
+        self.slots = self.ring.slots
+        self.completion = Completion(self._collect, self.ring, self.pool, self.stats, self._lock)
+
+    def issuing(self) -> contextlib.AbstractContextManager[None]:
+        """Wrap each ``execute()`` in it: the senders hold off meanwhile (``ResponsePool.issuing``)."""
+        return self.pool.issuing()
+
+    def in_flight(self) -> int:
+        """Slots currently holding a batch on the device."""
+        return self.ring.in_flight()
+
     def close(self, timeout_s: float = 10.0) -> bool:
         """Stop accepting batches, drain in-flight ones, fail what cannot finish, free everything.
 
-        Batches still on the device after ``timeout_s`` get an explicit error response per
-        request; responses already queued are sent before the sender threads stop.
+        Batches still on the device after ``timeout_s`` get an explicit error response per request;
+        responses already queued are sent before the sender threads stop. The runner is closed only
+        when nothing can touch its buffers any more; closing again does nothing.
 
         Returns:
             True when every in-flight batch completed normally.
         """
+        if self._closed:
+            return True
+        self._closed = True
         deadline = time.monotonic() + timeout_s
-        self._issue_idle.set()  # nothing is issued any more: the senders must not wait for it
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-            while self._busy and time.monotonic() < deadline:
-                self._cond.wait(timeout=max(0.0, deadline - time.monotonic()))
-            stuck = [s for s in self.slots if s.index in self._busy]
-            for s in stuck:
-                self._abandoned.add(s.index)
-        drained = not stuck
+        self.pool.open_gate()
+        stuck = self.ring.drain(deadline)
         if stuck:
             LOGGER.error(
                 "%d batch(es) still in flight after %.1f s; failing their requests explicitly", len(stuck), timeout_s
@@ -571,22 +784,63 @@ class PipelinedExecutor(_Base):
                 if s.batch is not None:
                     for item in s.batch.items:
                         with contextlib.suppress(Exception):
-                            self.sink.send(item.handle, None, "the model was unloaded before this batch completed")
-        self._inflight.put(None)
-        self._completion.join(timeout=max(1.0, deadline - time.monotonic()))
-        # sentinels queue behind every response already dispatched: those are sent first
-        for _ in self._senders:
-            self._sends.put(None)
-        for t in self._senders:
-            t.join(timeout=max(5.0, deadline - time.monotonic()))
-        alive = [t.name for t in (self._completion, *self._senders) if t.is_alive()]
+                            self.pool.sink.send(item.handle, None, "the model was unloaded before this batch completed")
+        self.completion.stop(deadline)
+        self.pool.stop(deadline)
+        alive = [t.name for t in (self.completion.thread, *self.pool.threads) if t.is_alive()]
         if alive:
             LOGGER.error("threads still running at close (blocked on the device?): %s", alive)
-        if drained and not alive:
+        if not stuck and not alive:
             self.runner.close()
         else:
             LOGGER.error("device resources left to the process exit because work is still queued on the device")
-        return drained
+        return not stuck
+
+
+class PipelinedExecutor(_RingExecutor):
+    """A ring of slots; ``submit`` returns once the batch is enqueued.
+
+    Composed of a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``. A slot is busy only
+    while its batch is on the device: once the output event fired, the completion thread copies
+    the batch's outputs out of the slot's pinned buffer (one copy per output per batch), frees
+    the slot, and queues the responses for the sender threads. So the GPU is never held up by the
+    response path, and the response path is bounded separately: at most ``response_backlog``
+    batches wait for their responses; beyond that the completion thread waits (counted), slots
+    stay busy, and ``submit`` waits for a slot (counted) — back-pressure reaches Triton's queue,
+    nothing is dropped.
+
+    Args: those of ``_RingExecutor`` (``runner``, ``sink``, ``slots``, ``response_threads``,
+    ``response_backlog``, ``yield_to_issue``, ``ranges``).
+    """
+
+    def submit(self, batch: Batch) -> None:
+        """Gather ``batch`` into a free slot, launch it, hand it to the completion thread.
+
+        A batch that fails before it reaches the device is answered with errors through the sink.
+
+        Raises:
+            ShuttingDownError: when the executor is closing (the caller fails the requests);
+                ``ClosedError`` once it is closed.
+        """
+        self._check_open()
+        slot = self.ring.acquire()
+        try:
+            self._prepare(slot, batch)
+        except Exception as e:
+            self._fail_unlaunched(slot, batch, "could not be gathered", f"batch failed before launch: {e}")
+            return
+        try:
+            self._launch(slot)
+        except Exception as e:
+            self._fail_unlaunched(slot, batch, "failed to launch", f"batch failed to launch on the device: {e}")
+            return
+        self.completion.put(slot)
+
+    def _fail_unlaunched(self, slot: Slot, batch: Batch, what: str, error: str) -> None:
+        """Free the slot of a batch that never reached the device and answer its requests with ``error``."""
+        LOGGER.error("batch of %d requests %s: %s", len(batch.items), what, error)
+        self.ring.release(slot)
+        self.pool.dispatch(_Outgoing(batch.items, None, error))
 
 
 def chunk_bounds(counts: Sequence[int], chunk_items: int, max_chunks: int) -> list[tuple[int, int]]:
@@ -778,11 +1032,9 @@ class AutoPolicy:
 
 #: Builds the response object of one request from its outputs, or from an error message.
 Respond = Callable[[Mapping[str, np.ndarray] | None, str | None], Any]
-#: Builds the error response of a request whose values are invalid.
-Reject = Callable[[ValidationError], Any]
 
 
-class OverlapExecutor(PipelinedExecutor):
+class OverlapExecutor(_RingExecutor):
     """Chunks of one batch overlapped on the GPU, answered in ``execute()``'s returned list.
 
     ``run`` cuts the batch into chunks (``chunk_bounds``); each chunk takes a slot of the ring,
@@ -793,7 +1045,8 @@ class OverlapExecutor(PipelinedExecutor):
 
     With ``policy`` set (``auto`` mode), the last chunk may be deferred instead: it goes to the
     completion thread and its requests are answered through the response sink (``send()``, on the
-    sender threads), and ``run`` returns ``None`` for them.
+    sender threads), and ``run`` returns ``None`` for them. Composed of the same parts as
+    ``PipelinedExecutor``: a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``.
 
     Args:
         runner: Device resources.
@@ -824,18 +1077,20 @@ class OverlapExecutor(PipelinedExecutor):
             raise ValueError("the overlap executor needs at least 2 slots (a chunk launches before the last one ends)")
         if chunk_items < 1 or max_chunks < 1:
             raise ValueError("chunk_items and max_chunks must be at least 1")
+        self.chunk_items = chunk_items
+        self.max_chunks = max_chunks
+        self.policy = policy
+        self._deferred: list[int] = []  # id() of the handles of the chunk the latest run() deferred
         super().__init__(
             runner,
             sink,
             slots=slots,
             response_threads=response_threads,
             response_backlog=response_backlog,
+            yield_to_issue=True,
+            sent=self._sent if policy is not None else None,
             ranges=ranges,
         )
-        self.chunk_items = chunk_items
-        self.max_chunks = max_chunks
-        self.policy = policy
-        self._deferred: list[int] = []  # id() of the handles of the chunk the latest run() deferred
         if policy is not None:
             self.stats.auto_send_est_us = policy.send_us
 
@@ -850,17 +1105,21 @@ class OverlapExecutor(PipelinedExecutor):
         return set(self._deferred)
 
     def _sent(self, seconds: float, responses: int) -> None:
-        if self.policy is not None:
-            self.policy.sent(seconds, responses)
-            self.stats.auto_send_est_us = self.policy.send_us
+        assert self.policy is not None
+        self.policy.sent(seconds, responses)
+        self.stats.auto_send_est_us = self.policy.send_us
 
-    def run(self, batch: Batch, respond: Respond, reject: Reject) -> list[Any]:
+    def run(self, batch: Batch, respond: Respond) -> list[Any]:
         """Execute ``batch``; return each request's response object, or None where it was deferred.
 
-        Never raises for a request's or a chunk's failure: a request with invalid values gets
-        ``reject(error)``, the requests of a chunk that failed get ``respond(None, message)``, and the
-        other chunks carry on.
+        Never raises for a chunk's failure: the requests of a chunk that failed get
+        ``respond(None, message)``, and the other chunks carry on. The batch's values were checked
+        by ``partition_values`` before.
+
+        Raises:
+            ClosedError: after ``close()``.
         """
+        self._check_open()
         t0 = time.perf_counter()
         items = batch.items
         self._deferred = []
@@ -902,13 +1161,13 @@ class OverlapExecutor(PipelinedExecutor):
         pending: deque[Slot] = deque()
         for ci, (lo, hi) in enumerate(bounds):
             last = ci == len(bounds) - 1
-            slot = self._start(items[lo:hi], out, position, respond, reject)
+            slot = self._start(items[lo:hi], out, position, respond)
             if slot is not None:
                 if last and defer:
                     with self._lock:
                         self.stats.deferred_requests += len(slot.batch.items) if slot.batch else 0
                     self._deferred = [id(it.handle) for it in slot.batch.items] if slot.batch else []
-                    self._inflight.put(slot)
+                    self.completion.put(slot)
                 else:
                     pending.append(slot)
             while len(pending) > (0 if last else 1):
@@ -921,56 +1180,26 @@ class OverlapExecutor(PipelinedExecutor):
                 self.stats.auto_split_est_us = self.policy.split_us or 0.0
         return out
 
-    def _start(
-        self,
-        chunk: list[Item],
-        out: list[Any],
-        position: Mapping[int, int],
-        respond: Respond,
-        reject: Reject,
-    ) -> Slot | None:
+    def _start(self, chunk: list[Item], out: list[Any], position: Mapping[int, int], respond: Respond) -> Slot | None:
         """Gather and launch one chunk; answer its requests in ``out`` when that fails."""
         try:
-            slot = self._acquire()
+            slot = self.ring.acquire()
         except ShuttingDownError as e:
             for it in chunk:
                 out[position[id(it)]] = respond(None, str(e))
             return None
-        try:
+        for step, what, error in (
+            (self._prepare, "could not be gathered", "batch failed before launch"),
+            (lambda s, _: self._launch(s), "failed to launch", "batch failed to launch on the device"),
+        ):
             try:
-                self._prepare(slot, Batch(chunk))
-            except ValidationError:
-                # a token id or mask value out of range: those requests fail alone, the rest run
-                good: list[Item] = []
+                step(slot, Batch(chunk))
+            except Exception as e:
+                LOGGER.error("chunk of %d requests %s: %s", len(chunk), what, e)
+                self.ring.release(slot)
                 for it in chunk:
-                    try:
-                        self.layout.spec.check_values(it.inputs)
-                    except ValidationError as e:
-                        out[position[id(it)]] = reject(e)
-                    else:
-                        good.append(it)
-                if not good:
-                    with self._cond:
-                        self._release(slot)
-                    return None
-                chunk = good
-                self._prepare(slot, Batch(chunk))
-        except Exception as e:
-            LOGGER.error("chunk of %d requests could not be gathered: %s", len(chunk), e)
-            with self._cond:
-                self._release(slot)
-            for it in chunk:
-                out[position[id(it)]] = respond(None, f"batch failed before launch: {e}")
-            return None
-        try:
-            self._launch(slot)
-        except Exception as e:
-            LOGGER.error("chunk of %d requests failed to launch: %s", len(chunk), e)
-            with self._cond:
-                self._release(slot)
-            for it in chunk:
-                out[position[id(it)]] = respond(None, f"batch failed to launch on the device: {e}")
-            return None
+                    out[position[id(it)]] = respond(None, f"{error}: {e}")
+                return None
         with self._lock:
             self.stats.chunks += 1
         return slot
@@ -983,7 +1212,7 @@ class OverlapExecutor(PipelinedExecutor):
         assert batch is not None
         outs, error, waited = self._collect(slot, "wait")
         rows = list(slot.item_rows)
-        with self._cond:
+        with self._lock:
             if error is None:
                 self.stats.device_wait_s += waited
                 self.stats.inline_wait_s += waited
@@ -992,7 +1221,7 @@ class OverlapExecutor(PipelinedExecutor):
                     self.stats.auto_wait_est_us = self.policy.wait_us or 0.0
             else:
                 self.stats.failed_batches += 1
-            self._release(slot)
+        self.ring.release(slot)
         with self.ranges.range("respond"):
             for it, r in zip(batch.items, rows, strict=True):
                 if outs is None:
@@ -1003,11 +1232,14 @@ class OverlapExecutor(PipelinedExecutor):
 
 __all__ = [
     "AutoPolicy",
+    "Completion",
     "EngineError",
     "ExecutorStats",
     "OverlapExecutor",
     "PipelinedExecutor",
+    "ResponsePool",
     "ResponseSink",
+    "SlotRing",
     "SyncExecutor",
     "chunk_bounds",
 ]

@@ -19,23 +19,47 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
-from inflight.errors import EngineError
+from inflight.errors import ClosedError, EngineError
 from inflight.runtime import cuda
 from inflight.runtime.batch import Buckets, Layout, Slot
 from inflight.runtime.engines.base import DeviceEngine, Engine, HostEngine, SlotBuffers
 
 LOGGER = logging.getLogger(__name__)
 
+R = TypeVar("R", bound="Runner")
+
 
 class Runner(ABC):
-    """Device resources of one model instance, shared by its slots."""
+    """Device resources of one model instance, shared by its slots.
+
+    A runner is a context manager: leaving the block closes it, and making slots or launching
+    after ``close()`` raises ``ClosedError`` (as Polygraphy's ``BaseRunner`` refuses inference
+    outside its activation). ``close()`` may be called again: it does nothing the second time.
+    """
 
     layout: Layout
     engine: Engine
     buckets: Buckets
+    #: Whether launches may replay CUDA graphs (the executors count replays and eager launches then).
+    replays_graphs: bool = False
+    #: Set by ``close()``.
+    closed: bool = False
+
+    def __enter__(self: R) -> R:
+        self.check_open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check_open(self) -> None:
+        """Raise ``ClosedError`` when the runner was closed."""
+        if self.closed:
+            raise ClosedError(f"{type(self).__name__} used after close(): its device resources are released")
 
     @abstractmethod
     def make_slots(self, n: int) -> list[Slot]:
@@ -94,6 +118,7 @@ class CudaRunner(Runner):
         self, engine: DeviceEngine, layout: Layout, buckets: Buckets, *, device_id: int, wait_mode: str = "blocking"
     ) -> None:
         cuda.require_device(device_id)
+        self.replays_graphs = True
         self.engine: DeviceEngine = engine
         self.layout = layout
         self.buckets = buckets
@@ -106,6 +131,7 @@ class CudaRunner(Runner):
 
     def make_slots(self, n: int) -> list[Slot]:
         """Allocate pinned host and device buffers and three events per slot; bind them to the engine."""
+        self.check_open()
         spec = self.layout.spec
         for i in range(n):
             pin_in = {t.name: cuda.PinnedBuffer(self.layout.nbytes(t)) for t in spec.inputs}
@@ -172,6 +198,7 @@ class CudaRunner(Runner):
         Returns:
             How many of the slot's launches replayed a CUDA graph.
         """
+        self.check_open()
         st: _CudaSlotState = slot.state
         assert slot.batch is not None
         for t in self.layout.spec.inputs:
@@ -205,7 +232,10 @@ class CudaRunner(Runner):
             time.sleep(0 if spins < 64 else 5e-5)
 
     def close(self) -> None:
-        """Wait for the streams to drain, then free buffers, events, streams and the engine."""
+        """Wait for the streams to drain, then free buffers, events, streams and the engine (once)."""
+        if self.closed:
+            return
+        self.closed = True
         for s in (self.h2d, self.compute, self.d2h):
             try:
                 s.synchronize()
@@ -250,6 +280,7 @@ class CpuRunner(Runner):
 
     def make_slots(self, n: int) -> list[Slot]:
         """Allocate host buffers (plain memory) per slot."""
+        self.check_open()
         spec = self.layout.spec
         for i in range(n):
             self.slots.append(
@@ -264,6 +295,7 @@ class CpuRunner(Runner):
 
     def launch(self, slot: Slot) -> int:
         """Queue the slot for the compute thread (no graphs on the CPU: returns 0)."""
+        self.check_open()
         st: _CpuSlotState = slot.state
         st.done.clear()
         st.error = None
@@ -302,7 +334,10 @@ class CpuRunner(Runner):
             raise EngineError(f"batch failed on the CPU: {type(st.error).__name__}: {st.error}") from st.error
 
     def close(self) -> None:
-        """Stop the compute thread (after queued slots) and release the engine."""
+        """Stop the compute thread (after queued slots) and release the engine (once)."""
+        if self.closed:
+            return
+        self.closed = True
         self._queue.put(None)
         self._thread.join(timeout=60)
         if self._thread.is_alive():

@@ -24,11 +24,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, get_args
 
 import numpy as np
 
 from inflight.errors import EngineError
+from inflight.model_config import CompileMode
 from inflight.models.artifact import load_module
 from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import Group, Layout
@@ -37,12 +38,32 @@ from inflight.runtime.engines.base import DeviceEngine, HostEngine, SlotBuffers
 LOGGER = logging.getLogger(__name__)
 
 
-#: Compile modes of ``TorchEngine`` (``auto``: the model's ``gpu_compile`` on a GPU, none on the CPU; ``max-autotune``:
-#: inductor timing its GEMM templates against cuBLAS, without its own CUDA graphs, which the engine
-#: captures itself).
-COMPILE_MODES = ("auto", "inductor", "max-autotune", "none")
+#: Compile modes of ``TorchEngine``, from ``CompileMode`` (``auto``: the model's ``gpu_compile`` on a GPU, none on the
+#: CPU; ``max-autotune``: inductor timing its GEMM templates against cuBLAS, without its own CUDA graphs, which the
+#: engine captures itself).
+COMPILE_MODES: tuple[str, ...] = get_args(CompileMode)
 
 _DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
+class GraphKey(NamedTuple):
+    """The launch one CUDA graph replays.
+
+    Attributes:
+        rows: Batch bucket of a padded launch; the static rows of an unpadded one.
+        seq: Sequence bucket (None: fixed shapes).
+        tokens: Token bucket of an unpadded launch (masked tokens left out); None for a padded one.
+    """
+
+    rows: int
+    seq: int | None
+    tokens: int | None = None
+
+    def __str__(self) -> str:
+        """The key as the log names it."""
+        if self.tokens is not None:
+            return f"unpadded bucket (seq {self.seq}, {self.tokens} tokens)"
+        return f"bucket (batch {self.rows}, seq {self.seq})"
 
 
 def _compile_mode(compile: str, spec: ModelSpec, on_gpu: bool) -> str:
@@ -192,12 +213,11 @@ class TorchEngine(DeviceEngine):
         self._views: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._static_in: dict[str, Any] = {}
         self._static_out: dict[str, Any] = {}
-        #: (batch bucket, seq bucket) of padded launches; ("u", seq bucket, token bucket) of unpadded ones
-        self._graphs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._graphs: OrderedDict[GraphKey, Any] = OrderedDict()
         self._pool: Any = None
         self._capture_failed = False
         self._budget_logged = False
-        self._eager_buckets: set[tuple[Any, ...]] = set()
+        self._eager_buckets: set[GraphKey] = set()
         #: cumulative: ``replays``, ``eager`` launches, ``captures`` (at load and lazily), ``evictions``,
         #: ``unpadded`` launches
         self.counters: dict[str, int] = {
@@ -250,14 +270,14 @@ class TorchEngine(DeviceEngine):
     # -- GPU ------------------------------------------------------------------------------
     def bind(self, slot: int, buffers: SlotBuffers) -> None:
         """Wrap a slot's device buffers as flat torch tensors (no copy); size the static tensors."""
-        from inflight.runtime.cuda import _CudaArray
+        from inflight.runtime.cuda import CudaArray
 
         torch = self._torch
 
         def wrap(buf: tuple[int, int], dtype: str) -> Any:
             ptr, nbytes = buf
             count = nbytes // np.dtype(dtype).itemsize
-            return torch.as_tensor(_CudaArray(ptr, (count,), np.dtype(dtype)), device=self.device)
+            return torch.as_tensor(CudaArray(ptr, (count,), np.dtype(dtype)), device=self.device)
 
         ins = {t.name: wrap(buffers.inputs[t.name], t.dtype) for t in self.spec.inputs}
         outs = {t.name: wrap(buffers.outputs[t.name], t.dtype) for t in self.spec.outputs}
@@ -289,17 +309,17 @@ class TorchEngine(DeviceEngine):
         t = spec.outputs[0]
         self._static_out[t.name][: _numel(t.shape(r, None))].view(t.shape(r, None)).copy_(y)
 
-    def _run(self, key: tuple[Any, ...]) -> None:
-        if key[0] == "u":
-            self._step_unpadded(key[1], key[2])
+    def _run(self, key: GraphKey) -> None:
+        if key.tokens is not None and key.seq is not None:
+            self._step_unpadded(key.seq, key.tokens)
         else:
-            self._step(key[0], key[1])
+            self._step(key.rows, key.seq)
 
     def capture_unpadded(self, seq: int, tokens: int, stream_ptr: int) -> bool:
         """Capture the unpadded launch of ``tokens`` kept tokens at length ``seq`` (see ``capture``)."""
         if not self.unpads or self._rows == 0:
             return False
-        return self._capture_at_load(("u", seq, tokens), stream_ptr)
+        return self._capture_at_load(GraphKey(self._rows, seq, tokens), stream_ptr)
 
     def capture(self, slot: int, rows: int, seq: int | None, stream_ptr: int) -> bool:
         """Capture the bucket's graph on ``stream_ptr`` (shared by every slot; synchronizes).
@@ -307,9 +327,9 @@ class TorchEngine(DeviceEngine):
         Returns False when graphs are off, capture failed before, or the engine's memory already
         exceeds ``graph_memory_mb`` (that bucket is captured on its first use instead).
         """
-        return self._capture_at_load((rows, seq), stream_ptr)
+        return self._capture_at_load(GraphKey(rows, seq), stream_ptr)
 
-    def _capture_at_load(self, key: tuple[Any, ...], stream_ptr: int) -> bool:
+    def _capture_at_load(self, key: GraphKey, stream_ptr: int) -> bool:
         if not self.cuda_graphs or self._capture_failed:
             return False
         if key in self._graphs:
@@ -320,7 +340,7 @@ class TorchEngine(DeviceEngine):
                     "graph memory budget of %d MB reached (%.0f MB held); buckets from %s on are captured on first use",
                     self.graph_memory_bytes >> 20,
                     self.graph_memory_mb(),
-                    _name(key),
+                    str(key),
                 )
                 self._budget_logged = True
             return False
@@ -331,7 +351,7 @@ class TorchEngine(DeviceEngine):
                 self._run(key)
         return self._capture(key, stream)
 
-    def _capture(self, key: tuple[Any, ...], stream: Any) -> bool:
+    def _capture(self, key: GraphKey, stream: Any) -> bool:
         torch = self._torch
         t0 = time.perf_counter()
         try:
@@ -348,7 +368,7 @@ class TorchEngine(DeviceEngine):
             self._capture_failed = True
             LOGGER.warning(
                 "CUDA graph capture failed for %s: %s: %s; running eagerly from now on",
-                _name(key),
+                str(key),
                 type(e).__name__,
                 e,
             )
@@ -377,7 +397,7 @@ class TorchEngine(DeviceEngine):
         rows, seq = group.bucket
         ins, outs = self._views[slot]
         stream = torch.cuda.ExternalStream(stream_ptr, device=self.device)
-        key: tuple[Any, ...] = (rows, seq)
+        key = GraphKey(rows, seq)
         with torch.cuda.stream(stream):
             for t in self.spec.inputs:
                 n, o = group.rows * Layout.per_item(t, seq), group.in_offset[t.name]
@@ -386,7 +406,7 @@ class TorchEngine(DeviceEngine):
                 # the rows after the group's are padding: empty sequences (mask 0) in the unpadded graph
                 mask_name = self.spec.mask_input or ""
                 self._static_in[mask_name][group.rows * seq : self._rows * seq].zero_()
-                key = ("u", seq, group.tokens)
+                key = GraphKey(self._rows, seq, group.tokens)
                 self.counters["unpadded"] += 1
             g = self._graphs.get(key)
             if g is not None:
@@ -399,10 +419,10 @@ class TorchEngine(DeviceEngine):
                 self.counters["eager"] += 1
                 if key not in self._eager_buckets:
                     self._eager_buckets.add(key)
-                    LOGGER.info("%s ran eagerly (no CUDA graph yet)", _name(key))
+                    LOGGER.info("%s ran eagerly (no CUDA graph yet)", str(key))
                 if self.cuda_graphs and not self._capture_failed and self._capture(key, stream):
                     self.counters["lazy_captures"] += 1
-                    LOGGER.info("captured %s on first use", _name(key))
+                    LOGGER.info("captured %s on first use", str(key))
             for t in self.spec.outputs:
                 m, o = group.rows * Layout.per_item(t, seq), group.out_offset[t.name]
                 outs[t.name][o : o + m].copy_(self._static_out[t.name][:m])
@@ -428,13 +448,6 @@ class TorchEngine(DeviceEngine):
         if clear is not None:
             clear()
         torch.cuda.empty_cache()
-
-
-def _name(key: tuple[Any, ...]) -> str:
-    """A graph key as the log names it."""
-    if key[0] == "u":
-        return f"unpadded bucket (seq {key[1]}, {key[2]} tokens)"
-    return f"bucket (batch {key[0]}, seq {key[1]})"
 
 
 def _numel(shape: tuple[int, ...]) -> int:

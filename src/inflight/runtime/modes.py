@@ -1,0 +1,358 @@
+"""How an instance answers a batch: its mode, a strategy chosen once when the instance loads.
+
+``inflight.runtime.assembly.build_mode`` builds one of these from the ``mode`` parameter, as
+PyTriton picks its responses handler once (``pytriton/proxy/model.py``); ``InflightModel`` then
+hands every ``execute()`` to it and never asks which it is. Each mode has the same three parts:
+
+* ``execute(requests)``: read every request and partition the valid from the bad once, before
+  anything is submitted (``Mode.take``), answer the bad ones through the mode's own rejection path,
+  run the rest;
+* ``fail(requests, message)``: the mode's answer when ``execute()`` raised (the last line of defence);
+* ``close(timeout_s)``: drain and release the executor (the mode is a context manager too).
+
+The modes:
+
+* ``SyncMode``: the batch's responses are returned after waiting for the device (the
+  stock-equivalent baseline);
+* ``PipelinedMode``: ``None`` is returned as soon as the batch is enqueued; each request later gets
+  exactly one response (``TRITONSERVER_RESPONSE_COMPLETE_FINAL``) through its response sender, from
+  the executor's sender threads. The default transaction policy is kept, so plain HTTP and gRPC
+  clients work (decoupled models would be refused by them);
+* ``OverlapMode``: the batch runs in chunks overlapped on the GPU and every response is returned
+  (the sync mode's one message per batch); ``AutoMode`` does the same but may defer a batch's last
+  chunk, returning ``None`` for its requests and answering them through their response senders
+  (the Python backend accepts a list that mixes responses and ``None``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from inflight.errors import ShuttingDownError, ValidationError
+from inflight.models.spec import ModelSpec
+from inflight.runtime.batch import Batch, Item, partition_values
+from inflight.runtime.executor import ExecutorStats, OverlapExecutor, PipelinedExecutor, Ranges, SyncExecutor
+
+LOGGER = logging.getLogger(__name__)
+
+#: Seconds between two log lines about rejected requests of one reason (each line is a round trip).
+REJECT_LOG_INTERVAL_S = 10.0
+
+#: Reads one request: its input arrays, its items and its sequence length (None: fixed shapes).
+Read = Callable[[Any], "tuple[dict[str, np.ndarray], int, int | None]"]
+
+
+class TritonSink:
+    """Builds Triton responses and sends one final response per request through its ``InferenceResponseSender``."""
+
+    def __init__(self, pb_utils: Any) -> None:
+        self.pb = pb_utils
+        self.final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        self._lock = threading.Lock()
+        self.build_s = 0.0
+        self.call_s = 0.0
+
+    def response(self, outputs: Mapping[str, np.ndarray] | None, error: str | None, code: Any = None) -> Any:
+        """Build an ``InferenceResponse`` with outputs or an error."""
+        pb = self.pb
+        if error is not None:
+            err = pb.TritonError(error) if code is None else pb.TritonError(error, code)
+            return pb.InferenceResponse(output_tensors=[], error=err)
+        assert outputs is not None
+        return pb.InferenceResponse(output_tensors=[pb.Tensor(name, a) for name, a in outputs.items()])
+
+    def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
+        """Send the final response for the request whose sender is ``handle``.
+
+        The time spent building the response object and inside ``send()`` are added to
+        ``build_s`` and ``call_s`` (diagnostics in the finalize log).
+        """
+        t0 = time.perf_counter()
+        response = self.response(outputs, error)
+        t1 = time.perf_counter()
+        handle.send(response, flags=self.final)
+        t2 = time.perf_counter()
+        with self._lock:
+            self.build_s += t1 - t0
+            self.call_s += t2 - t1
+
+
+class Rejections:
+    """Requests answered with ``INVALID_ARG``: counted by reason, logged now and then (execute thread only).
+
+    Triton counts a request its backend answers with an error as a success (``/stats``,
+    ``nv_inference_request_success``), so the backend keeps its own count, published as
+    ``inflight_rejected_requests_total{reason=...}`` and logged at most every
+    ``REJECT_LOG_INTERVAL_S`` per reason.
+
+    Args:
+        sink: Builds the error responses.
+        model_name: For the log.
+    """
+
+    def __init__(self, sink: TritonSink, model_name: str) -> None:
+        self.sink = sink
+        self.model_name = model_name
+        self.counts: Counter[str] = Counter()
+        #: every rejection so far (the sum of ``counts``)
+        self.total = 0
+        self._logged: dict[str, float] = {}
+
+    def response(self, error: ValidationError) -> Any:
+        """Count ``error`` and return the error response for its request."""
+        reason = error.reason
+        self.counts[reason] += 1
+        self.total += 1
+        now = time.monotonic()
+        if now - self._logged.get(reason, -math.inf) >= REJECT_LOG_INTERVAL_S:
+            LOGGER.warning(
+                "%s: rejected a request (%s, %d so far): %s", self.model_name, reason, self.counts[reason], error
+            )
+            self._logged[reason] = now
+        return self.sink.response(None, str(error), self.sink.pb.TritonError.INVALID_ARG)
+
+
+@dataclass
+class Taken:
+    """A batch's requests once read and partitioned (``Mode.take``).
+
+    Attributes:
+        items: The valid requests, in order, each with its handle.
+        index: Each valid request's position in the batch.
+        bad: ``(position, handle, error)`` of each request that is refused.
+    """
+
+    items: list[Item] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)
+    bad: list[tuple[int, Any, ValidationError]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Answering:
+    """What every mode reads requests and answers them with (one per instance).
+
+    Attributes:
+        spec: The model (its value check).
+        read: Reads one request (``InflightModel._parse``).
+        sink: Builds and sends responses.
+        rejections: Counts and answers refused requests.
+        ranges: NVTX ranges.
+    """
+
+    spec: ModelSpec
+    read: Read
+    sink: TritonSink
+    rejections: Rejections
+    ranges: Ranges
+
+
+X = TypeVar("X", SyncExecutor, PipelinedExecutor, OverlapExecutor)
+
+
+class Mode(ABC, Generic[X]):
+    """One way of answering batches, over its executor.
+
+    Args:
+        executor: Runs the batches; the mode owns it (``close``).
+        answering: How requests are read and answered.
+    """
+
+    def __init__(self, executor: X, answering: Answering) -> None:
+        self.executor: X = executor
+        self.spec = answering.spec
+        self.read = answering.read
+        self.sink = answering.sink
+        self.rejections = answering.rejections
+        self.ranges = answering.ranges
+        #: seconds spent reading requests (the finalize log)
+        self.parse_s = 0.0
+
+    def __enter__(self: M) -> M:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def stats(self) -> ExecutorStats:
+        """The executor's counters."""
+        return self.executor.stats
+
+    @property
+    def slots(self) -> int:
+        """The executor's ring size."""
+        return len(self.executor.slots)
+
+    def in_flight(self) -> int:
+        """Batches (or chunks) on the device now."""
+        return self.executor.in_flight()
+
+    def between_executes(self, wall_s: float, cpu_s: float) -> None:
+        """The execute thread spent ``cpu_s`` of CPU in the ``wall_s`` since the previous ``execute()`` returned.
+
+        Only ``auto`` decides by it.
+        """
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Drain or fail in-flight work and release the executor; True when nothing was left unfinished."""
+        return self.executor.close(timeout_s)
+
+    @abstractmethod
+    def handle(self, index: int, request: Any) -> Any:
+        """What the executor answers the request at ``index`` through."""
+
+    @abstractmethod
+    def execute(self, requests: Sequence[Any]) -> list[Any] | None:
+        """Answer a batch: its responses (``None`` for those answered later), or ``None`` for all of them."""
+
+    @abstractmethod
+    def fail(self, requests: Sequence[Any], message: str) -> list[Any] | None:
+        """Answer every request of an ``execute()`` that raised with ``message`` (those not answered yet)."""
+
+    def take(self, requests: Sequence[Any]) -> Taken:
+        """Read every request and partition the valid from the bad: once per batch, before anything is submitted.
+
+        A request that cannot be read fails alone (reason ``unreadable``), as does one with a token id
+        or mask value out of range (``partition_values``); the rest of the batch runs.
+        """
+        t0 = time.perf_counter()
+        taken = Taken()
+        read: list[tuple[int, Item]] = []
+        with self.ranges.range("parse"):
+            for i, r in enumerate(requests):
+                handle = self.handle(i, r)
+                try:
+                    inputs, count, seq = self.read(r)
+                except ValidationError as e:
+                    taken.bad.append((i, handle, e))
+                    continue
+                except Exception as e:  # not a known bad input: this request fails alone, the batch runs
+                    LOGGER.exception("%s: could not read a request", self.rejections.model_name)
+                    error = ValidationError(f"could not read this request ({type(e).__name__}: {e})", "unreadable")
+                    taken.bad.append((i, handle, error))
+                    continue
+                read.append((i, Item(inputs=inputs, count=count, seq=seq, handle=handle)))
+            position = {id(item): i for i, item in read}
+            good, bad = partition_values(self.spec, [item for _, item in read])
+        taken.items = good
+        taken.index = [position[id(item)] for item in good]
+        taken.bad.extend((position[id(item)], item.handle, e) for item, e in bad)
+        self.parse_s += time.perf_counter() - t0
+        return taken
+
+
+M = TypeVar("M", bound=Mode[Any])
+
+
+class SyncMode(Mode[SyncExecutor]):
+    """Wait for the device, return every response (one slot: the stock-equivalent baseline)."""
+
+    def handle(self, index: int, request: Any) -> int:
+        """The request's position: its response goes back in the returned list."""
+        return index
+
+    def execute(self, requests: Sequence[Any]) -> list[Any]:
+        """Run the batch and return one response per request."""
+        responses: list[Any] = [None] * len(requests)
+        taken = self.take(requests)
+        for i, _, error in taken.bad:
+            responses[i] = self.rejections.response(error)
+        if not taken.items:
+            return responses
+        try:
+            outs = self.executor.run(Batch(taken.items))
+        except Exception as e:
+            LOGGER.error("batch failed: %s", e)
+            for item in taken.items:
+                responses[item.handle] = self.sink.response(None, f"batch failed on the device: {e}")
+        else:
+            t0 = time.perf_counter()
+            for item, out in zip(taken.items, outs, strict=True):
+                responses[item.handle] = self.sink.response(out, None)
+            self.sink.build_s += time.perf_counter() - t0
+        return responses
+
+    def fail(self, requests: Sequence[Any], message: str) -> list[Any]:
+        """One error response per request."""
+        return [self.sink.response(None, message) for _ in requests]
+
+
+class PipelinedMode(Mode[PipelinedExecutor]):
+    """Return ``None`` once the batch is enqueued; every request is answered through its sender."""
+
+    def handle(self, index: int, request: Any) -> Any:
+        """The request's response sender."""
+        return request.get_response_sender()
+
+    def execute(self, requests: Sequence[Any]) -> None:
+        """Enqueue the batch (refused requests are answered at once, through their senders)."""
+        executor = self.executor
+        with executor.issuing():
+            taken = self.take(requests)
+            for _, sender, error in taken.bad:
+                sender.send(self.rejections.response(error), flags=self.sink.final)
+                executor.stats.error_responses += 1
+            if not taken.items:
+                return None
+            try:
+                executor.submit(Batch(taken.items))
+            except ShuttingDownError as e:
+                for item in taken.items:
+                    self.sink.send(item.handle, None, str(e))
+        return None
+
+    def fail(self, requests: Sequence[Any], message: str) -> None:
+        """Send the error through each request's sender, skipping those already answered (their sender is closed)."""
+        for r in requests:
+            try:
+                r.get_response_sender().send(self.sink.response(None, message), flags=self.sink.final)
+            except Exception:  # already answered: its sender is closed
+                continue
+
+
+class OverlapMode(Mode[OverlapExecutor]):
+    """The batch in chunks overlapped on the GPU; every response returned (``None`` where ``auto`` deferred it)."""
+
+    def handle(self, index: int, request: Any) -> Any:
+        """The request's response sender (it answers the request if ``auto`` defers its chunk; a plain getter)."""
+        return request.get_response_sender()
+
+    def execute(self, requests: Sequence[Any]) -> list[Any]:
+        """Run the batch's chunks and return their responses."""
+        executor = self.executor
+        with executor.issuing():
+            responses: list[Any] = [None] * len(requests)
+            taken = self.take(requests)
+            for i, _, error in taken.bad:
+                responses[i] = self.rejections.response(error)
+            if taken.items:
+                built = executor.run(Batch(taken.items), self.sink.response)
+                for i, response in zip(taken.index, built, strict=True):
+                    responses[i] = response
+        return responses
+
+    def fail(self, requests: Sequence[Any], message: str) -> list[Any]:
+        """An error response per request; ``None`` for those of a deferred chunk (the completion thread sends those)."""
+        deferred = self.executor.deferred_handles()
+        return [
+            None if deferred and id(r.get_response_sender()) in deferred else self.sink.response(None, message)
+            for r in requests
+        ]
+
+
+class AutoMode(OverlapMode):
+    """``OverlapMode`` whose executor has an ``AutoPolicy``: it may defer a batch's last chunk when busy."""
+
+    def between_executes(self, wall_s: float, cpu_s: float) -> None:
+        """Feed the policy's busy gate (``AutoPolicy.between``)."""
+        self.executor.between_executes(wall_s, cpu_s)
