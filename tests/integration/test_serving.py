@@ -49,7 +49,10 @@ def kind(request: pytest.FixtureRequest, server: Any, repository: Any) -> Iterat
             if mode:
                 # small chunks, so that the few requests of a test batch run as several chunks
                 add_variant(repository, f"{model}_{base}@mode={mode},chunk_items=4", mode)
-            vc = variant_config(repository, f"{model}_{variant}", {"kind": request.param, "delay_us": DELAY_US})
+            # one instance each: the built inflight variant has one per core of this host, and 5 models x 5
+            # variants of those would not fit one GPU's memory (each instance keeps its own graph pool)
+            overrides = {"kind": request.param, "delay_us": DELAY_US, "instances": "1"}
+            vc = variant_config(repository, f"{model}_{variant}", overrides)
             load_variant(server.http_url, vc)
             names.append(vc.model_name)
     yield request.param
