@@ -77,8 +77,11 @@ def test_no_sitting_no_section(tmp_path: Path) -> None:
 def test_the_results_page_holds_the_current_section() -> None:
     files = faults.sittings(ROOT / "results")
     assert files, "no sitting under results/faults"
+    # a sitting may hold some of the faults (a device call's time ran out); the CPU host's holds all four
     for path in files:
         doc = json.loads(path.read_text())
-        assert {f["fault"] for f in doc["faults"]} == set(faults.FAULTS), path
+        assert doc["faults"] and {f["fault"] for f in doc["faults"]} <= set(faults.FAULTS), path
+    cpu = [json.loads(p.read_text()) for p in files if p.parent.name.endswith("-cpu")]
+    assert cpu and {f["fault"] for f in cpu[-1]["faults"]} == set(faults.FAULTS)
     section = "\n".join(faults.section(ROOT))
     assert section and section in (ROOT / "docs" / "RESULTS.md").read_text()
