@@ -561,9 +561,13 @@ def section(root: Path) -> list[str]:
             f"{cap('two_gpu')} | {cap('null_model')} | {fmt(b.get('engine_bound_rps'))} | "
             f"{'n/a' if over is None else f'{over:.2f}x'} |"
         )
-    lines += ["", "Every open-loop run, with its latency-against-rate table and plot:", ""]
+    lines += ["", "Every open-loop run, with its latency-against-rate table and plot, one line per sitting:", ""]
+    by_sitting: dict[Path, list[Path]] = {}
     for p in open_loop_files(root / "results"):
         md = p.with_suffix(".md").relative_to(root)
-        lines.append(f"- [`{md}`](../{md})")
+        by_sitting.setdefault(md.parents[1] if len(md.parents) > 3 else md.parent, []).append(md)
+    for sitting, mds in by_sitting.items():
+        links = ", ".join(f"[{md.parent.name if md.parent != sitting else md.stem}](../{md})" for md in mds)
+        lines.append(f"- `{sitting}`: {links}")
     lines.append("")
     return lines
