@@ -217,7 +217,9 @@ def test_auto_mode_defers_last_chunks_through_the_response_sender(server: Any, r
     base = "bert_tiny_inflight@mode=auto,chunk_items=4,auto_send_prior_us=0.001,auto_explore_every=0,auto_busy_min=0"
     add_variant(repository, base, "defer")
     name = "bert_tiny_inflight_defer"
-    load_variant(server.http_url, variant_config(repository, name, {"kind": kind, "delay_us": DELAY_US}))
+    # one instance, that sees every batch (the built variant has one per core of this host)
+    overrides = {"kind": kind, "delay_us": DELAY_US, "instances": "1"}
+    load_variant(server.http_url, variant_config(repository, name, overrides))
     try:
         spec = MODELS["bert_tiny"]
         work = [spec.example_inputs(3, seq_len=24, rng=np.random.default_rng(300 + i)) for i in range(27)]
@@ -246,6 +248,7 @@ def test_auto_mode_defers_last_chunks_through_the_response_sender(server: Any, r
 def test_server_log_says_which_engine_and_device_serve(server: Any, kind: str) -> None:
     log = server.log_path.read_text(errors="replace")
     device = "CPU" if kind == "cpu" else "GPU"
-    for variant, mode in (("sync", "sync mode"), ("inflight", "pipelined mode")):
+    # the inflight variant as built is auto; its tagged copy inflight_pipelined is pipelined
+    for variant, mode in (("sync", "sync mode"), ("inflight", "auto mode"), ("inflight_pipelined", "pipelined mode")):
         pattern = rf"bert_tiny_{variant} \(bert_tiny_{variant}_0_0\): {mode}.*torch\.export engine on {device}"
         assert re.search(pattern, log), f"no line matching {pattern!r} in the server log"

@@ -27,6 +27,9 @@ def test_tally_counts_every_kind_and_keeps_the_messages() -> None:
     # done before the fault: the first only (the second ended after it; the dropped one is not counted)
     assert (t["sent_before_fault"], t["answered_before_fault"]) == (1, 1)
     assert abs(t["slowest_s"] - 30.0) < 1e-9
+    assert t["lost_sent_after_fault"] == 0  # the lost one was sent before the fault
+    late = faults.tally([*out, faults.Outcome(2.5, 32.5, None, "lost: no answer within 30 s")], fault_at=1.0)
+    assert late["lost"] == 2 and late["lost_sent_after_fault"] == 1
 
 
 def test_rss_is_flat_only_within_the_bound() -> None:

@@ -487,7 +487,15 @@ def tally(outcomes: Sequence[Outcome], fault_at: float | None) -> dict[str, Any]
         "answered_before_fault": sum(o.kind == "answered" for o in before),
         "sent_before_fault": len(before),
         "failed_without_message": sum(1 for o in failed if not o.error),
+        # lost requests sent more than LOST_MARGIN_S after the fault: none of them was inside a killed stub
+        "lost_sent_after_fault": sum(
+            1 for o in outcomes if o.kind == "lost" and fault_at is not None and o.due > fault_at + LOST_MARGIN_S
+        ),
     }
+
+
+#: A request sent this long after the fault cannot have been in flight inside the stub it killed.
+LOST_MARGIN_S = 1.0
 
 
 def rss_flat(series: Mapping[str, Sequence[float]]) -> dict[str, Any]:
