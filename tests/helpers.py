@@ -99,3 +99,15 @@ class Collect:
     def wait(self, n: int, timeout: float = 120) -> None:
         with self.cond:
             assert self.cond.wait_for(lambda: len(self.got) >= n, timeout), f"{len(self.got)}/{n} responses"
+
+
+def infer_or_message(http_url: str, model: str, inputs: Mapping[str, np.ndarray], output: str) -> np.ndarray | str:
+    """One HTTP inference: the output's array, or the server's error message when the request failed."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    with httpclient.InferenceServerClient(http_url) as c:
+        try:
+            return c.infer(model, http_inputs(inputs)).as_numpy(output)
+        except InferenceServerException as e:
+            return e.message()

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tests.helpers import grpc_inputs, http_inputs
-from tritonclient.utils import InferenceServerException
+from tests.helpers import grpc_inputs, http_inputs, infer_or_message
 
 from inflight.loadtest.stats import executor_stats_from_log
 from inflight.models import MODELS
@@ -55,11 +54,7 @@ def test_plain_model_fails_a_bad_request_alone_and_logs_its_counters(server: Any
     bad["input_ids"][1, 5] = 10**6
 
     def call(x: dict[str, np.ndarray]) -> np.ndarray | str:
-        with httpclient.InferenceServerClient(server.http_url) as c:
-            try:
-                return c.infer(name, http_inputs(x)).as_numpy("cls")
-            except InferenceServerException as e:
-                return e.message()
+        return infer_or_message(server.http_url, name, x, "cls")
 
     def finalized() -> list[dict[str, Any]]:
         log = server.log_path.read_text(errors="replace")

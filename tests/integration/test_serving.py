@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tests.helpers import grpc_inputs, http_inputs
+from tests.helpers import grpc_inputs, http_inputs, infer_or_message
 from tritonclient.utils import InferenceServerException
 
 from inflight.models import MODELS
@@ -160,11 +160,7 @@ def test_bad_request_fails_alone_inside_a_batch(server: Any, repository: Any, ki
     bad["input_ids"][0, 0] = 10**6
 
     def call(x: dict[str, np.ndarray]) -> np.ndarray | str:
-        with httpclient.InferenceServerClient(server.http_url) as c:
-            try:
-                return c.infer(name, http_inputs(x)).as_numpy("cls")
-            except InferenceServerException as e:
-                return e.message()
+        return infer_or_message(server.http_url, name, x, "cls")
 
     with cf.ThreadPoolExecutor(len(goods) + 1) as pool:
         futures = [pool.submit(call, x) for x in [*goods[:4], bad, *goods[4:]]]

@@ -26,6 +26,7 @@ from typing import Any
 
 from inflight.lab.open_loop_results import Entry, entries, fmt, markdown_table, merge_summary
 from inflight.lab.open_loop_results import sittings as open_loop_sittings
+from inflight.variants import parse_variant_arg
 
 MODES_DIR = "modes"
 #: The fraction of a mode's best capacity that "the instances it needs" must reach.
@@ -114,10 +115,8 @@ _DEPLOYMENT_NEUTRAL = frozenset({"gpus", "capture_at_load", "kind"})
 
 def _is_default(e: Entry) -> bool:
     """Whether this is ``<model>_inflight`` as ``inflight build-models`` wrote it for the server's cores."""
-    spec = str(e.summary.get("spec") or "")
-    name, _, overrides = spec.partition("@")
-    keys = {kv.partition("=")[0] for kv in overrides.split(",") if kv}
-    return name.endswith("_inflight") and keys <= _DEPLOYMENT_NEUTRAL
+    name, overrides = parse_variant_arg(str(e.summary.get("spec") or ""))
+    return name.endswith("_inflight") and overrides.keys() <= _DEPLOYMENT_NEUTRAL
 
 
 def _is_plain(e: Entry) -> bool:

@@ -167,6 +167,11 @@ def backend_source_dir() -> Path:
     )
 
 
+#: Python-based backends deployed beside ``inflight``: ``null`` (Triton's Python backend answering zeros,
+#: none of our code) and ``plain`` (the model served the usual Python-backend way, eager fp16).
+SIBLING_BACKENDS = ("null", "plain")
+
+
 def sibling_backend_dirs() -> dict[str, Path]:
     """The Python-based backends shipped beside ours: ``null`` (the control model) and ``plain`` (the baseline).
 
@@ -176,10 +181,6 @@ def sibling_backend_dirs() -> dict[str, Path]:
     root = backend_source_dir().parent
     return {name: root / name for name in SIBLING_BACKENDS if (root / name / "model.py").is_file()}
 
-
-#: Python-based backends deployed beside ``inflight``: ``null`` (Triton's Python backend answering zeros,
-#: none of our code) and ``plain`` (the model served the usual Python-backend way, eager fp16).
-SIBLING_BACKENDS = ("null", "plain")
 
 
 def prepare_backend_dir(dist: TritonDist, workdir: Path) -> Path:
