@@ -42,24 +42,23 @@ class BackendParameters:
         mode: ``sync`` (stock-equivalent: wait for the GPU after each batch, return the
             responses), ``pipelined`` (execute returns once the batch is enqueued; every response
             goes through ``send()``), ``overlap`` (the batch in chunks overlapped on the GPU inside
-            one execute, every response returned) or ``auto`` (``overlap``, deferring a batch's
-            last chunk through ``send()`` when the measured wait for it exceeds the measured
-            cost of its sends).
+            one execute, every response returned) or ``auto`` (each batch in-band as ``sync``
+            answers it, or deferred as ``pipelined`` does, by the overlap bound it measures:
+            ``auto_bound_min``).
         engine: ``torch``, ``tensorrt`` or ``auto`` (TensorRT when a plan exists and runs here).
-        slots: Batches in flight per instance (ring size), pipelined mode; chunks and deferred
-            chunks in flight, overlap and auto modes (at least 2).
-        chunk_items: Items a chunk aims for (overlap and auto modes); a batch below 1.5 times
-            this runs as one chunk.
-        max_chunks: Most chunks per batch (overlap and auto modes).
-        auto_send_prior_us: ``auto``: the cost of one ``send()`` assumed until it is measured.
-        auto_explore_every: ``auto``: batches between explorations of the other branch while a
-            choice is new, to keep both estimates current (0: never).
-        auto_explore_max: ``auto``: the longest period between explorations once a choice has
-            held (it doubles from ``auto_explore_every`` at each exploration that confirms it).
-        auto_busy_min: ``auto``: the execute thread's CPU share between two ``execute()`` calls
-            (a moving average) under which no batch is deferred: the instance is waiting for
-            requests or for a core, so deferring cannot gain (0: defer whatever the share).
-        response_threads: Threads that send responses concurrently (pipelined mode).
+        slots: Batches in flight per instance (ring size), pipelined and auto modes; chunks in
+            flight, overlap mode (at least 2).
+        chunk_items: Items a chunk aims for (overlap mode); a batch below 1.5 times this runs as
+            one chunk.
+        max_chunks: Most chunks per batch (overlap mode).
+        auto_bound_min: ``auto``: the overlap bound (the execute thread's cycle per batch over
+            that cycle without the device wait, measured on in-band batches) from which batches
+            are deferred; below it they are answered in-band (1: defer once measured).
+        auto_explore_every: ``auto``: deferred batches before one is answered in-band to measure
+            the bound again (0: never).
+        auto_explore_max: ``auto``: the longest period between those measurements (it doubles
+            from ``auto_explore_every`` while deferring holds).
+        response_threads: Threads that send responses concurrently (pipelined and auto modes).
         response_backlog: Batches whose responses may wait for the sender threads at once
             (pipelined mode); beyond it the completion side waits, and back-pressure reaches
             Triton's queue.
@@ -117,10 +116,9 @@ class BackendParameters:
     slots: int = 4
     chunk_items: int = 512
     max_chunks: int = 8
-    auto_send_prior_us: float = 200.0
+    auto_bound_min: float = 1.25
     auto_explore_every: int = 32
     auto_explore_max: int = 1024
-    auto_busy_min: float = 0.5
     response_threads: int = 8
     response_backlog: int = 8
     response_yield: bool = True
@@ -220,7 +218,7 @@ class BackendParameters:
         """
         if self.slots < 1 or self.slots > 64:
             raise ConfigError(f"slots={self.slots}: use 1..64 batches in flight per instance")
-        if self.mode in ("overlap", "auto") and self.slots < 2:
+        if self.mode == "overlap" and self.slots < 2:
             raise ConfigError(
                 f"slots={self.slots}: mode={self.mode} needs at least 2 (a chunk is launched before the previous "
                 "one is finished)"
@@ -230,20 +228,11 @@ class BackendParameters:
                 f"chunk_items={self.chunk_items}, max_chunks={self.max_chunks}: use chunk_items >= 1 and "
                 "max_chunks 1..64"
             )
-        if (
-            self.auto_send_prior_us <= 0
-            or self.auto_explore_every < 0
-            or self.auto_explore_max < self.auto_explore_every
-        ):
+        if self.auto_bound_min < 1.0 or self.auto_explore_every < 0 or self.auto_explore_max < self.auto_explore_every:
             raise ConfigError(
-                f"auto_send_prior_us={self.auto_send_prior_us}, auto_explore_every={self.auto_explore_every}, "
-                f"auto_explore_max={self.auto_explore_max}: use a positive prior, an interval >= 0 and a longest "
+                f"auto_bound_min={self.auto_bound_min}, auto_explore_every={self.auto_explore_every}, "
+                f"auto_explore_max={self.auto_explore_max}: use a bound >= 1, an interval >= 0 and a longest "
                 "interval at least that"
-            )
-        if not 0.0 <= self.auto_busy_min <= 1.0:
-            raise ConfigError(
-                f"auto_busy_min={self.auto_busy_min}: use a CPU share in 0..1 (0 lets auto defer however idle the "
-                "instance is)"
             )
         if self.response_threads < 1 or self.response_threads > 256:
             raise ConfigError(f"response_threads={self.response_threads}: use 1..256")

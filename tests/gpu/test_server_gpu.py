@@ -58,10 +58,10 @@ def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any,
     name = "bert_tiny_inflight"
     # one instance, so that its batches queue behind each other (the built variant has one per core)
     overrides = {"kind": "gpu", "instances": "1", "slots": "4", "mode": mode}
-    if mode != "pipelined":
+    if mode == "overlap":
         overrides["chunk_items"] = "128"  # batches of a few hundred items run as several chunks
     if mode == "auto":
-        overrides["auto_busy_min"] = "0"  # defer whenever it measured faster, however busy the thread
+        overrides["auto_bound_min"] = "1"  # defer once measured (an in-band batch every 32 deferred)
     load_variant(server.http_url, variant_config(repository, name, overrides))
     try:
         spec = MODELS["bert_tiny"]

@@ -202,15 +202,16 @@ def _metric_sum(metrics_url: str, family: str, model: str) -> float:
     )
 
 
-def test_auto_mode_defers_last_chunks_through_the_response_sender(server: Any, repository: Any, kind: str) -> None:
-    """auto with a near-zero send prior defers every batch's last chunk once it measured a wait.
+def test_auto_answers_in_band_then_defers_through_the_response_sender(server: Any, repository: Any, kind: str) -> None:
+    """auto with ``auto_bound_min=1`` defers every batch once an in-band batch measured the overlap bound.
 
-    Those requests get None in execute()'s list and are answered through their response senders;
-    every answer must still be its own request's.
+    The first batch is answered in-band (execute() returns its responses); the deferred ones return
+    None and are answered through their response senders, with an in-band batch every four to
+    measure the bound again; every answer must still be its own request's.
     """
     from inflight.build import add_variant
 
-    base = "bert_tiny_inflight@mode=auto,chunk_items=4,auto_send_prior_us=0.001,auto_explore_every=0,auto_busy_min=0"
+    base = "bert_tiny_inflight@mode=auto,auto_bound_min=1,auto_explore_every=4,auto_explore_max=4"
     add_variant(repository, base, "defer")
     name = "bert_tiny_inflight_defer"
     # one instance, that sees every batch (the built variant has one per core of this host)
@@ -234,9 +235,12 @@ def test_auto_mode_defers_last_chunks_through_the_response_sender(server: Any, r
         call(work[0])
         deferred = _metric_sum(server.metrics_url, "inflight_auto_deferred_batches_total", name)
         requests = _metric_sum(server.metrics_url, "inflight_deferred_requests_total", name)
-        chunks = _metric_sum(server.metrics_url, "inflight_chunks_total", name)
-        assert deferred >= 1 and requests >= 1, (deferred, requests)
-        assert chunks > _metric_sum(server.metrics_url, "inflight_auto_inline_batches_total", name) + deferred
+        inline = _metric_sum(server.metrics_url, "inflight_auto_inline_batches_total", name)
+        explored = _metric_sum(server.metrics_url, "inflight_auto_explored_batches_total", name)
+        assert deferred >= 1 and requests >= deferred, (deferred, requests)
+        assert inline >= 1 and _metric_sum(server.metrics_url, "inflight_auto_overlap_bound", name) >= 1.0
+        batches = _metric_sum(server.metrics_url, "inflight_batches_total", name)
+        assert inline + explored + deferred == batches, (inline, explored, deferred, batches)
     finally:
         unload(server.http_url, name)
 

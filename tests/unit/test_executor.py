@@ -476,18 +476,15 @@ def test_chunk_bounds_cover_every_request_once() -> None:
         assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
 
 
-def _overlap(engine: HostEngine, sink: Sink, policy: Any = None, chunk_items: int = 8, slots: int = 3) -> Any:
+def _overlap(engine: HostEngine, chunk_items: int = 8, slots: int = 3) -> Any:
     from inflight.runtime.executor import OverlapExecutor
 
-    return OverlapExecutor(
-        _runner(engine), sink, slots=slots, chunk_items=chunk_items, max_chunks=8, policy=policy, response_threads=2
-    )
+    return OverlapExecutor(_runner(engine), slots=slots, chunk_items=chunk_items, max_chunks=8)
 
 
 def test_overlap_returns_every_response_inline_and_exact() -> None:
-    sink = Sink()
     engine = ToyEngine(delay_s=0.002)
-    ex = _overlap(engine, sink)
+    ex = _overlap(engine)
     rng = np.random.default_rng(10)
     for _ in range(30):
         s = int(rng.integers(1, 17))
@@ -500,7 +497,6 @@ def test_overlap_returns_every_response_inline_and_exact() -> None:
     st = ex.stats
     assert st.chunks > st.overlap_batches == 30, "no batch was cut into chunks"
     assert st.max_depth >= 2, "chunks never overlapped on the device"
-    assert not sink.got and st.deferred_requests == 0, "overlap mode never sends"
     assert ex.close(10)
 
 
@@ -516,7 +512,7 @@ def test_a_failing_chunk_fails_only_its_requests() -> None:
             super().run(inputs, outputs)
 
     runner = CpuRunner(FaultyEngine(), layout, Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
-    ex = OverlapExecutor(runner, Sink(), slots=2, chunk_items=4, max_chunks=8)
+    ex = OverlapExecutor(runner, slots=2, chunk_items=4, max_chunks=8)
     items = [_token_item(i) for i in range(6)]
     items[4].inputs["input_ids"][0, 0] = 99  # a device fault, in the third chunk with item 5
     out = ex.run(Batch(items), _respond)
@@ -529,207 +525,31 @@ def test_a_failing_chunk_fails_only_its_requests() -> None:
     assert ex.close(10)
 
 
-def _always_cut(policy_class: Any) -> Any:
-    """``AutoPolicy`` with its cut-or-whole choice fixed to cutting: the tests of the deferral alone."""
-
-    class AlwaysCut(policy_class):  # type: ignore[misc, valid-type]
-        def split(self, chunks: int) -> tuple[bool, str]:
-            return chunks > 1, "cheaper"
-
-    return AlwaysCut
-
-
-def test_auto_defers_the_last_chunk_when_waiting_costs_more_than_sending() -> None:
-    from inflight.runtime.executor import AutoPolicy
-
-    # a slow device and fast sends: once the wait for the last chunk is measured, auto defers it
-    sink = Sink()
-    policy = _always_cut(AutoPolicy)(send_us=10.0, explore_every=0, busy_min=0)
-    ex = _overlap(ToyEngine(delay_s=0.02), sink, policy)
-    rng = np.random.default_rng(11)
-    k = 0
-    expected: dict[int, np.ndarray] = {}
-    inline_answered: set[int] = set()
-    for _ in range(6):
-        items = [_item(k + j, 4, 5, rng) for j in range(6)]  # 24 items: 3 chunks of 2 requests
-        k += 6
-        expected.update({it.handle: _expect(it) for it in items})
-        with ex.issuing():
-            out = ex.run(Batch(items), _respond)
-        for it, o in zip(items, out, strict=True):
-            if o is not None:
-                np.testing.assert_array_equal(o[1]["y"], expected[it.handle])
-                inline_answered.add(it.handle)
-    assert ex.close(10)
-    st = ex.stats
-    assert st.auto_inline == 1 and st.auto_deferred == 5, st.snapshot()  # the first batch measures the wait
-    assert st.deferred_requests == 5 * 2
-    assert set(sink.got) | inline_answered == set(expected) and not set(sink.got) & inline_answered
-    for h, (outputs, err) in sink.got.items():
-        assert err is None
-        np.testing.assert_array_equal(outputs["y"], expected[h])  # type: ignore[index]
-    assert st.auto_wait_est_us > 10_000 and st.auto_send_est_us > 0
-
-
-def test_auto_returns_whole_batches_when_sending_costs_more_and_explores_now_and_then() -> None:
-    from inflight.runtime.executor import AutoPolicy
-
-    # a fast device and slow sends (the prior, then measured on the explored batches)
-    sink = Sink(delay_s=0.01)
-    policy = _always_cut(AutoPolicy)(send_us=5_000.0, explore_every=4, busy_min=0)
-    ex = _overlap(ToyEngine(), sink, policy)
-    rng = np.random.default_rng(12)
-    for b in range(8):
-        items = [_item(b * 6 + j, 4, 5, rng) for j in range(6)]
-        with ex.issuing():
-            out = ex.run(Batch(items), _respond)
-        assert sum(o is None for o in out) in (0, 2)
-    assert ex.close(10)
-    st = ex.stats
-    assert st.auto_explored == 2 and st.auto_inline == 6 and st.auto_deferred == 0, st.snapshot()
-    assert len(sink.got) == st.deferred_requests == 4
-    assert st.auto_send_est_us > 5_000  # the 10 ms sends moved the estimate up
-
-
-def _auto_batches(ex: Any, batches: int, respond: Any, rng: np.random.Generator) -> None:
-    """Run ``batches`` batches of 6 requests x 4 items (3 chunks of 8 items when cut); check every answer."""
-    for b in range(batches):
-        items = [_item(b * 6 + j, 4, 5, rng) for j in range(6)]
-        with ex.issuing():
-            out = ex.run(Batch(items), respond)
-        for it, o in zip(items, out, strict=True):
-            if o is not None:
-                np.testing.assert_array_equal(o[1]["y"], _expect(it))
-
-
-def test_auto_runs_a_batch_whole_when_cutting_it_costs_more() -> None:
-    from inflight.runtime.executor import AutoPolicy
-
-    # a fixed cost per launch and nothing to overlap it with: three chunks cost three launches
-    policy = AutoPolicy(send_us=1e9, explore_every=8, busy_min=0)  # sends priced out: never deferred but when explored
-    ex = _overlap(ToyEngine(delay_s=0.004), Sink(), policy)
-    _auto_batches(ex, 24, _respond, np.random.default_rng(13))
-    assert ex.close(10)
-    st = ex.stats
-    # 24 batches could be cut: the explored ones count in auto_explored, the rest as chosen
-    assert 18 <= st.auto_whole + st.auto_split < 24 and st.auto_explored >= 2, st.snapshot()
-    assert st.auto_whole >= 18 and st.auto_split >= 1, st.snapshot()  # both measured, whole chosen
-    assert 0 < st.auto_whole_est_us < st.auto_split_est_us
-
-
-def test_auto_cuts_a_batch_when_overlapping_its_responses_with_the_device_pays() -> None:
-    from inflight.runtime.executor import AutoPolicy
-
-    def slow_respond(outputs: Mapping[str, np.ndarray] | None, error: str | None) -> Any:
-        time.sleep(0.002)  # host work per response, overlapped with the next chunk when cut
-        return _respond(outputs, error)
-
-    policy = AutoPolicy(send_us=1e9, explore_every=8, busy_min=0)
-    ex = _overlap(ToyEngine(per_row_s=0.0006), Sink(), policy)  # device time in proportion to rows
-    _auto_batches(ex, 24, slow_respond, np.random.default_rng(14))
-    assert ex.close(10)
-    st = ex.stats
-    assert 18 <= st.auto_whole + st.auto_split < 24 and st.auto_explored >= 2, st.snapshot()
-    assert st.auto_split >= 18 and st.auto_whole >= 1, st.snapshot()
-    assert 0 < st.auto_split_est_us < st.auto_whole_est_us
-
-
-def test_auto_returns_a_batch_that_explores_cutting_in_full_so_its_time_is_measured() -> None:
-    """Deferring is the steady choice; a batch exploring the cut is not deferred, and its time counts."""
-    from inflight.runtime.executor import AutoPolicy
-
-    # whole is cheaper and deferring pays (long wait, sends nearly free): the first cut explores
-    policy = AutoPolicy(send_us=0.001, wait_us=1e9, explore_every=2, whole_us=1.0, split_us=1e6, busy_min=0)
-    sink = Sink()
-    ex = _overlap(ToyEngine(delay_s=0.002), sink, policy)
-    rng = np.random.default_rng(15)
-    items = [_item(j, 4, 5, rng) for j in range(6)]
-    with ex.issuing():
-        out = ex.run(Batch(items), _respond)
-    assert all(o is not None for o in out), "the exploring batch was deferred"
-    assert ex.stats.auto_explored == 1 and ex.stats.chunks == 3 and ex.stats.deferred_requests == 0
-    assert policy.split_us is not None and policy.split_us < 1e6  # its time was measured
-    items = [_item(10 + j, 4, 5, rng) for j in range(6)]
-    with ex.issuing():
-        out = ex.run(Batch(items), _respond)
-    assert out.count(None) > 0 and ex.stats.auto_deferred == 1  # the next batch defers its last chunk
-    assert ex.close(10)
-    assert len(sink.got) == out.count(None)
-
-
-def test_auto_policy_tries_each_branch_then_takes_the_cheaper_and_explores() -> None:
-    from inflight.runtime.executor import AutoPolicy
-
-    p = AutoPolicy(explore_every=4, busy_min=0)
-    assert p.split(1) == (False, "one chunk")
-    assert p.split(3) == (True, "unmeasured")
-    p.ran(True, 0.002, 100)  # 20 us per item cut
-    assert p.split(3) == (False, "unmeasured")
-    p.ran(False, 0.001, 100)  # 10 us per item whole
-    choices = [p.split(3) for _ in range(8)]
-    assert choices.count((False, "cheaper")) == 6 and choices.count((True, "explored")) == 2
-
-
-def test_auto_policy_explores_less_while_its_choice_holds_and_again_when_it_changes() -> None:
-    from inflight.runtime.executor import AutoPolicy
-
-    p = AutoPolicy(explore_every=4, explore_max=16, busy_min=0)  # no wait measured: never deferred but when explored
-    explored = [n for n in range(1, 101) if p.decide(3)[1] == "explored"]
-    assert explored == [4, 8, 16, 32, 48, 64, 80, 96]  # the period doubles to explore_max
-    assert p.explore_periods["defer"] == 16
-    p.wait_us = 1e9  # the wait grew: deferring is the choice now
-    decisions = [p.decide(3) for _ in range(101, 125)]
-    explored = [101 + i for i, d in enumerate(decisions) if d[1] == "explored"]
-    # the exploration due at 112 finds the choice changed: the period is explore_every again, then backs off
-    assert explored == [112, 116, 124]
-    assert decisions[0] == (True, "deferred") and decisions[112 - 101] == (False, "explored")
-    assert AutoPolicy(explore_every=0, busy_min=0).explore_periods == {"defer": 0, "split": 0}
-
-
 def test_overlap_needs_two_slots() -> None:
     with pytest.raises(ValueError, match="at least 2 slots"):
         _overlap(ToyEngine(), Sink(), slots=1)
 
 
-def test_auto_answers_in_band_while_the_instance_is_idle_between_calls() -> None:
-    from inflight.runtime.executor import AutoPolicy
-
-    # deferring would pay by the estimates (a long wait, cheap sends), but the execute thread spent
-    # 10% of the gaps between calls on the CPU: the next batch was not waiting, so nothing is deferred
-    # and the deferral is not explored either
-    p = AutoPolicy(send_us=1.0, wait_us=1e6, explore_every=2, busy_min=0.5)
-    assert p.decide(3) == (False, "idle")  # unmeasured: in-band
-    for _ in range(50):
-        p.between(0.004, 0.0004)
-    assert p.busy is not None and abs(p.busy - 0.1) < 1e-6
-    assert {p.decide(3) for _ in range(20)} == {(False, "idle")}
-    # busy: the gaps are the stub's own work on the next batch (90% CPU): deferring pays, and is explored
-    for _ in range(50):
-        p.between(0.004, 0.0036)
-    decisions = [p.decide(3) for _ in range(20)]
-    assert decisions.count((True, "deferred")) >= 15 and (False, "explored") in decisions
-    # a thread that waits for a core shows the same low share: in-band again
-    for _ in range(50):
-        p.between(0.004, 0.001)
-    assert p.decide(3) == (False, "idle")
-    # busy_min=0: no gate
-    assert AutoPolicy(send_us=1.0, wait_us=1e6, explore_every=0, busy_min=0).decide(3) == (True, "deferred")
-
-
-def test_auto_counts_the_batches_it_answers_in_band_for_idleness() -> None:
-    from inflight.runtime.executor import AutoPolicy
-
+def test_pipelined_run_is_the_sync_path_on_a_slot_of_the_ring() -> None:
+    """``PipelinedExecutor.run`` (auto's in-band path) answers as ``SyncExecutor.run`` and leaves the ring free."""
+    rng = np.random.default_rng(21)
+    batches = [[_item(b * 4 + j, int(rng.integers(1, 6)), 7, rng) for j in range(4)] for b in range(5)]
     sink = Sink()
-    policy = _always_cut(AutoPolicy)(send_us=0.001, explore_every=0, busy_min=0.5)
-    ex = _overlap(ToyEngine(delay_s=0.005), sink, policy)
-    rng = np.random.default_rng(13)
-    for b in range(4):
-        ex.between_executes(0.01, 0.001)  # 10% busy between calls
-        items = [_item(b * 6 + j, 4, 5, rng) for j in range(6)]
-        with ex.issuing():
-            out = ex.run(Batch(items), _respond)
-        assert all(o is not None for o in out)
-    assert ex.close(10)
-    st = ex.stats
-    assert st.auto_idle == 4 and st.auto_deferred == 0 and not sink.got, st.snapshot()
-    assert abs(st.auto_busy_share - 0.1) < 1e-6
+    with (
+        SyncExecutor(_runner(ToyEngine())) as sync,
+        PipelinedExecutor(_runner(ToyEngine(delay_s=0.002)), sink, slots=2, response_threads=1) as ring,
+    ):
+        for items in batches:
+            want = [o["y"].copy() for o in sync.run(Batch(items))]
+            got = ring.run(Batch(items))
+            assert [o["y"].tolist() for o in got] == [w.tolist() for w in want]
+            assert ring.in_flight() == 0
+        # a batch deferred before an in-band one: both answered, each through its own path
+        deferred = [_item(100 + j, 2, 7, rng) for j in range(3)]
+        ring.submit(Batch(deferred))
+        inline = [_item(200, 3, 7, rng)]
+        np.testing.assert_array_equal(ring.run(Batch(inline))[0]["y"], _expect(inline[0]))
+    assert sorted(sink.got) == [100, 101, 102]
+    st = ring.stats
+    assert st.batches == 7 and st.inline_wait_s > 0 and st.inline_wait_s <= st.device_wait_s
+    assert sync.stats.inline_wait_s == sync.stats.device_wait_s

@@ -9,7 +9,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 from inflight.errors import ConfigError
 from inflight.model_config import BackendParameters, proto_from_json
 from inflight.variants import (
-    DEPLOYED_CHUNK_ITEMS,
     VARIANTS,
     BatchingConfig,
     VariantConfig,
@@ -30,7 +29,7 @@ def test_inflight_deployment_is_one_auto_instance_per_server_core() -> None:
     for cores in (1, 4, 8, 16):
         instances, p = inflight_deployment(cores, base)
         assert instances == cores
-        assert p.mode == "auto" and p.chunk_items == DEPLOYED_CHUNK_ITEMS and p.warmup_seq_len == 32
+        assert p.mode == "auto" and p.warmup_seq_len == 32
     with pytest.raises(ConfigError, match="server_cpus=0: give the number of cores"):
         inflight_deployment(0, base)
 
@@ -123,8 +122,11 @@ def test_parameters_parse_and_errors_name_the_key() -> None:
         BackendParameters.from_parameters({"slots": "four"})
     with pytest.raises(ConfigError, match="increasing"):
         BackendParameters.from_parameters({"batch_buckets": "8,4"})
-    with pytest.raises(ConfigError, match=r"slots=1: mode=auto needs at least 2"):
-        BackendParameters.from_parameters({"mode": "auto", "slots": "1"})
+    with pytest.raises(ConfigError, match=r"slots=1: mode=overlap needs at least 2"):
+        BackendParameters.from_parameters({"mode": "overlap", "slots": "1"})
+    with pytest.raises(ConfigError, match=r"auto_bound_min=0.9, .* use a bound >= 1"):
+        BackendParameters.from_parameters({"auto_bound_min": "0.9"})
+    assert BackendParameters.from_parameters({"mode": "auto", "slots": "1"}).slots == 1
     with pytest.raises(ConfigError, match=r"max_chunks 1..64"):
         BackendParameters.from_parameters({"chunk_items": "0"})
     with pytest.raises(ConfigError, match=r"auto_explore_max=16: .* a longest interval at least that"):

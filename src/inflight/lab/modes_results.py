@@ -501,7 +501,10 @@ def section(root: Path) -> list[str]:
                 fmt(ex.get("device_wait_ms"), ".2f"),
                 fmt(overlap_bound(e), ".2f"),
                 fmt(int(ex["auto_deferred"]), "d") if ex.get("auto_deferred") is not None else "n/a",
-                fmt(int(ex["auto_idle"]), "d") if ex.get("auto_idle") is not None else "n/a",
+                # in-band batches: the auto of issue 30's overlap-bound rule only (it records auto_bound)
+                fmt(int(ex["auto_inline"]) + int(ex.get("auto_explored") or 0), "d")
+                if ex.get("auto_bound") is not None
+                else "n/a",
             ]
         )
     if ex_rows:
@@ -525,7 +528,7 @@ def section(root: Path) -> list[str]:
                     "device wait ms",
                     "overlap bound",
                     "auto deferred",
-                    "auto idle",
+                    "auto in-band",
                 ],
                 ex_rows,
             ),

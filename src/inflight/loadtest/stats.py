@@ -499,14 +499,13 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "gil_probe_mean_late_us": (
             tot["gil_probe_mean_late_us"] / len(records) if "gil_probe_mean_late_us" in tot else None
         ),
-        # overlap and auto modes: chunks per batch, and what auto chose (batches count chunks there)
+        # overlap mode: chunks per batch; auto: the batches of each path and the overlap bound it measured
         "chunks_per_execute": tot["chunks"] / executes if tot.get("chunks") else None,
         "inline_wait_ms": tot["inline_wait_s"] / executes * 1e3 if tot.get("chunks") else None,
         "auto_inline": int(tot.get("auto_inline", 0)),
         "auto_deferred": int(tot.get("auto_deferred", 0)),
         "auto_explored": int(tot.get("auto_explored", 0)),
-        "auto_whole": int(tot.get("auto_whole", 0)),
-        "auto_split": int(tot.get("auto_split", 0)),
+        "auto_bound": tot["auto_bound"] / len(records) if tot.get("auto_bound") else None,
         "deferred_requests": int(tot.get("deferred_requests", 0)),
         # launches, and those run unpadded (masked tokens left out); computed over real tokens
         "launches": int(tot["launches"]) if "launches" in tot else None,

@@ -205,30 +205,21 @@ def build_mode(params: BackendParameters, runner: Runner, answering: Answering) 
     p, sink, ranges = params, answering.sink, answering.ranges
     if p.mode == "sync":
         return SyncMode(SyncExecutor(runner, ranges), answering)
-    ring: dict[str, Any] = {"slots": ring_slots(p), "response_backlog": p.response_backlog, "ranges": ranges}
-    if p.mode == "pipelined":
-        pipelined = PipelinedExecutor(
-            runner, sink, response_threads=p.response_threads, yield_to_issue=p.response_yield, **ring
+    if p.mode == "overlap":
+        overlap = OverlapExecutor(
+            runner, slots=ring_slots(p), chunk_items=p.chunk_items, max_chunks=p.max_chunks, ranges=ranges
         )
-        return PipelinedMode(pipelined, answering)
-    auto = p.mode == "auto"
-    policy = (
-        AutoPolicy(
-            send_us=p.auto_send_prior_us,
-            explore_every=p.auto_explore_every,
-            explore_max=p.auto_explore_max,
-            busy_min=p.auto_busy_min,
-        )
-        if auto
-        else None
-    )
-    overlap = OverlapExecutor(
+        return OverlapMode(overlap, answering)
+    ring = PipelinedExecutor(
         runner,
         sink,
-        chunk_items=p.chunk_items,
-        max_chunks=p.max_chunks,
-        policy=policy,
-        response_threads=p.response_threads if auto else 1,
-        **ring,
+        slots=ring_slots(p),
+        response_threads=p.response_threads,
+        response_backlog=p.response_backlog,
+        yield_to_issue=p.response_yield,
+        ranges=ranges,
     )
-    return AutoMode(overlap, answering) if auto else OverlapMode(overlap, answering)
+    if p.mode == "pipelined":
+        return PipelinedMode(ring, answering)
+    policy = AutoPolicy(bound_min=p.auto_bound_min, explore_every=p.auto_explore_every, explore_max=p.auto_explore_max)
+    return AutoMode(ring, answering, policy)

@@ -11,14 +11,14 @@ server process (docs/LAB.md, "Toolchain facts": sent one after another they made
 the sync one). When every slot is busy, ``submit`` waits for one (back-pressure), and when too
 many batches wait for their responses the completion thread waits; both waits are counted.
 
-``OverlapExecutor`` (modes ``overlap`` and ``auto``): the sync mode's return path with the GPU
-hidden inside one ``execute()``. The batch is cut into chunks at request boundaries; chunk i+1 is
-gathered and launched while the GPU runs chunk i, and chunk i's responses are built while the GPU
-runs chunk i+1; all of them go back in ``execute()``'s returned list (one message per batch, no
-``send()``). In ``auto`` it may instead hand the *last* chunk to the completion thread and return
-at once: those requests are answered through ``send()``, a round trip each, which pays only when
-the execute thread would otherwise wait on the GPU longer (decided per batch from measured costs,
-see ``AutoPolicy``).
+``PipelinedExecutor.run`` is the sync executor's path over one slot of the ring (gather, launch,
+wait, return the outputs): the ``auto`` mode answers a batch in-band through it, or defers it
+through ``submit``, batch by batch (``AutoPolicy``).
+
+``OverlapExecutor`` (mode ``overlap``): the sync mode's return path with the GPU hidden inside one
+``execute()``. The batch is cut into chunks at request boundaries; chunk i+1 is gathered and
+launched while the GPU runs chunk i, and chunk i's responses are built while the GPU runs chunk
+i+1; all of them go back in ``execute()``'s returned list (one message per batch, no ``send()``).
 
 The two ring executors are composed of the same parts, not one of the other: a ``SlotRing`` (free
 and busy slots, back-pressure), a ``Completion`` thread and a ``ResponsePool`` (sender threads, a
@@ -171,58 +171,36 @@ class ExecutorStats:
         "Time the completion side waited for the device.", "inflight_device_wait_seconds_total", default=0.0
     )
     chunks: int = _stat(
-        "Chunks launched (overlap and auto modes; each is one batch in a slot, counted in ``batches`` too).",
+        "Chunks launched (overlap mode; each is one batch in a slot, counted in ``batches`` too).",
         "inflight_chunks_total",
     )
     overlap_batches: int = _stat("Batches (``execute()`` calls) the overlap executor ran.")
-    inline_wait_s: float = _stat("Time the execute thread waited for the device (overlap executor).", default=0.0)
+    inline_wait_s: float = _stat(
+        "Time the execute thread waited for the device (every batch answered in-band: sync, overlap, auto's).",
+        default=0.0,
+    )
     deferred_requests: int = _stat(
-        "Requests of deferred chunks, answered through ``send()`` (auto mode).", "inflight_deferred_requests_total"
+        "Requests of the batches auto deferred, answered through ``send()``.", "inflight_deferred_requests_total"
     )
     auto_inline: int = _stat(
-        "auto: batches returned whole (the wait for the last chunk cost less than sending it).",
+        "auto: batches answered in-band, the sync mode's path (the measured overlap bound under ``auto_bound_min``, "
+        "or not measured yet).",
         "inflight_auto_inline_batches_total",
     )
     auto_deferred: int = _stat(
-        "auto: batches whose last chunk was deferred (the wait cost more than sending it).",
+        "auto: batches deferred, the pipelined mode's path (the measured overlap bound at ``auto_bound_min`` "
+        "or above).",
         "inflight_auto_deferred_batches_total",
     )
     auto_explored: int = _stat(
-        "auto: batches that took the other branch (cut or whole, defer or not) to refresh its estimate.",
+        "auto: batches answered in-band while deferring, to measure the overlap bound again.",
         "inflight_auto_explored_batches_total",
     )
-    auto_idle: int = _stat(
-        "auto: batches answered in-band because the instance was not busy between its ``execute()`` calls "
-        "(the execute thread's CPU share there under ``busy_min``; see ``AutoPolicy``).",
-        "inflight_auto_idle_batches_total",
-    )
-    auto_busy_share: float = _stat(
-        "auto: the execute thread's CPU share between ``execute()`` calls (moving average).",
-        "inflight_auto_busy_share",
+    auto_bound: float = _stat(
+        "auto: the overlap bound measured on in-band batches (moving average; see ``AutoPolicy``).",
+        "inflight_auto_overlap_bound",
         "gauge",
         default=0.0,
-    )
-    auto_wait_est_us: float = _stat(
-        "auto: estimated wait for a batch's last chunk.", "inflight_auto_wait_estimate_us", "gauge", default=0.0
-    )
-    auto_send_est_us: float = _stat(
-        "auto: estimated cost of one ``send()`` per request.", "inflight_auto_send_estimate_us", "gauge", default=0.0
-    )
-    auto_whole: int = _stat(
-        "auto: batches run as one chunk (cheaper per item than cutting them as measured, or cutting not "
-        "measured yet; explorations apart).",
-        "inflight_auto_whole_batches_total",
-    )
-    auto_split: int = _stat(
-        "auto: batches cut into chunks (cheaper per item than one chunk as measured, or running whole not "
-        "measured yet; explorations apart).",
-        "inflight_auto_split_batches_total",
-    )
-    auto_whole_est_us: float = _stat(
-        "auto: execute time per item, batches run whole.", "inflight_auto_whole_estimate_us", "gauge", default=0.0
-    )
-    auto_split_est_us: float = _stat(
-        "auto: execute time per item, batches cut into chunks.", "inflight_auto_split_estimate_us", "gauge", default=0.0
     )
     batch_sizes: deque[int] = field(
         default_factory=lambda: deque(maxlen=100_000),
@@ -336,6 +314,25 @@ class _Base:
                 self.stats.graph_replays += replays
                 self.stats.eager_launches += len(slot.groups) - replays
 
+    def _run_in_band(self, slot: Slot, batch: Batch) -> list[dict[str, np.ndarray]]:
+        """The sync path on ``slot``: gather, launch, wait for the device, return per-request output views.
+
+        The views stay valid until the slot is gathered into again (the caller's next batch).
+
+        Raises:
+            EngineError: when the batch failed on the device.
+        """
+        self._prepare(slot, batch)
+        self._launch(slot)
+        t0 = time.perf_counter()
+        with self.ranges.range("wait"):
+            self.runner.wait(slot)
+        waited = time.perf_counter() - t0
+        with self._lock:
+            self.stats.device_wait_s += waited
+            self.stats.inline_wait_s += waited
+        return outputs_for(self.layout, slot)
+
     def _collect(self, slot: Slot, range_name: str) -> tuple[dict[str, np.ndarray] | None, str | None, float]:
         """Wait for the slot's batch and copy its real output rows out of the slot.
 
@@ -381,16 +378,10 @@ class SyncExecutor(_Base):
         """
         self._check_open()
         (slot,) = self.slots
-        self._prepare(slot, batch)
-        self._launch(slot)
-        t0 = time.perf_counter()
-        with self.ranges.range("wait"):
-            self.runner.wait(slot)
         with self._lock:
-            self.stats.device_wait_s += time.perf_counter() - t0
             self.stats.depth_launches[1] += 1
             self.stats.max_depth = 1
-        return outputs_for(self.layout, slot)
+        return self._run_in_band(slot, batch)
 
     def in_flight(self) -> int:
         """Batches on the device between calls: none."""
@@ -504,7 +495,6 @@ class ResponsePool:
         threads: Sender threads.
         backlog: Batches whose responses may wait for the senders at once.
         yield_to_issue: Hold the senders off while the issue path runs.
-        sent: Told ``(seconds, responses)`` of each sender's run of responses, under the lock.
     """
 
     def __init__(
@@ -517,13 +507,11 @@ class ResponsePool:
         threads: int,
         backlog: int,
         yield_to_issue: bool,
-        sent: Callable[[float, int], None] | None = None,
     ) -> None:
         self.sink = sink
         self.stats = stats
         self.ranges = ranges
         self._lock = lock
-        self._sent = sent
         self._sends: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._backlog = threading.BoundedSemaphore(backlog)
         self._yield = yield_to_issue
@@ -599,14 +587,11 @@ class ResponsePool:
             outs = out.outs
             offsets = out.offsets
             idle = self._issue_idle
-            held = 0.0  # time spent holding off for the issue path (not the cost of sending)
             with self.ranges.range("respond"):
                 for k in range(lo, hi):
                     item = out.items[k]
                     if not idle.is_set():
-                        th = time.perf_counter()
                         idle.wait()
-                        held += time.perf_counter() - th
                     try:
                         if outs is None:
                             self.sink.send(item.handle, None, out.error)
@@ -620,8 +605,6 @@ class ResponsePool:
             t1 = time.perf_counter()
             with self._lock:
                 self.stats.send_s += t1 - t0
-                if sent and self._sent is not None:
-                    self._sent(t1 - t0 - held, sent)
                 if outs is None:
                     self.stats.error_responses += sent
                 else:
@@ -706,8 +689,17 @@ class Completion:
         self.thread.join(timeout=max(1.0, deadline - time.monotonic()))
 
 
-class _RingExecutor(_Base):
-    """What both ring executors are made of: a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``.
+class PipelinedExecutor(_Base):
+    """A ring of slots; ``submit`` returns once the batch is enqueued, ``run`` answers one in-band.
+
+    Composed of a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``. A slot is busy only
+    while its batch is on the device: once the output event fired, the completion thread copies
+    the batch's outputs out of the slot's pinned buffer (one copy per output per batch), frees
+    the slot, and queues the responses for the sender threads. So the GPU is never held up by the
+    response path, and the response path is bounded separately: at most ``response_backlog``
+    batches wait for their responses; beyond that the completion thread waits (counted), slots
+    stay busy, and ``submit`` waits for a slot (counted) — back-pressure reaches Triton's queue,
+    nothing is dropped.
 
     Args:
         runner: Device resources.
@@ -719,7 +711,6 @@ class _RingExecutor(_Base):
             (see ``issuing``). All of them share the GIL with the execute thread, which is the
             one thread that decides throughput; measured on the H200, letting eight senders
             contend with it made the gather step six times slower.
-        sent: Told each sender's ``(seconds, responses)`` (``ResponsePool``).
         ranges: NVTX ranges.
     """
 
@@ -732,7 +723,6 @@ class _RingExecutor(_Base):
         response_threads: int,
         response_backlog: int = 8,
         yield_to_issue: bool = True,
-        sent: Callable[[float, int], None] | None = None,
         ranges: Ranges | None = None,
     ) -> None:
         super().__init__(runner, ranges)
@@ -746,7 +736,6 @@ class _RingExecutor(_Base):
             threads=response_threads,
             backlog=response_backlog,
             yield_to_issue=yield_to_issue,
-            sent=sent,
         )
         self.ring = SlotRing(runner.make_slots(slots), self.stats, self._lock, self.ranges, self.pool.waiting)
         self.slots = self.ring.slots
@@ -796,23 +785,6 @@ class _RingExecutor(_Base):
             LOGGER.error("device resources left to the process exit because work is still queued on the device")
         return not stuck
 
-
-class PipelinedExecutor(_RingExecutor):
-    """A ring of slots; ``submit`` returns once the batch is enqueued.
-
-    Composed of a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``. A slot is busy only
-    while its batch is on the device: once the output event fired, the completion thread copies
-    the batch's outputs out of the slot's pinned buffer (one copy per output per batch), frees
-    the slot, and queues the responses for the sender threads. So the GPU is never held up by the
-    response path, and the response path is bounded separately: at most ``response_backlog``
-    batches wait for their responses; beyond that the completion thread waits (counted), slots
-    stay busy, and ``submit`` waits for a slot (counted) — back-pressure reaches Triton's queue,
-    nothing is dropped.
-
-    Args: those of ``_RingExecutor`` (``runner``, ``sink``, ``slots``, ``response_threads``,
-    ``response_backlog``, ``yield_to_issue``, ``ranges``).
-    """
-
     def submit(self, batch: Batch) -> None:
         """Gather ``batch`` into a free slot, launch it, hand it to the completion thread.
 
@@ -835,6 +807,25 @@ class PipelinedExecutor(_RingExecutor):
             self._fail_unlaunched(slot, batch, "failed to launch", f"batch failed to launch on the device: {e}")
             return
         self.completion.put(slot)
+
+    def run(self, batch: Batch) -> list[dict[str, np.ndarray]]:
+        """Execute ``batch`` in-band, the sync executor's path on a slot of the ring; return its output views.
+
+        ``auto`` answers a batch this way when deferring it cannot gain. The slot is free again on
+        return; its output views stay valid until the caller's next batch (only the execute thread
+        gathers into slots, so they outlive the ``execute()`` that returns them). Batches deferred
+        before are still on the device ahead of it; the wait includes them.
+
+        Raises:
+            EngineError: when the batch failed on the device.
+            ShuttingDownError: when the executor is closing; ``ClosedError`` once it is closed.
+        """
+        self._check_open()
+        slot = self.ring.acquire()
+        try:
+            return self._run_in_band(slot, batch)
+        finally:
+            self.ring.release(slot)
 
     def _fail_unlaunched(self, slot: Slot, batch: Batch, what: str, error: str) -> None:
         """Free the slot of a batch that never reached the device and answer its requests with ``error``."""
@@ -877,240 +868,140 @@ def chunk_bounds(counts: Sequence[int], chunk_items: int, max_chunks: int) -> li
 
 @dataclass
 class AutoPolicy:
-    """How ``auto`` mode decides, per batch, whether to cut the batch into chunks and whether to defer the last one.
+    """How ``auto`` answers each batch: in-band, the sync mode's path, or deferred, the pipelined mode's.
 
-    Cutting overlaps one chunk's host work with the GPU running the next, and costs each extra
-    chunk its own acquire, gather, launch, wait and output copy: it pays only when the GPU's part
-    of a batch is longer than that. Both are measured as ``run()``'s time per item of the batches
-    run whole and of those cut (batches returned in full only: a deferred chunk's time is not
-    spent in ``run()``); the cheaper one is chosen, and now and then a batch takes the other
-    (explored as below, the first time half a period before the deferral).
+    Deferring pays only when it frees enough of the instance's execute thread: the thread's cycle
+    per batch is the gap between two ``execute()`` calls (the Python stub receives the next batch
+    on it, or waits for one) plus ``execute()`` itself, and deferring takes the device wait out
+    of it. The **overlap bound** ``cycle / (cycle - wait)`` is the most a deferral could add to
+    the instance's rate; every in-band batch measures it (moving average). A batch is deferred
+    while the bound is at least ``bound_min``; below it, or before any measurement, it is
+    answered in-band, exactly as the sync mode answers it.
 
-    Deferring saves the execute thread its wait for the last chunk (it returns once the chunk is
-    launched and the earlier chunks' responses are built) and costs one ``send()`` round trip per
-    request of that chunk. Both are measured: the wait on every batch returned whole, the send cost
-    on every deferred one; a batch defers when ``wait_us > tail requests x send_us``. Now and then a
-    batch takes the other branch, so that the estimate the current choice does not measure stays
-    current.
+    The bound reads the load too: an idle instance's gaps are long, so its bound is near 1 and it
+    answers in-band (the sync mode's latency); a busy instance's gaps are the stub's own work. The
+    rule's threshold comes from the open-loop sittings under ``results/modes`` (H200): bert-tiny
+    measured bounds 1.07-1.11 at capacity, where one pipelined instance served 0.96x one sync
+    instance and deferring lost p99; bert-small measured 1.51 in sync, where one pipelined instance
+    served 1.39x one sync instance. ``bound_min`` defaults between them (docs/DESIGN.md, "When
+    pipelining pays").
 
-    Deferring can gain only when the instance is busy: when the next batch is already waiting and
-    the execute thread gets a core to take it. Both show in the execute thread's CPU time between
-    two ``execute()`` calls (the Python backend's stub receives the next batch and builds its
-    request objects on that thread): ``between(wall, cpu)`` keeps a moving average of that CPU share.
-    A low share means the thread waited there: for requests (the instance has spare capacity, so
-    an early return only moves the wait) or for a core (the server's CPU is saturated, and the
-    sends would take CPU from the other instances). Below ``busy_min`` the batch is answered
-    in-band, exactly as the sync mode answers it, and the deferral is not explored either. Measured
-    on the H200 with bert-tiny at eight instances on eight cores, deferring at any load cost p99
-    3.5-7x the sync mode's (docs/DESIGN.md, "When pipelining pays").
-
-    Exploring costs what the losing branch loses (a deferred chunk's requests each pay a ``send()``
-    round trip), so it backs off: the first exploration of each choice comes after
-    ``explore_every`` batches, and each time the choice is still the one it was at the previous
-    exploration the period doubles, up to ``explore_max``; when an exploration finds the choice
-    changed since the previous one, the period is ``explore_every`` again. A change needs no
-    exploration to be seen: the branch given up was the one being measured until then, so its
-    estimate is fresh, and the schedule only keeps the branch not taken from going stale. A batch
-    that explores cutting (or running whole) is returned in full, never deferred, so that its time
-    is measured.
+    While deferring, no batch measures the bound, so now and then one is answered in-band
+    (``explored``): after ``explore_every`` deferred batches, the period doubling while the choice
+    holds, up to ``explore_max``, and back to ``explore_every`` once the instance answered in-band.
 
     Attributes:
-        send_us: Estimated cost of one response sent through ``send()`` (starts at the prior).
-        wait_us: Estimated wait for a last chunk; None until a batch returned whole measured it.
-        explore_every: Batches between explorations while the choice is new (0: never explore).
-        explore_max: Longest period between explorations once the choice has held.
-        busy_min: The execute thread's CPU share between calls under which no batch is deferred
-            (0: no such gate).
-        busy: Moving average of that share; None until measured.
-        alpha: Weight of a new measurement in the moving averages.
+        bound_min: The overlap bound from which batches are deferred (1: defer once measured).
+        explore_every: Deferred batches before the first in-band measurement (0: never measure again).
+        explore_max: Longest period between those measurements.
+        alpha: Weight of a new measurement in the moving average.
+        bound: The measured overlap bound (moving average); None until an in-band batch measured it.
+        gap_s: The gap before the current ``execute()`` (``between``).
     """
 
-    send_us: float = 200.0
-    wait_us: float | None = None
+    bound_min: float = 1.25
     explore_every: int = 32
     explore_max: int = 1024
-    busy_min: float = 0.5
-    busy: float | None = None
     alpha: float = 0.1
-    whole_us: float | None = None
-    split_us: float | None = None
-    _batches: int = 0
-    _cuts: int = 0
-    #: per decision (``defer``, ``split``): the count at which it is next explored, its period, and
-    #: the choice it had at its last exploration
-    _next: dict[str, int] = field(default_factory=dict)
-    _period: dict[str, int] = field(default_factory=dict)
-    _held: dict[str, bool] = field(default_factory=dict)
+    bound: float | None = None
+    gap_s: float = 0.0
+    _deferred: int = 0
+    _next: int = 0
+    _period: int = 0
 
-    def _explore(self, decision: str, count: int, choice: bool) -> bool:
-        """Whether the ``count``-th ``decision`` explores the branch other than ``choice``."""
-        if not self.explore_every:
-            return False
-        first = self.explore_every if decision == "defer" else max(1, self.explore_every // 2)
-        if count < self._next.setdefault(decision, first):
-            return False
-        period = self._period.get(decision, self.explore_every)
-        if self._held.get(decision) == choice:
-            period = min(2 * period, max(self.explore_max, self.explore_every))
-        else:
-            period = self.explore_every
-        self._period[decision], self._held[decision] = period, choice
-        self._next[decision] = count + period
-        return True
+    def between(self, gap_s: float) -> None:
+        """The execute thread spent ``gap_s`` between the previous ``execute()``'s return and this one."""
+        self.gap_s = max(0.0, gap_s)
 
-    @property
-    def explore_periods(self) -> dict[str, int]:
-        """The current period between explorations of each decision (``defer``, ``split``)."""
-        return {d: self._period.get(d, self.explore_every) for d in ("defer", "split")}
-
-    def split(self, chunks: int) -> tuple[bool, str]:
-        """Whether to cut a batch that ``chunk_bounds`` would cut into ``chunks`` chunks.
+    def decide(self) -> tuple[bool, str]:
+        """Whether to defer the next batch.
 
         Returns:
-            The decision and its reason: ``one chunk`` (nothing to cut), ``unmeasured`` (a branch
-            without an estimate is tried first), ``cheaper`` or ``explored``.
+            The decision and its reason: ``unmeasured`` and ``inline`` (in-band), ``deferred``,
+            or ``explored`` (in-band while deferring, to measure the bound again).
         """
-        if chunks <= 1:
-            return False, "one chunk"
-        self._cuts += 1
-        if self.split_us is None:
-            return True, "unmeasured"
-        if self.whole_us is None:
+        if self.bound is None:
             return False, "unmeasured"
-        cut = self.split_us < self.whole_us
-        if self._explore("split", self._cuts, cut):
-            return not cut, "explored"
-        return cut, "cheaper"
+        if self.bound < self.bound_min:
+            self._deferred = 0
+            self._period = 0
+            return False, "inline"
+        self._deferred += 1
+        if self.explore_every > 0:
+            if not self._period:
+                self._period = self._next = self.explore_every
+            if self._deferred >= self._next:
+                self._period = min(2 * self._period, max(self.explore_max, self.explore_every))
+                self._next = self._deferred + self._period
+                return False, "explored"
+        return True, "deferred"
 
-    def ran(self, cut: bool, seconds: float, items: int) -> None:
-        """A batch of ``items`` items, returned in full, took ``seconds`` in ``run()`` (cut or whole)."""
-        us = seconds * 1e6 / max(1, items)
-        old = self.split_us if cut else self.whole_us
-        new = us if old is None else old + self.alpha * (us - old)
-        if cut:
-            self.split_us = new
-        else:
-            self.whole_us = new
-
-    def between(self, wall_s: float, cpu_s: float) -> None:
-        """The execute thread spent ``cpu_s`` of CPU in the ``wall_s`` between two ``execute()`` calls."""
-        if wall_s <= 0:
+    def ran(self, execute_s: float, wait_s: float) -> None:
+        """An in-band ``execute()`` took ``execute_s``, ``wait_s`` of it waiting for the device."""
+        cycle = self.gap_s + execute_s
+        if cycle <= 0:
             return
-        share = min(1.0, max(0.0, cpu_s / wall_s))
-        self.busy = share if self.busy is None else self.busy + self.alpha * (share - self.busy)
-
-    @property
-    def busy_enough(self) -> bool:
-        """Whether the instance is busy enough between calls for a deferral to gain."""
-        return self.busy_min <= 0 or (self.busy is not None and self.busy >= self.busy_min)
-
-    def decide(self, tail_requests: int) -> tuple[bool, str]:
-        """Whether to defer a last chunk of ``tail_requests`` requests.
-
-        Returns:
-            The decision and its reason: ``idle`` (in-band: the instance is not busy enough for
-            a deferral to gain; nothing is explored), ``inline``, ``deferred`` or ``explored``.
-        """
-        if not self.busy_enough:
-            return False, "idle"
-        self._batches += 1
-        defer = self.wait_us is not None and self.wait_us > tail_requests * self.send_us
-        if self._explore("defer", self._batches, defer):
-            return not defer, "explored"
-        return defer, "deferred" if defer else "inline"
-
-    def waited(self, seconds: float) -> None:
-        """The execute thread waited ``seconds`` for a batch's last chunk."""
-        us = seconds * 1e6
-        self.wait_us = us if self.wait_us is None else self.wait_us + self.alpha * (us - self.wait_us)
-
-    def sent(self, seconds: float, responses: int) -> None:
-        """A sender thread spent ``seconds`` on ``responses`` responses."""
-        us = seconds * 1e6 / responses
-        self.send_us += self.alpha * (us - self.send_us)
+        sample = cycle / max(cycle - min(wait_s, cycle), 1e-9)
+        self.bound = sample if self.bound is None else self.bound + self.alpha * (sample - self.bound)
 
 
 #: Builds the response object of one request from its outputs, or from an error message.
 Respond = Callable[[Mapping[str, np.ndarray] | None, str | None], Any]
 
 
-class OverlapExecutor(_RingExecutor):
+class OverlapExecutor(_Base):
     """Chunks of one batch overlapped on the GPU, answered in ``execute()``'s returned list.
 
-    ``run`` cuts the batch into chunks (``chunk_bounds``); each chunk takes a slot of the ring,
-    is gathered and launched, and the previous chunk is waited for, its outputs copied out of the
-    slot (the slot is free again at once) and its responses built while the GPU runs the newer
-    chunk. Responses are returned, so the Python backend ships them in one message per batch,
-    the sync mode's cost per request.
-
-    With ``policy`` set (``auto`` mode), the last chunk may be deferred instead: it goes to the
-    completion thread and its requests are answered through the response sink (``send()``, on the
-    sender threads), and ``run`` returns ``None`` for them. Composed of the same parts as
-    ``PipelinedExecutor``: a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``.
+    ``run`` cuts the batch into chunks (``chunk_bounds``); each chunk takes a slot of a
+    ``SlotRing``, is gathered and launched, and the previous chunk is waited for, its outputs
+    copied out of the slot (the slot is free again at once) and its responses built while the GPU
+    runs the newer chunk. Responses are returned, so the Python backend ships them in one message
+    per batch, the sync mode's cost per request. Nothing is in flight between two ``run`` calls,
+    so it needs no completion thread and no senders.
 
     Args:
         runner: Device resources.
-        sink: Sends the responses of deferred chunks (request ``handle`` = its response sender).
         slots: Ring size; at least 2 (a chunk is launched before the previous one is finished).
         chunk_items: Items a chunk aims for.
         max_chunks: Most chunks per batch.
-        policy: ``auto`` mode's decision rule; None never defers (``overlap`` mode).
-        response_threads: Sender threads for deferred chunks.
-        response_backlog: Deferred chunks whose responses may wait for the senders at once.
         ranges: NVTX ranges.
     """
 
     def __init__(
-        self,
-        runner: Runner,
-        sink: ResponseSink,
-        *,
-        slots: int,
-        chunk_items: int,
-        max_chunks: int,
-        policy: AutoPolicy | None = None,
-        response_threads: int = 1,
-        response_backlog: int = 8,
-        ranges: Ranges | None = None,
+        self, runner: Runner, *, slots: int, chunk_items: int, max_chunks: int, ranges: Ranges | None = None
     ) -> None:
         if slots < 2:
             raise ValueError("the overlap executor needs at least 2 slots (a chunk launches before the last one ends)")
         if chunk_items < 1 or max_chunks < 1:
             raise ValueError("chunk_items and max_chunks must be at least 1")
+        super().__init__(runner, ranges)
         self.chunk_items = chunk_items
         self.max_chunks = max_chunks
-        self.policy = policy
-        self._deferred: list[int] = []  # id() of the handles of the chunk the latest run() deferred
-        super().__init__(
-            runner,
-            sink,
-            slots=slots,
-            response_threads=response_threads,
-            response_backlog=response_backlog,
-            yield_to_issue=True,
-            sent=self._sent if policy is not None else None,
-            ranges=ranges,
-        )
-        if policy is not None:
-            self.stats.auto_send_est_us = policy.send_us
+        self.ring = SlotRing(runner.make_slots(slots), self.stats, self._lock, self.ranges)
+        self.slots = self.ring.slots
 
-    def between_executes(self, wall_s: float, cpu_s: float) -> None:
-        """The execute thread spent ``cpu_s`` of CPU in the ``wall_s`` since the previous ``execute()`` returned."""
-        if self.policy is not None:
-            self.policy.between(wall_s, cpu_s)
-            self.stats.auto_busy_share = self.policy.busy or 0.0
+    def in_flight(self) -> int:
+        """Chunks on the device now (none between two ``run`` calls)."""
+        return self.ring.in_flight()
 
-    def deferred_handles(self) -> set[int]:
-        """``id()`` of the handles of the chunk the latest ``run()`` deferred (empty when it deferred none)."""
-        return set(self._deferred)
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Refuse new batches and release the runner once no chunk is on the device; closing again does nothing.
 
-    def _sent(self, seconds: float, responses: int) -> None:
-        assert self.policy is not None
-        self.policy.sent(seconds, responses)
-        self.stats.auto_send_est_us = self.policy.send_us
+        Returns:
+            True when no chunk was left on the device.
+        """
+        if self._closed:
+            return True
+        self._closed = True
+        stuck = self.ring.drain(time.monotonic() + timeout_s)
+        if stuck:
+            LOGGER.error("%d chunk(s) still on the device at close; its resources are left to the exit", len(stuck))
+            return False
+        self.runner.close()
+        return True
 
     def run(self, batch: Batch, respond: Respond) -> list[Any]:
-        """Execute ``batch``; return each request's response object, or None where it was deferred.
+        """Execute ``batch``; return each request's response object, in order.
 
         Never raises for a chunk's failure: the requests of a chunk that failed get
         ``respond(None, message)``, and the other chunks carry on. The batch's values were checked
@@ -1120,42 +1011,10 @@ class OverlapExecutor(_RingExecutor):
             ClosedError: after ``close()``.
         """
         self._check_open()
-        t0 = time.perf_counter()
         items = batch.items
-        self._deferred = []
         out: list[Any] = [None] * len(items)
         position = {id(it): k for k, it in enumerate(items)}
         bounds = chunk_bounds([it.count for it in items], self.chunk_items, self.max_chunks)
-        cut = len(bounds) > 1
-        chose = self.policy is not None and cut  # auto measures only the batches it could cut
-        split_explored = False
-        if self.policy is not None and cut:
-            cut, why = self.policy.split(len(bounds))
-            split_explored = why == "explored"
-            with self._lock:
-                if split_explored:
-                    self.stats.auto_explored += 1
-                elif cut:
-                    self.stats.auto_split += 1
-                else:
-                    self.stats.auto_whole += 1
-            if not cut:
-                bounds = [(0, len(items))]
-        defer = False
-        # a batch exploring cut-or-whole is returned in full: a deferred chunk's time is not measured
-        if self.policy is not None and bounds and not split_explored:
-            lo, hi = bounds[-1]
-            defer, why = self.policy.decide(hi - lo)
-            with self._lock:
-                st = self.stats
-                if why == "explored":
-                    st.auto_explored += 1
-                elif why == "idle":
-                    st.auto_idle += 1
-                elif defer:
-                    st.auto_deferred += 1
-                else:
-                    st.auto_inline += 1
         with self._lock:
             self.stats.overlap_batches += 1
         pending: deque[Slot] = deque()
@@ -1163,21 +1022,9 @@ class OverlapExecutor(_RingExecutor):
             last = ci == len(bounds) - 1
             slot = self._start(items[lo:hi], out, position, respond)
             if slot is not None:
-                if last and defer:
-                    with self._lock:
-                        self.stats.deferred_requests += len(slot.batch.items) if slot.batch else 0
-                    self._deferred = [id(it.handle) for it in slot.batch.items] if slot.batch else []
-                    self.completion.put(slot)
-                else:
-                    pending.append(slot)
+                pending.append(slot)
             while len(pending) > (0 if last else 1):
-                finishing = pending.popleft()
-                self._finish(finishing, out, position, respond, last_chunk=last and not pending and not defer)
-        if self.policy is not None and chose and not defer:
-            self.policy.ran(cut, time.perf_counter() - t0, sum(it.count for it in items))
-            with self._lock:
-                self.stats.auto_whole_est_us = self.policy.whole_us or 0.0
-                self.stats.auto_split_est_us = self.policy.split_us or 0.0
+                self._finish(pending.popleft(), out, position, respond)
         return out
 
     def _start(self, chunk: list[Item], out: list[Any], position: Mapping[int, int], respond: Respond) -> Slot | None:
@@ -1204,9 +1051,7 @@ class OverlapExecutor(_RingExecutor):
             self.stats.chunks += 1
         return slot
 
-    def _finish(
-        self, slot: Slot, out: list[Any], position: Mapping[int, int], respond: Respond, *, last_chunk: bool
-    ) -> None:
+    def _finish(self, slot: Slot, out: list[Any], position: Mapping[int, int], respond: Respond) -> None:
         """Wait for one chunk, copy its outputs out, free its slot, build its responses into ``out``."""
         batch = slot.batch
         assert batch is not None
@@ -1216,9 +1061,6 @@ class OverlapExecutor(_RingExecutor):
             if error is None:
                 self.stats.device_wait_s += waited
                 self.stats.inline_wait_s += waited
-                if last_chunk and self.policy is not None:
-                    self.policy.waited(waited)
-                    self.stats.auto_wait_est_us = self.policy.wait_us or 0.0
             else:
                 self.stats.failed_batches += 1
         self.ring.release(slot)

@@ -19,9 +19,10 @@ The modes:
   the executor's sender threads. The default transaction policy is kept, so plain HTTP and gRPC
   clients work (decoupled models would be refused by them);
 * ``OverlapMode``: the batch runs in chunks overlapped on the GPU and every response is returned
-  (the sync mode's one message per batch); ``AutoMode`` does the same but may defer a batch's last
-  chunk, returning ``None`` for its requests and answering them through their response senders
-  (the Python backend accepts a list that mixes responses and ``None``).
+  (the sync mode's one message per batch);
+* ``AutoMode``: each batch either way of the first two, over one ``PipelinedExecutor``: in-band
+  (``SyncMode``'s path, ``PipelinedExecutor.run``) or deferred (``PipelinedMode``'s path,
+  ``PipelinedExecutor.submit``), as its ``AutoPolicy`` decides from the overlap bound it measures.
 """
 
 from __future__ import annotations
@@ -41,7 +42,14 @@ import numpy as np
 from inflight.errors import ShuttingDownError, ValidationError
 from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import Batch, Item, partition_values
-from inflight.runtime.executor import ExecutorStats, OverlapExecutor, PipelinedExecutor, Ranges, SyncExecutor
+from inflight.runtime.executor import (
+    AutoPolicy,
+    ExecutorStats,
+    OverlapExecutor,
+    PipelinedExecutor,
+    Ranges,
+    SyncExecutor,
+)
 
 LOGGER = logging.getLogger(__name__)
 
@@ -147,6 +155,7 @@ class Answering:
         sink: Builds and sends responses.
         rejections: Counts and answers refused requests.
         ranges: NVTX ranges.
+        parse_s: Seconds spent reading requests, by every mode over this instance (the finalize log).
     """
 
     spec: ModelSpec
@@ -154,6 +163,7 @@ class Answering:
     sink: TritonSink
     rejections: Rejections
     ranges: Ranges
+    parse_s: float = 0.0
 
 
 X = TypeVar("X", SyncExecutor, PipelinedExecutor, OverlapExecutor)
@@ -169,19 +179,23 @@ class Mode(ABC, Generic[X]):
 
     def __init__(self, executor: X, answering: Answering) -> None:
         self.executor: X = executor
+        self.answering = answering
         self.spec = answering.spec
         self.read = answering.read
         self.sink = answering.sink
         self.rejections = answering.rejections
         self.ranges = answering.ranges
-        #: seconds spent reading requests (the finalize log)
-        self.parse_s = 0.0
 
     def __enter__(self: M) -> M:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def parse_s(self) -> float:
+        """Seconds spent reading requests (the finalize log)."""
+        return self.answering.parse_s
 
     @property
     def stats(self) -> ExecutorStats:
@@ -197,11 +211,8 @@ class Mode(ABC, Generic[X]):
         """Batches (or chunks) on the device now."""
         return self.executor.in_flight()
 
-    def between_executes(self, wall_s: float, cpu_s: float) -> None:
-        """The execute thread spent ``cpu_s`` of CPU in the ``wall_s`` since the previous ``execute()`` returned.
-
-        Only ``auto`` decides by it.
-        """
+    def between_executes(self, gap_s: float) -> None:
+        """``gap_s`` passed since the previous ``execute()`` returned (only ``auto`` reads it)."""
 
     def close(self, timeout_s: float = 10.0) -> bool:
         """Drain or fail in-flight work and release the executor; True when nothing was left unfinished."""
@@ -247,15 +258,19 @@ class Mode(ABC, Generic[X]):
         taken.items = good
         taken.index = [position[id(item)] for item in good]
         taken.bad.extend((position[id(item)], item.handle, e) for item, e in bad)
-        self.parse_s += time.perf_counter() - t0
+        self.answering.parse_s += time.perf_counter() - t0
         return taken
 
 
 M = TypeVar("M", bound=Mode[Any])
 
 
-class SyncMode(Mode[SyncExecutor]):
-    """Wait for the device, return every response (one slot: the stock-equivalent baseline)."""
+#: What answers a batch in-band: the sync executor, or a slot of the pipelined ring (``auto``).
+InBand = TypeVar("InBand", SyncExecutor, PipelinedExecutor)
+
+
+class SyncMode(Mode[InBand]):
+    """Wait for the device, return every response (one slot: the stock-equivalent baseline; ``auto``'s in-band path)."""
 
     def handle(self, index: int, request: Any) -> int:
         """The request's position: its response goes back in the returned list."""
@@ -271,6 +286,9 @@ class SyncMode(Mode[SyncExecutor]):
             return responses
         try:
             outs = self.executor.run(Batch(taken.items))
+        except ShuttingDownError as e:  # auto's ring is closing
+            for item in taken.items:
+                responses[item.handle] = self.sink.response(None, str(e))
         except Exception as e:
             LOGGER.error("batch failed: %s", e)
             for item in taken.items:
@@ -321,38 +339,79 @@ class PipelinedMode(Mode[PipelinedExecutor]):
 
 
 class OverlapMode(Mode[OverlapExecutor]):
-    """The batch in chunks overlapped on the GPU; every response returned (``None`` where ``auto`` deferred it)."""
+    """The batch in chunks overlapped on the GPU; every response returned."""
 
-    def handle(self, index: int, request: Any) -> Any:
-        """The request's response sender (it answers the request if ``auto`` defers its chunk; a plain getter)."""
-        return request.get_response_sender()
+    def handle(self, index: int, request: Any) -> int:
+        """The request's position: its response goes back in the returned list."""
+        return index
 
     def execute(self, requests: Sequence[Any]) -> list[Any]:
         """Run the batch's chunks and return their responses."""
-        executor = self.executor
-        with executor.issuing():
-            responses: list[Any] = [None] * len(requests)
-            taken = self.take(requests)
-            for i, _, error in taken.bad:
-                responses[i] = self.rejections.response(error)
-            if taken.items:
-                built = executor.run(Batch(taken.items), self.sink.response)
-                for i, response in zip(taken.index, built, strict=True):
-                    responses[i] = response
+        responses: list[Any] = [None] * len(requests)
+        taken = self.take(requests)
+        for i, _, error in taken.bad:
+            responses[i] = self.rejections.response(error)
+        if taken.items:
+            built = self.executor.run(Batch(taken.items), self.sink.response)
+            for i, response in zip(taken.index, built, strict=True):
+                responses[i] = response
         return responses
 
     def fail(self, requests: Sequence[Any], message: str) -> list[Any]:
-        """An error response per request; ``None`` for those of a deferred chunk (the completion thread sends those)."""
-        deferred = self.executor.deferred_handles()
-        return [
-            None if deferred and id(r.get_response_sender()) in deferred else self.sink.response(None, message)
-            for r in requests
-        ]
+        """One error response per request."""
+        return [self.sink.response(None, message) for _ in requests]
 
 
-class AutoMode(OverlapMode):
-    """``OverlapMode`` whose executor has an ``AutoPolicy``: it may defer a batch's last chunk when busy."""
+class AutoMode(Mode[PipelinedExecutor]):
+    """Each batch in-band (``SyncMode``'s path) or deferred (``PipelinedMode``'s), as ``policy`` decides.
 
-    def between_executes(self, wall_s: float, cpu_s: float) -> None:
-        """Feed the policy's busy gate (``AutoPolicy.between``)."""
-        self.executor.between_executes(wall_s, cpu_s)
+    Both paths share the instance's one ``PipelinedExecutor``: an in-band batch takes a slot of
+    its ring and waits for it (``PipelinedExecutor.run``), a deferred one is submitted. The
+    in-band batches measure the overlap bound the policy decides by (``AutoPolicy.ran``).
+
+    Args:
+        executor: The ring both paths use; the mode owns it.
+        answering: How requests are read and answered.
+        policy: The rule (``AutoPolicy``).
+    """
+
+    def __init__(self, executor: PipelinedExecutor, answering: Answering, policy: AutoPolicy) -> None:
+        super().__init__(executor, answering)
+        self.policy = policy
+        self._in_band: SyncMode[PipelinedExecutor] = SyncMode(executor, answering)
+        self._deferred = PipelinedMode(executor, answering)
+        self._current: Mode[PipelinedExecutor] = self._in_band
+
+    def between_executes(self, gap_s: float) -> None:
+        """Tell the policy the gap before this ``execute()`` (part of the cycle the bound is measured on)."""
+        self.policy.between(gap_s)
+
+    def handle(self, index: int, request: Any) -> Any:
+        """The handle of the path the current batch takes."""
+        return self._current.handle(index, request)
+
+    def execute(self, requests: Sequence[Any]) -> list[Any] | None:
+        """Defer the batch, or answer it in-band and measure the overlap bound on it."""
+        defer, why = self.policy.decide()
+        st = self.executor.stats
+        if defer:
+            st.auto_deferred += 1
+            st.deferred_requests += len(requests)
+            self._current = self._deferred
+            self._deferred.execute(requests)
+            return None
+        if why == "explored":
+            st.auto_explored += 1
+        else:
+            st.auto_inline += 1
+        self._current = self._in_band
+        t0 = time.perf_counter()
+        wait0 = st.inline_wait_s
+        responses = self._in_band.execute(requests)
+        self.policy.ran(time.perf_counter() - t0, st.inline_wait_s - wait0)
+        st.auto_bound = self.policy.bound or 0.0
+        return responses
+
+    def fail(self, requests: Sequence[Any], message: str) -> list[Any] | None:
+        """Answer as the path the failed batch took answers."""
+        return self._current.fail(requests, message)

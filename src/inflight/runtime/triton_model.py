@@ -155,7 +155,6 @@ class InflightModel:
             "execute_failures": 0,
         }
         self._t_last_exit = 0.0
-        self._cpu_last_exit = 0.0
         self._gil_probe = GilProbe() if p.gil_probe else None
         # last: the freeze keeps what the load built (engine, graphs, warm-up) out of later collections
         self._gc = GcWatch(freeze=p.gc_freeze)
@@ -228,14 +227,12 @@ class InflightModel:
         if self._t_last_exit:
             gap = t0 - self._t_last_exit
             self.timing["between_executes_s"] += gap
-            # the stub receives this batch on this thread: its CPU share in the gap says how busy we are
-            self.mode.between_executes(gap, time.thread_time() - self._cpu_last_exit)
+            self.mode.between_executes(gap)
         try:
             return self._execute(requests)
         except Exception as e:  # the last line of defence: every request still gets an answer
             return self._fail_execute(requests, e)
         finally:
-            self._cpu_last_exit = time.thread_time()
             self._t_last_exit = time.perf_counter()
             took = self._t_last_exit - t0
             t = self.timing

@@ -182,7 +182,6 @@ def sibling_backend_dirs() -> dict[str, Path]:
     return {name: root / name for name in SIBLING_BACKENDS if (root / name / "model.py").is_file()}
 
 
-
 def prepare_backend_dir(dist: TritonDist, workdir: Path) -> Path:
     """Create ``<workdir>/backends`` with ``python/`` (and the stub), ``inflight/``, ``null/`` and ``plain/``.
 
