@@ -53,7 +53,9 @@ class BackendParameters:
         max_chunks: Most chunks per batch (overlap mode).
         auto_bound_min: ``auto``: the overlap bound (the execute thread's cycle per batch over
             that cycle without the device wait, measured on in-band batches) from which batches
-            are deferred; below it they are answered in-band (1: defer once measured).
+            are deferred; below it they are answered in-band (1: defer once measured; 0, the
+            default: 1.25 on a GPU instance, in-band always on a CPU instance, whose compute
+            shares the server's cores).
         auto_explore_every: ``auto``: deferred batches before one is answered in-band to measure
             the bound again (0: never).
         auto_explore_max: ``auto``: the longest period between those measurements (it doubles
@@ -116,7 +118,7 @@ class BackendParameters:
     slots: int = 4
     chunk_items: int = 512
     max_chunks: int = 8
-    auto_bound_min: float = 1.25
+    auto_bound_min: float = 0.0
     auto_explore_every: int = 32
     auto_explore_max: int = 1024
     response_threads: int = 8
@@ -228,11 +230,12 @@ class BackendParameters:
                 f"chunk_items={self.chunk_items}, max_chunks={self.max_chunks}: use chunk_items >= 1 and "
                 "max_chunks 1..64"
             )
-        if self.auto_bound_min < 1.0 or self.auto_explore_every < 0 or self.auto_explore_max < self.auto_explore_every:
+        bound_ok = self.auto_bound_min == 0.0 or self.auto_bound_min >= 1.0
+        if not bound_ok or self.auto_explore_every < 0 or self.auto_explore_max < self.auto_explore_every:
             raise ConfigError(
                 f"auto_bound_min={self.auto_bound_min}, auto_explore_every={self.auto_explore_every}, "
-                f"auto_explore_max={self.auto_explore_max}: use a bound >= 1, an interval >= 0 and a longest "
-                "interval at least that"
+                f"auto_explore_max={self.auto_explore_max}: use a bound >= 1 (or 0: by device), an interval >= 0 "
+                "and a longest interval at least that"
             )
         if self.response_threads < 1 or self.response_threads > 256:
             raise ConfigError(f"response_threads={self.response_threads}: use 1..256")

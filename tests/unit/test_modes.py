@@ -242,3 +242,18 @@ def test_auto_fails_a_broken_execute_through_the_path_its_batch_took() -> None:
     assert mode.fail([*batch, *fresh], "boom") is None
     assert fresh[0].sent is not None and fresh[0].sent.error.message == "boom"
     assert mode.close(10)
+
+
+def test_auto_defers_from_1_25_on_a_gpu_and_never_on_a_cpu_unless_the_bound_is_set() -> None:
+    import math
+
+    from inflight.model_config import BackendParameters
+    from inflight.runtime.assembly import auto_bound_min
+
+    default = BackendParameters(mode="auto")
+    assert auto_bound_min(default, on_device=True) == 1.25
+    assert auto_bound_min(default, on_device=False) == math.inf
+    p = AutoPolicy(bound_min=math.inf, bound=50.0)
+    assert {p.decide() for _ in range(100)} == {(False, "inline")}
+    for on_device in (True, False):
+        assert auto_bound_min(BackendParameters(mode="auto", auto_bound_min=1.5), on_device=on_device) == 1.5
