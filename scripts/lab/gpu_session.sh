@@ -179,6 +179,7 @@ case "$STEP" in
            # each packed into $OUT as it ends:
            #   gen    the null model at GEN_RATES (the generator proven on schedule)
            #   fixed  every variant of FIXED_VARIANTS (space-separated specs) at FIXED_RATES, one server
+           #          (FIXED_REPEAT rounds, interleaved A,B,A,B, when set)
            #   cap    capacity at p99 <= 50 ms of each variant of CAP_VARIANTS by search over CAP_SEARCH, one folder each
            #          (after the fixed rates CAP_RATES, when set)
            # The configs are first written for SERVER_CPUS (`build-models --server-cpus`), so the variant
@@ -198,7 +199,8 @@ case "$STEP" in
                PROCS=${GEN_PROCS:-$PROCS} olab generator "bert_tiny_null@instances=${GEN_INSTANCES:-8},sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
                --rate "${GEN_RATES:-50k}" ;;
         # shellcheck disable=SC2086  # FIXED_VARIANTS holds several specs
-        fixed) olab "fixed${FIXED_NAME:+-$FIXED_NAME}" ${FIXED_VARIANTS:?set FIXED_VARIANTS} --rate "${FIXED_RATES:?set FIXED_RATES}" ;;
+        fixed) olab "fixed${FIXED_NAME:+-$FIXED_NAME}" ${FIXED_VARIANTS:?set FIXED_VARIANTS} --rate "${FIXED_RATES:?set FIXED_RATES}" \
+             ${FIXED_REPEAT:+--repeat "$FIXED_REPEAT"} ;;
         cap) i=0
              for v in ${CAP_VARIANTS:?set CAP_VARIANTS}; do
                i=$((i + 1))
