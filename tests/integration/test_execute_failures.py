@@ -34,7 +34,8 @@ EXECUTE_FAULT = 778
 MODEL_PY = f'''"""bert_tiny through the real InflightModel, with two injected faults (tests only)."""
 import triton_python_backend_utils as pb_utils
 
-from inflight.runtime.triton_model import InflightModel
+from inflight.runtime import triton_model
+from inflight.runtime.reading import RequestReader
 
 
 def _mark(request):
@@ -42,12 +43,18 @@ def _mark(request):
     return int(ids[0, 1]) if ids.ndim == 2 and ids.shape[1] > 1 else 0
 
 
-class _Faulty(InflightModel):
-    def _parse(self, request):
+class _FaultyReader(RequestReader):
+    def __call__(self, request):
         if _mark(request) == {PARSE_FAULT}:
             raise RuntimeError("injected fault while reading the request")
-        return super()._parse(request)
+        return super().__call__(request)
 
+
+# this stub process serves this one instance: its InflightModel reads requests through _FaultyReader
+triton_model.RequestReader = _FaultyReader
+
+
+class _Faulty(triton_model.InflightModel):
     def _execute(self, requests):
         if any(_mark(r) == {EXECUTE_FAULT} for r in requests):
             raise KeyError("injected fault in execute")

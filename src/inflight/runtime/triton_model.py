@@ -3,8 +3,9 @@
 It parses ``args["model_config"]`` once, builds the engine and the runner (``assemble``) and the
 mode (``build_mode``: sync, pipelined, overlap or auto; see ``inflight.runtime.modes``), hands every
 ``execute()`` to the mode, keeps the instance's metrics, and releases everything in ``finalize()``.
-Requests are validated before anything is enqueued; a bad request gets its own error response and
-the rest of its batch runs normally.
+The mode reads requests with ``inflight.runtime.reading.RequestReader`` and validates them before
+anything is enqueued; a bad request gets its own error response and the rest of its batch runs
+normally. The diagnostics for the finalize log and a profiler are ``inflight.runtime.probes``.
 """
 
 from __future__ import annotations
@@ -13,96 +14,20 @@ import json
 import logging
 import math
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from inflight.errors import ConfigError
 from inflight.log import gpu_metrics_provider, install_stack_dump, route_to_triton
 from inflight.model_config import BackendParameters, parameters_of, proto_from_json
-from inflight.models.registry import get_model
-from inflight.models.spec import ModelSpec
 from inflight.runtime.assembly import assemble, build_mode, capture_at_load
 from inflight.runtime.gcwatch import GcWatch
 from inflight.runtime.modes import REJECT_LOG_INTERVAL_S, Answering, Rejections, TritonSink
+from inflight.runtime.probes import ExecuteTiming, GilProbe, NvtxRanges
+from inflight.runtime.reading import RequestReader, check_tensors, resolve_spec
 
 LOGGER = logging.getLogger(__name__)
-
-
-class GilProbe:
-    """Diagnostics: how late a thread that sleeps 0.5 ms wakes up, i.e. how long it waits for the GIL.
-
-    Enabled by the ``gil_probe`` parameter; ``stop()`` returns its figures.
-    """
-
-    def __init__(self, period_s: float = 0.0005) -> None:
-        self.period_s = period_s
-        self.samples = 0
-        self.late_s = 0.0
-        self.max_late_s = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="inflight-gil-probe", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            t0 = time.perf_counter()
-            time.sleep(self.period_s)
-            late = time.perf_counter() - t0 - self.period_s
-            self.samples += 1
-            self.late_s += late
-            self.max_late_s = max(self.max_late_s, late)
-
-    def stop(self) -> dict[str, float]:
-        """Stop sampling; return ``gil_probe_samples``, ``gil_probe_mean_late_us``, ``gil_probe_max_late_us``."""
-        self._stop.set()
-        self._thread.join(timeout=1.0)
-        n = max(1, self.samples)
-        return {
-            "gil_probe_samples": self.samples,
-            "gil_probe_mean_late_us": self.late_s / n * 1e6,
-            "gil_probe_max_late_us": self.max_late_s * 1e6,
-        }
-
-
-class _Nvtx:
-    """NVTX ranges through the ``nvtx`` package; free when no profiler is attached."""
-
-    def __init__(self, enabled: bool, domain: str) -> None:
-        self._nvtx: Any = None
-        if enabled:
-            try:
-                import nvtx
-            except ImportError:
-                LOGGER.info("nvtx is not installed; NVTX ranges are off (pip install nvtx)")
-            else:
-                self._nvtx = nvtx
-                self._domain = domain
-
-    def range(self, name: str) -> Any:
-        import contextlib
-
-        if self._nvtx is None:
-            return contextlib.nullcontext()
-        return self._nvtx.annotate(name, domain=self._domain)
-
-
-def resolve_spec(model_name: str, params: BackendParameters) -> ModelSpec:
-    """The registry entry for this model.
-
-    Raises:
-        ConfigError: when the model is unknown.
-    """
-    try:
-        return get_model(model_name)
-    except KeyError as e:
-        raise ConfigError(
-            f"{e.args[0]}; name the model <model>_inflight or <model>_sync (or <model>_inflight_<tag>)"
-        ) from None
 
 
 class InflightModel:
@@ -126,35 +51,28 @@ class InflightModel:
         self.model_name = args["model_name"]
         self.instance = args.get("model_instance_name", self.model_name)
         self.params = p = BackendParameters.from_parameters(parameters_of(cfg))
-        self.spec = resolve_spec(self.model_name, p)
+        self.spec = resolve_spec(self.model_name)
         if p.gil_switch_interval_us > 0:
             # the stub process runs this one instance: the setting is ours to make
             sys.setswitchinterval(p.gil_switch_interval_us / 1e6)
-        self._check_tensors(cfg)
+        check_tensors(self.spec, cfg)
         self.max_batch = int(cfg.max_batch_size) or self.spec.max_batch_size
         kind = args.get("model_instance_kind", "CPU")
         self.device_id = int(args.get("model_instance_device_id", "0")) if kind == "GPU" else None
         version_dir = Path(args["model_repository"]) / str(args.get("model_version", "1"))
         self.sink = TritonSink(pb_utils)
-        self.ranges = _Nvtx(p.nvtx, "inflight")
+        self.ranges = NvtxRanges(p.nvtx, "inflight")
         self.rejections = Rejections(self.sink, self.model_name)
         self._failure_logged: dict[str, float] = {}
         parts = assemble(p, self.spec, max_batch=self.max_batch, version_dir=version_dir, device_id=self.device_id)
         self.runner = parts.runner
-        answering = Answering(self.spec, self._parse, self.sink, self.rejections, self.ranges)
+        read = RequestReader(pb_utils, self.spec, self.max_batch)
+        answering = Answering(self.spec, read, self.sink, self.rejections, self.ranges)
         self.mode = build_mode(p, parts.runner, answering)
         graphs, graph_note = capture_at_load(parts, p)  # after the mode's executor made its slots
         self.metrics = self._make_metrics()
         # where the execute thread's time goes (finalize logs it next to the executor's counters)
-        self.timing: dict[str, float] = {
-            "executes": 0,
-            "execute_s": 0.0,
-            "between_executes_s": 0.0,
-            "execute_max_ms": 0.0,
-            "executes_over_10ms": 0,
-            "execute_failures": 0,
-        }
-        self._t_last_exit = 0.0
+        self.timing = ExecuteTiming()
         self._gil_probe = GilProbe() if p.gil_probe else None
         # last: the freeze keeps what the load built (engine, graphs, warm-up) out of later collections
         self._gc = GcWatch(freeze=p.gc_freeze)
@@ -171,16 +89,9 @@ class InflightModel:
             time.perf_counter() - t_start,
         )
 
-    def _check_tensors(self, cfg: Any) -> None:
-        want = {t.name for t in (*self.spec.inputs, *self.spec.outputs)}
-        for t in (*cfg.input, *cfg.output):
-            if t.name not in want:
-                raise ConfigError(
-                    f"config tensor {t.name!r} is not a tensor of model {self.spec.name!r} "
-                    f"(it has {sorted(want)}); regenerate the config with `inflight build-models`"
-                )
-
     def _make_metrics(self) -> Any:
+        """The instance's ``MetricsPublisher`` (None when ``metrics`` is off or unavailable); starts CUPTI if asked."""
+        self._cupti: Any = None
         if not self.params.metrics:
             return None
         from inflight.runtime.metrics import MetricsPublisher
@@ -207,40 +118,18 @@ class InflightModel:
             LOGGER.warning("custom metrics unavailable (%s: %s); serving without them", type(e).__name__, e)
             return None
 
-    def _parse(self, request: Any) -> tuple[dict[str, np.ndarray], int, int | None]:
-        """Read one request's inputs; check shapes and types (its values: ``partition_values``, per batch)."""
-        inputs: dict[str, np.ndarray] = {}
-        for t in self.spec.inputs:
-            tensor = self.pb.get_input_tensor_by_name(request, t.name)
-            if tensor is not None:
-                inputs[t.name] = tensor.as_numpy()
-        count = self.spec.validate(inputs, max_batch_size=self.max_batch, check_values=False)
-        seq = None
-        if self.spec.variable_seq:
-            seq = int(inputs[self.spec.inputs[0].name].shape[1])
-        return inputs, count, seq
-
     def execute(self, requests: Sequence[Any]) -> list[Any] | None:
         """Run one batch of requests through the mode (see ``inflight.runtime.modes``)."""
-        t0 = time.perf_counter()
+        gap = self.timing.enter()
         failures = self._failures()
-        if self._t_last_exit:
-            gap = t0 - self._t_last_exit
-            self.timing["between_executes_s"] += gap
+        if gap is not None:
             self.mode.between_executes(gap)
         try:
             return self._execute(requests)
         except Exception as e:  # the last line of defence: every request still gets an answer
             return self._fail_execute(requests, e)
         finally:
-            self._t_last_exit = time.perf_counter()
-            took = self._t_last_exit - t0
-            t = self.timing
-            t["execute_s"] += took
-            t["executes"] += 1
-            t["execute_max_ms"] = max(t["execute_max_ms"], took * 1e3)
-            if took > 0.010:
-                t["executes_over_10ms"] += 1
+            self.timing.exit()
             if self.metrics is not None and self._failures() != failures:
                 self._publish_now()
 
@@ -270,7 +159,7 @@ class InflightModel:
         per exception type; counted as ``execute_failures``.
         """
         kind = type(error).__name__
-        self.timing["execute_failures"] += 1
+        failures = self.timing.failed()
         now = time.monotonic()
         if now - self._failure_logged.get(kind, -math.inf) >= REJECT_LOG_INTERVAL_S:
             LOGGER.error(
@@ -278,7 +167,7 @@ class InflightModel:
                 self.model_name,
                 self.instance,
                 len(requests),
-                self.timing["execute_failures"],
+                failures,
                 exc_info=error,
             )
             self._failure_logged[kind] = now
@@ -293,16 +182,8 @@ class InflightModel:
         t0 = time.perf_counter()
         drained = self.mode.close(self.params.drain_timeout_s)
         close_s = time.perf_counter() - t0
-        stats = self.mode.stats.snapshot()
-        stats.update(self.timing, parse_s=self.mode.parse_s)
-        stats.update(build_s=self.sink.build_s, send_call_s=self.sink.call_s, rejected=dict(self.rejections.counts))
-        counters = getattr(self.runner.engine, "counters", None)
-        if counters is not None:
-            stats.update(engine=dict(counters))
-        if self._gil_probe is not None:
-            stats.update(self._gil_probe.stop())
-        stats.update(self._gc.stop())
-        if getattr(self, "_cupti", None) is not None:
+        stats = self._final_stats()
+        if self._cupti is not None:
             self._cupti.stop()
         if self.metrics is not None:
             self.metrics.close()
@@ -315,3 +196,16 @@ class InflightModel:
             "drained" if drained is not False else "NOT drained: in-flight requests were failed",
             json.dumps(stats, default=str),
         )
+
+    def _final_stats(self) -> dict[str, Any]:
+        """The finalize log's figures (the executor's, the execute thread's, the engine's...); stops the probes."""
+        stats = self.mode.stats.snapshot()
+        stats.update(self.timing.figures, parse_s=self.mode.parse_s)
+        stats.update(build_s=self.sink.build_s, send_call_s=self.sink.call_s, rejected=dict(self.rejections.counts))
+        counters = getattr(self.runner.engine, "counters", None)
+        if counters is not None:
+            stats.update(engine=dict(counters))
+        if self._gil_probe is not None:
+            stats.update(self._gil_probe.stop())
+        stats.update(self._gc.stop())
+        return stats
