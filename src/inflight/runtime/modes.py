@@ -151,7 +151,7 @@ class Answering:
 
     Attributes:
         spec: The model (its value check).
-        read: Reads one request (``InflightModel._parse``).
+        read: Reads one request (``inflight.runtime.reading.RequestReader``).
         sink: Builds and sends responses.
         rejections: Counts and answers refused requests.
         ranges: NVTX ranges.
@@ -206,6 +206,13 @@ class Mode(ABC, Generic[X]):
     def slots(self) -> int:
         """The executor's ring size."""
         return len(self.executor.slots)
+
+    #: The mode's name in the load line (its ``mode`` parameter).
+    name = ""
+
+    def describe(self) -> str:
+        """The mode for the load line: its name, slots and what else it runs with."""
+        return f"{self.name} mode, {self.slots} slot(s)"
 
     def in_flight(self) -> int:
         """Batches (or chunks) on the device now."""
@@ -272,6 +279,8 @@ InBand = TypeVar("InBand", SyncExecutor, PipelinedExecutor)
 class SyncMode(Mode[InBand]):
     """Wait for the device, return every response (one slot: the stock-equivalent baseline; ``auto``'s in-band path)."""
 
+    name = "sync"
+
     def handle(self, index: int, request: Any) -> int:
         """The request's position: its response goes back in the returned list."""
         return index
@@ -308,6 +317,12 @@ class SyncMode(Mode[InBand]):
 class PipelinedMode(Mode[PipelinedExecutor]):
     """Return ``None`` once the batch is enqueued; every request is answered through its sender."""
 
+    name = "pipelined"
+
+    def describe(self) -> str:
+        """Name, slots and sender threads."""
+        return f"{super().describe()}, {len(self.executor.pool.threads)} response threads"
+
     def handle(self, index: int, request: Any) -> Any:
         """The request's response sender."""
         return request.get_response_sender()
@@ -340,6 +355,8 @@ class PipelinedMode(Mode[PipelinedExecutor]):
 
 class OverlapMode(Mode[OverlapExecutor]):
     """The batch in chunks overlapped on the GPU; every response returned."""
+
+    name = "overlap"
 
     def handle(self, index: int, request: Any) -> int:
         """The request's position: its response goes back in the returned list."""
@@ -381,6 +398,14 @@ class AutoMode(Mode[PipelinedExecutor]):
         self._in_band: SyncMode[PipelinedExecutor] = SyncMode(executor, answering)
         self._deferred = PipelinedMode(executor, answering)
         self._current: Mode[PipelinedExecutor] = self._in_band
+
+    name = "auto"
+
+    def describe(self) -> str:
+        """Name, slots, sender threads and the bound it defers from."""
+        bound = self.policy.bound_min
+        rule = "in-band only" if math.isinf(bound) else f"defers from overlap bound {bound:g}"
+        return f"{self._deferred.describe().replace('pipelined', 'auto', 1)}, {rule}"
 
     def between_executes(self, gap_s: float) -> None:
         """Tell the policy the gap before this ``execute()`` (part of the cycle the bound is measured on)."""

@@ -77,12 +77,10 @@ class InflightModel:
         # last: the freeze keeps what the load built (engine, graphs, warm-up) out of later collections
         self._gc = GcWatch(freeze=p.gc_freeze)
         LOGGER.info(
-            "%s (%s): %s mode, %d slot(s)%s; %s; %d CUDA graph(s)%s; ready in %.1f s",
+            "%s (%s): %s; %s; %d CUDA graph(s)%s; ready in %.1f s",
             self.model_name,
             self.instance,
-            p.mode,
-            self.mode.slots,
-            f", {p.response_threads} response threads" if p.mode in ("pipelined", "auto") else "",
+            self.mode.describe(),
             self.runner.describe(),
             graphs,
             graph_note,
