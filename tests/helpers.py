@@ -10,7 +10,19 @@ from typing import Any
 
 import numpy as np
 
-from inflight.models.spec import WIRE_TYPES
+from inflight.models.spec import WIRE_TYPES, ModelSpec, TensorSpec
+
+#: A toy model for the executor and mode tests on the CPU runner: ``x`` int64 [seq] -> ``y`` float32 [2].
+TOY_SPEC = ModelSpec(
+    name="toy",
+    description="row sums",
+    inputs=(TensorSpec(name="x", dtype="int64", dims=(-1,)),),
+    outputs=(TensorSpec(name="y", dtype="float32", dims=(2,)),),
+    max_batch_size=64,
+    make_module=lambda seed: None,  # type: ignore[arg-type,return-value]
+    max_seq_len=16,
+    seq_input="x",
+)
 
 
 def ab_command(

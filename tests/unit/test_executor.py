@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.helpers import TOY_SPEC
 
 from inflight.models.spec import ModelSpec, TensorSpec
 from inflight.runtime.batch import (
@@ -28,16 +29,7 @@ from inflight.runtime.engines.base import HostEngine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner
 
-SPEC = ModelSpec(
-    name="toy",
-    description="row sums",
-    inputs=(TensorSpec(name="x", dtype="int64", dims=(-1,)),),
-    outputs=(TensorSpec(name="y", dtype="float32", dims=(2,)),),
-    max_batch_size=64,
-    make_module=lambda seed: None,  # type: ignore[arg-type,return-value]
-    max_seq_len=16,
-    seq_input="x",
-)
+SPEC = TOY_SPEC
 
 
 class ToyEngine(HostEngine):

@@ -13,25 +13,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.helpers import TOY_SPEC
 
 from inflight.errors import ValidationError
-from inflight.models.spec import ModelSpec, TensorSpec
 from inflight.runtime.batch import Buckets, Layout
 from inflight.runtime.engines.base import HostEngine
 from inflight.runtime.executor import AutoPolicy, PipelinedExecutor, SyncExecutor
 from inflight.runtime.modes import Answering, AutoMode, Rejections, SyncMode, TritonSink
 from inflight.runtime.runners import CpuRunner
 
-SPEC = ModelSpec(
-    name="toy",
-    description="row sums",
-    inputs=(TensorSpec(name="x", dtype="int64", dims=(-1,)),),
-    outputs=(TensorSpec(name="y", dtype="float32", dims=(2,)),),
-    max_batch_size=64,
-    make_module=lambda seed: None,  # type: ignore[arg-type,return-value]
-    max_seq_len=16,
-    seq_input="x",
-)
+SPEC = TOY_SPEC
 
 
 class SlowEngine(HostEngine):
