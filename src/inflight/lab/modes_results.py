@@ -391,6 +391,40 @@ def replace_block(text: str, block: list[str]) -> str:
     return text[:start] + "\n".join(block) + text[end + len(DECISION_END) :]
 
 
+def request_time_rows(es: Iterable[Entry]) -> list[list[str]]:
+    """Where a request's time and the server's CPU go, per variant and rate, in the fixed-rate A/B files.
+
+    Only files that compare exactly two variants at fixed rates (``modes_budget.sh``'s fixed part:
+    sync and the default at 20/50/80% of sync's capacity): latency from the generator, Triton's
+    per-request queue and ``compute_infer`` time (the whole ``execute()`` a request rode in), the
+    server's CPU per request, its stubs' threads and the cores their Python threads used.
+    """
+    rows = []
+    for e in es:
+        if len(e.doc.get("variants", [])) != 2 or _search_ran(e):
+            continue
+        for r in sorted(_runs(e), key=lambda r: float(r.get("rate") or 0)):
+            srv, cpu, lat = r.get("server") or {}, r.get("cpu") or {}, r.get("latency_ms") or {}
+            threads = cpu.get("threads") or {}
+            rows.append(
+                [
+                    device(e),
+                    fmt(server_cores(e), "d") if server_cores(e) else "n/a",
+                    _spec(e),
+                    fmt(float(r.get("rate") or 0)),
+                    fmt(lat.get("p50"), ".1f"),
+                    fmt(lat.get("p99"), ".1f"),
+                    fmt(srv.get("avg_batch_requests"), ".1f"),
+                    fmt(srv.get("queue_us"), ".0f"),
+                    fmt(srv.get("compute_infer_us"), ".0f"),
+                    fmt(cpu.get("server_us_per_request"), ".0f"),
+                    fmt((threads.get("count") or {}).get("stub"), "d"),
+                    fmt((threads.get("by_name") or {}).get("stub/triton_python_b"), ".2f"),
+                ]
+            )
+    return rows
+
+
 def section(root: Path) -> list[str]:
     """The RESULTS.md section: core budgets, p99 ratios, the regime models, the executors' figures."""
     c = collect(root)
@@ -531,6 +565,34 @@ def section(root: Path) -> list[str]:
                     "auto in-band",
                 ],
                 ex_rows,
+            ),
+            "",
+        ]
+    time_rows = request_time_rows(c["entries"])
+    if time_rows:
+        lines += [
+            "### Where a request's time goes at fixed rates (sync against the default)",
+            "",
+            "Triton's queue and `compute_infer` per request (the latter: the whole `execute()` the request rode in); "
+            "server CPU per request from the server's process tree; the stubs' threads, and the cores their Python "
+            "threads (the execute thread, and a pipelined instance's completion and sender threads) used.",
+            "",
+            *markdown_table(
+                [
+                    "device",
+                    "server cores",
+                    "variant",
+                    "offered req/s",
+                    "p50 ms",
+                    "p99 ms",
+                    "requests/batch",
+                    "queue µs",
+                    "compute_infer µs",
+                    "server CPU µs/request",
+                    "stub threads",
+                    "stub Python threads, cores",
+                ],
+                time_rows,
             ),
             "",
         ]
