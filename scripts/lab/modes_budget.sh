@@ -26,7 +26,10 @@ import sys
 files = sorted(glob.glob(f"{sys.argv[1]}/*-cap-1-*/ab-*.json"))
 cap = json.load(open(files[-1]))["summary"][0].get("capacity_rps") if files else None
 if cap:
-    print(",".join(str(int(round(cap * f / 250.0) * 250)) for f in (0.2, 0.5, 0.8)))
+    # to 250 req/s steps at GPU capacities; to two significant digits below 5,000 (never 0)
+    def step(x):
+        return max(1, int(round(x / 250.0) * 250)) if cap >= 5000 else max(1, int(float(f"{x:.2g}")))
+    print(",".join(str(step(cap * f)) for f in (0.2, 0.5, 0.8)))
 EOF
 )
 if [ -z "$rates" ]; then
