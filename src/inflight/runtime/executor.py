@@ -20,10 +20,11 @@ through ``submit``, batch by batch (``AutoPolicy``).
 launched while the GPU runs chunk i, and chunk i's responses are built while the GPU runs chunk
 i+1; all of them go back in ``execute()``'s returned list (one message per batch, no ``send()``).
 
-The two ring executors are composed of the same parts, not one of the other: a ``SlotRing`` (free
-and busy slots, back-pressure), a ``Completion`` thread and a ``ResponsePool`` (sender threads, a
-bounded backlog). No executor checks request values: the mode partitions a batch into valid and
-bad requests once, before anything is submitted (``inflight.runtime.batch.partition_values``).
+The ring executors are composed of parts, not of one another: both have a ``SlotRing`` (free and
+busy slots, back-pressure); ``PipelinedExecutor`` adds a ``Completion`` thread and a
+``ResponsePool`` (sender threads, a bounded backlog). No executor checks request values: the mode
+partitions a batch into valid and bad requests once, before anything is submitted
+(``inflight.runtime.batch.partition_values``).
 """
 
 from __future__ import annotations

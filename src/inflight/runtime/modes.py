@@ -276,14 +276,26 @@ M = TypeVar("M", bound=Mode[Any])
 InBand = TypeVar("InBand", SyncExecutor, PipelinedExecutor)
 
 
-class SyncMode(Mode[InBand]):
-    """Wait for the device, return every response (one slot: the stock-equivalent baseline; ``auto``'s in-band path)."""
+#: The executor of a mode that returns every response from ``execute()``.
+R = TypeVar("R", SyncExecutor, PipelinedExecutor, OverlapExecutor)
 
-    name = "sync"
+
+class Returning(Mode[R]):
+    """A mode that returns every response from ``execute()``: request positions are the handles."""
 
     def handle(self, index: int, request: Any) -> int:
         """The request's position: its response goes back in the returned list."""
         return index
+
+    def fail(self, requests: Sequence[Any], message: str) -> list[Any]:
+        """One error response per request."""
+        return [self.sink.response(None, message) for _ in requests]
+
+
+class SyncMode(Returning[InBand]):
+    """Wait for the device, return every response (one slot: the stock-equivalent baseline; ``auto``'s in-band path)."""
+
+    name = "sync"
 
     def execute(self, requests: Sequence[Any]) -> list[Any]:
         """Run the batch and return one response per request."""
@@ -308,10 +320,6 @@ class SyncMode(Mode[InBand]):
                 responses[item.handle] = self.sink.response(out, None)
             self.sink.build_s += time.perf_counter() - t0
         return responses
-
-    def fail(self, requests: Sequence[Any], message: str) -> list[Any]:
-        """One error response per request."""
-        return [self.sink.response(None, message) for _ in requests]
 
 
 class PipelinedMode(Mode[PipelinedExecutor]):
@@ -353,14 +361,10 @@ class PipelinedMode(Mode[PipelinedExecutor]):
                 continue
 
 
-class OverlapMode(Mode[OverlapExecutor]):
+class OverlapMode(Returning[OverlapExecutor]):
     """The batch in chunks overlapped on the GPU; every response returned."""
 
     name = "overlap"
-
-    def handle(self, index: int, request: Any) -> int:
-        """The request's position: its response goes back in the returned list."""
-        return index
 
     def execute(self, requests: Sequence[Any]) -> list[Any]:
         """Run the batch's chunks and return their responses."""
@@ -373,10 +377,6 @@ class OverlapMode(Mode[OverlapExecutor]):
             for i, response in zip(taken.index, built, strict=True):
                 responses[i] = response
         return responses
-
-    def fail(self, requests: Sequence[Any], message: str) -> list[Any]:
-        """One error response per request."""
-        return [self.sink.response(None, message) for _ in requests]
 
 
 class AutoMode(Mode[PipelinedExecutor]):
@@ -405,7 +405,7 @@ class AutoMode(Mode[PipelinedExecutor]):
         """Name, slots, sender threads and the bound it defers from."""
         bound = self.policy.bound_min
         rule = "in-band only" if math.isinf(bound) else f"defers from overlap bound {bound:g}"
-        return f"{self._deferred.describe().replace('pipelined', 'auto', 1)}, {rule}"
+        return f"{super().describe()}, {len(self.executor.pool.threads)} response threads, {rule}"
 
     def between_executes(self, gap_s: float) -> None:
         """Tell the policy the gap before this ``execute()`` (part of the cycle the bound is measured on)."""
