@@ -39,4 +39,5 @@ fi
 echo "fixed rates (20/50/80% of the sync reference's capacity): $rates"
 FIXED_RATES=$rates PARTS=fixed timeout "${FIXED_TIMEOUT:-240}" bash scripts/lab/gpu_session.sh modes > "$OUT/fixed.log" 2>&1
 echo "fixed part rc=$?"
+pack_results "$OUT/results-modes.tgz" "$CAMPAIGN"  # also what a fixed part cut by FIXED_TIMEOUT wrote
 grep -E " offered |CPU sets|rror" "$OUT/fixed.log" | tail -20
