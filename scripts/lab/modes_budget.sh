@@ -7,8 +7,10 @@
 #   FIXED_VARIANTS="<sync spec> bert_tiny_inflight" bash scripts/lab/modes_budget.sh
 #
 # Both parts run through `gpu_session.sh modes` (its environment applies: WINDOW, WARMUP, CAP_SEARCH,
-# SEARCH_OPTS); the sitting is packed into $OUT/results-modes.tgz after each part. FIXED_TIMEOUT bounds the
-# fixed-rate part (seconds), so that a slow search leaves the packed capacities in place.
+# SEARCH_OPTS); the sitting is packed into $OUT/results-modes.tgz after each part. FIXED_TIMEOUT (360) bounds the
+# fixed-rate part (seconds), so that a slow search leaves the packed capacities in place. FIXED_REPEAT (2) runs
+# the fixed rates in that many interleaved rounds (A, B, A, B): the p99 ratios take each rate's median over them,
+# since one 8 s window's p99 moves with a single stall of the host (about 2.5 minutes a round for two variants).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/gpu-out}
@@ -37,7 +39,7 @@ if [ -z "$rates" ]; then
   exit 0
 fi
 echo "fixed rates (20/50/80% of the sync reference's capacity): $rates"
-FIXED_RATES=$rates PARTS=fixed timeout "${FIXED_TIMEOUT:-240}" bash scripts/lab/gpu_session.sh modes > "$OUT/fixed.log" 2>&1
+FIXED_REPEAT=${FIXED_REPEAT:-2} FIXED_RATES=$rates PARTS=fixed timeout "${FIXED_TIMEOUT:-360}" bash scripts/lab/gpu_session.sh modes > "$OUT/fixed.log" 2>&1
 echo "fixed part rc=$?"
 pack_results "$OUT/results-modes.tgz" "$CAMPAIGN"  # also what a fixed part cut by FIXED_TIMEOUT wrote
 grep -E " offered |CPU sets|rror" "$OUT/fixed.log" | tail -20

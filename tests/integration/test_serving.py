@@ -52,6 +52,11 @@ def kind(request: pytest.FixtureRequest, server: Any, repository: Any) -> Iterat
             # one instance each: the built inflight variant has one per core of this host, and 5 models x 5
             # variants of those would not fit one GPU's memory (each instance keeps its own graph pool)
             overrides = {"kind": request.param, "delay_us": DELAY_US, "instances": "1"}
+            if request.param == "gpu":
+                # capture only the warm-up bucket at load (the others on first use): capturing every (batch,
+                # seq) bucket takes about 20 s per bert_tiny instance on an H100, and 25 such loads outlast a
+                # device call; tests/gpu covers capture at load itself
+                overrides["capture_at_load"] = "false"
             vc = variant_config(repository, f"{model}_{variant}", overrides)
             load_variant(server.http_url, vc)
             names.append(vc.model_name)

@@ -62,15 +62,21 @@ def test_snapshot_of_a_gone_server_has_host_figures_only() -> None:
     a = cpu.snapshot(p.pid)
     assert a.server_s is None and a.stub_s is None
     assert a.host_total_s > a.host_busy_s > 0
+    assert 0.0 <= a.host_steal_s <= a.host_busy_s  # steal is busy time the hypervisor took
     w = cpu.window(a, cpu.snapshot(None), requests=10)
     assert math.isnan(w["server_cores"]) and math.isnan(w["server_us_per_request"])
 
 
 def test_window_arithmetic() -> None:
-    before = cpu.CpuSnapshot(t=0.0, host_busy_s=100.0, host_total_s=400.0, server_s=10.0, stub_s=4.0, cores=16)
-    after = cpu.CpuSnapshot(t=10.0, host_busy_s=180.0, host_total_s=560.0, server_s=50.0, stub_s=24.0, cores=16)
+    before = cpu.CpuSnapshot(
+        t=0.0, host_busy_s=100.0, host_total_s=400.0, server_s=10.0, stub_s=4.0, cores=16, host_steal_s=2.0
+    )
+    after = cpu.CpuSnapshot(
+        t=10.0, host_busy_s=180.0, host_total_s=560.0, server_s=50.0, stub_s=24.0, cores=16, host_steal_s=10.0
+    )
     w = cpu.window(before, after, requests=20_000)
     assert w["host_busy"] == pytest.approx(80 / 160)
+    assert w["host_steal"] == pytest.approx(8 / 160)
     assert w["host_busy_cores"] == pytest.approx(8.0)
     assert w["server_cores"] == pytest.approx(4.0)
     assert w["stub_cores"] == pytest.approx(2.0)

@@ -410,9 +410,12 @@ def test_stalls_table_lists_each_asyncio_window() -> None:
     rule = next(ln for ln in table.splitlines() if ln.startswith("|---"))
     row = next(ln for ln in table.splitlines() if ln.startswith("| A "))
     assert header.count("|") == rule.count("|") == row.count("|")
-    assert "| A | 40,000 | 6.0 | 83.6 | 4.47 | 0.35 | 30 | 25 | 2 | 3 | 90 | 1.5 | 12 | - |" in table
-    run["cpu"] = {"threads": {"busiest": [["tritonserver/http", 0.97], ["stub/python", 0.5]], "over_80": 1}}
-    assert "| tritonserver/http 97%, stub/python 50%; 1 over 80% |" in report.stalls_table({"runs": [run]})
+    assert "| A | 40,000 | 6.0 | 83.6 | 4.47 | 0.35 | 30 | 25 | 2 | 3 | 90 | 1.5 | 12 | n/a | - |" in table
+    run["cpu"] = {
+        "host_steal": 0.125,
+        "threads": {"busiest": [["tritonserver/http", 0.97], ["stub/python", 0.5]], "over_80": 1},
+    }
+    assert "| 12 | 12.5% | tritonserver/http 97%, stub/python 50%; 1 over 80% |" in report.stalls_table({"runs": [run]})
     assert report.stalls_table({"runs": [{"variant": "B", "generator_run": {}}]}) == ""
 
 

@@ -89,3 +89,20 @@ def test_request_time_rows_come_from_the_two_variant_fixed_rate_files_only() -> 
     # every row has its rate, latency, Triton's split of the request's time and the server's CPU
     for row in rows:
         assert len(row) == 12 and "n/a" not in row[3:10], row
+
+
+def test_p99_at_a_rate_of_several_rounds_is_their_median_without_limited_windows() -> None:
+    class E:
+        summary = {
+            "sweep": [
+                {"offered_rps": 1000.0, "p99_ms": 5.0, "valid": True, "generator_limited": False},
+                {"offered_rps": 1000.0, "p99_ms": 40.0, "valid": True, "generator_limited": False},
+                {"offered_rps": 1000.0, "p99_ms": 7.0, "valid": True, "generator_limited": False},
+                {"offered_rps": 2000.0, "p99_ms": 9.0, "valid": True, "generator_limited": False},
+                {"offered_rps": 2000.0, "p99_ms": 90.0, "valid": True, "generator_limited": True},
+                {"offered_rps": 3000.0, "p99_ms": 11.0, "valid": False, "generator_limited": False},
+            ]
+        }
+
+    # one stalled round of three does not decide the rate; a limited or invalid window never counts
+    assert modes_results.p99_by_rate(E()) == {1000.0: 7.0, 2000.0: 9.0}  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ Sittings on different devices are not compared with each other: each table names
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -77,12 +78,16 @@ def _runs(e: Entry) -> list[Mapping[str, Any]]:
 
 
 def p99_by_rate(e: Entry) -> dict[float, float]:
-    """p99 (ms) at each offered rate of the variant's valid windows, not generator-limited."""
-    out: dict[float, float] = {}
+    """p99 (ms) at each offered rate of the variant's valid windows, not generator-limited.
+
+    Where several rounds ran at one rate (``--repeat``), their median: one window's p99 moves with a
+    single stall of the host, and the rounds are interleaved with the other variant's.
+    """
+    by_rate: dict[float, list[float]] = {}
     for w in e.summary.get("sweep") or []:
         if w.get("valid") and not w.get("generator_limited") and w.get("p99_ms") is not None:
-            out[float(w["offered_rps"])] = float(w["p99_ms"])
-    return out
+            by_rate.setdefault(float(w["offered_rps"]), []).append(float(w["p99_ms"]))
+    return {rate: statistics.median(p99s) for rate, p99s in by_rate.items()}
 
 
 def overlap_bound(e: Entry) -> float | None:

@@ -9,6 +9,9 @@ so each window gets:
 
 * ``host_busy``: the busy fraction of the run's cores (``1 - idle / total``, iowait counted idle); the
   run's cores are the runner's CPU affinity, all of the host's unless it was started under ``taskset``;
+* ``host_steal``: the fraction of those cores' time the hypervisor gave to someone else (Linux's
+  ``steal``, counted in ``host_busy`` too): a virtual host whose cores are taken away stalls every
+  thread on them, whatever the variant, and the p99 of a short window shows it;
 * ``server_cores`` / ``stub_cores``: CPU seconds of the server tree / of the stubs alone, per wall
   second (1.0 = one core kept busy);
 * ``other_cores``: the rest of the busy time (the load generator, the runner, anything else);
@@ -43,6 +46,7 @@ class CpuSnapshot:
         t: ``time.monotonic()`` when taken.
         host_busy_s: Non-idle CPU seconds of the run's cores since boot (all processes on them).
         host_total_s: All CPU seconds of the run's cores since boot.
+        host_steal_s: Seconds of the run's cores the hypervisor ran something else (0 on bare metal).
         server_s: User + system seconds of the server tree (None: no server process to watch).
         stub_s: The same for the Python-backend stubs in that tree.
         cores: Cores of the run (the runner's CPU affinity).
@@ -55,6 +59,7 @@ class CpuSnapshot:
     stub_s: float | None
     cores: int
     threads: Mapping[int, tuple[str, float]] = dataclasses.field(default_factory=dict)
+    host_steal_s: float = 0.0
 
 
 def _is_stub(name: str) -> bool:
@@ -233,13 +238,14 @@ def snapshot(server_pids: ServerPids, cores: Sequence[int] | None = None) -> Cpu
     lane per GPU, ``taskset``) each see their own cores only.
     """
     per_cpu = psutil.cpu_times(percpu=True)
-    busy = total = 0.0
+    busy = total = steal = 0.0
     cores = [c for c in (run_cores() if cores is None else cores) if c < len(per_cpu)]
     for c in cores:
         ct = per_cpu[c]
         t = float(sum(ct))
         total += t
         busy += t - ct.idle - getattr(ct, "iowait", 0.0)
+        steal += getattr(ct, "steal", 0.0)
     pids = _pids(server_pids)
     trees = [t for t in (_tree_times(pid) for pid in pids) if t is not None]
     threads: dict[int, tuple[str, float]] = {}
@@ -253,6 +259,7 @@ def snapshot(server_pids: ServerPids, cores: Sequence[int] | None = None) -> Cpu
         stub_s=sum(t[1] for t in trees) if trees else None,
         cores=len(cores),
         threads=threads,
+        host_steal_s=steal,
     )
 
 
@@ -272,6 +279,7 @@ def window(before: CpuSnapshot, after: CpuSnapshot, requests: int | None) -> dic
         "host_cores": after.cores,
         "host_busy": busy / total if total > 0 else math.nan,
         "host_busy_cores": busy / wall if wall > 0 else math.nan,
+        "host_steal": (after.host_steal_s - before.host_steal_s) / total if total > 0 else math.nan,
         "server_cores": math.nan,
         "stub_cores": math.nan,
         "other_cores": math.nan,
@@ -308,6 +316,9 @@ def combine(windows: list[Mapping[str, Any]], requests: list[int]) -> dict[str, 
     return {
         "windows": len(pairs),
         "host_cores": pairs[0][0].get("host_cores"),
-        **{k: wmean(k, "wall") for k in ("host_busy", "host_busy_cores", "server_cores", "stub_cores", "other_cores")},
+        **{
+            k: wmean(k, "wall")
+            for k in ("host_busy", "host_busy_cores", "host_steal", "server_cores", "stub_cores", "other_cores")
+        },
         "server_us_per_request": wmean("server_us_per_request", "requests"),
     }

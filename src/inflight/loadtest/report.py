@@ -92,6 +92,7 @@ ROWS: tuple[_Row, ...] = (
     ("GPU activity", lambda s: s.get("gpu_activity"), _pct),
     ("sync share", lambda s: s.get("sync_share"), _pct),
     ("host CPU busy (the run's cores)", lambda s: _get(s, "cpu", "host_busy"), _pct),
+    ("of which the hypervisor took (steal)", lambda s: _get(s, "cpu", "host_steal"), _pct),
     ("server CPU (cores: tritonserver + stubs)", lambda s: _get(s, "cpu", "server_cores"), lambda x: _fmt(x, 2)),
     ("stubs' CPU (cores)", lambda s: _get(s, "cpu", "stub_cores"), lambda x: _fmt(x, 2)),
     ("rest of the host's CPU (cores: Locust, ...)", lambda s: _get(s, "cpu", "other_cores"), lambda x: _fmt(x, 2)),
@@ -421,7 +422,8 @@ def stalls_table(doc: dict[str, Any], *, explain: bool = True) -> str:
             f"{_fmt(_ms(srv.get('request_us')), 2)} | "
             f"{_fmt(_ms(srv.get('queue_us')), 2)} | {st['slow_bins']} | {st['slow_bins_most_sources']} | "
             f"{st['slow_bins_one_source']} | {sil.get('count', 0)} | {_fmt(sil.get('longest_ms'), 0)} | "
-            f"{_fmt(gc_.get('max_ms'), 1)} | {g.get('connection_waits', '-')} | {_threads_cell(r)} |"
+            f"{_fmt(gc_.get('max_ms'), 1)} | {g.get('connection_waits', '-')} | "
+            f"{_pct((r.get('cpu') or {}).get('host_steal'))} | {_threads_cell(r)} |"
         )
     if not rows:
         return ""
@@ -434,7 +436,9 @@ def stalls_table(doc: dict[str, Any], *, explain: bool = True) -> str:
         f"{100 * rategen.SILENT_SHARE:g}% of the offered rate's answers while requests were outstanding. "
         "Triton's request and queue times are its own means over the window (from the request's arrival in "
         "the server to its response). A thread's busy share is over the CPU window, which also holds the "
-        "generator's start and its grace (about 80% of it has load).\n",
+        "generator's start and its grace (about 80% of it has load). Steal: the share of the server's cores' "
+        "time the hypervisor ran something else (on a virtual host; 0 on bare metal), a stall no variant "
+        "causes.\n",
     ]
     return (
         "\n".join(
@@ -442,8 +446,9 @@ def stalls_table(doc: dict[str, Any], *, explain: bool = True) -> str:
                 *(head if explain else []),
                 "| variant | offered req/s | p50 ms | p99 ms | Triton request ms | Triton queue ms | slow bins | "
                 "most sources | one source | silent episodes | longest silence ms | generator GC max ms | "
-                "waits for a connection | busiest server threads (busy share of the CPU window; threads over 80%) |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+                "waits for a connection | hypervisor steal (server cores) | "
+                "busiest server threads (busy share of the CPU window; threads over 80%) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
                 *rows,
             ]
         )

@@ -1776,6 +1776,7 @@ def open_loop_points(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
                 "server_cores": (r.get("cpu") or {}).get("server_cores"),
                 "server_us_per_request": (r.get("cpu") or {}).get("server_us_per_request"),
                 "host_busy": (r.get("cpu") or {}).get("host_busy"),
+                "host_steal": (r.get("cpu") or {}).get("host_steal"),
                 "client_busy": (r.get("cpu") or {}).get("client_busy"),
                 "generator": r.get("generator"),
             }
