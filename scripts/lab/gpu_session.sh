@@ -58,12 +58,13 @@ ab() {  # ab OUTDIR WINDOW WARMUP REPEAT VARIANTS...
 
 # olab NAME ARGS...: an open-loop `inflight ab` into $OL_ROOT/<date>-NAME (server and Locust on disjoint
 # halves of the cores by default); the whole log goes to $OUT/openloop-NAME.log as it is written
-# (GENERATOR: locust or asyncio; OLAB_CPUS: e.g. "--server-cpus 0-19 --client-cpus 20-31"; OL_ROOT: the folder)
+# (GENERATOR: locust or asyncio; OLAB_CPUS: e.g. "--server-cpus 0-19 --client-cpus 20-31"; OL_ROOT: the folder;
+# OLAB_ARGS: more `inflight ab` options for every run, e.g. "--items 4 --seq-len 16 --slo 150" for a CPU dry run)
 olab() {
   local name=$1; shift
-  # shellcheck disable=SC2086  # OLAB_CPUS holds several options
+  # shellcheck disable=SC2086  # OLAB_CPUS and OLAB_ARGS hold several options
   $PY -m inflight.cli ab "$@" --window "${WINDOW:-8}" --warmup "${WARMUP:-3}" --processes "${PROCS:-15}" \
-      --generator "${GENERATOR:-locust}" ${OLAB_CPUS:-} \
+      --generator "${GENERATOR:-locust}" ${OLAB_CPUS:-} ${OLAB_ARGS:-} \
       --out "${OL_ROOT:-results/open-loop}/$(date +%Y%m%d-%H%M)-$name" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" \
       | tee "$OUT/openloop-$name.log" | grep --line-buffered -E " offered |capacity|soak|CPU sets|INVALID|CAVEAT|rror"
 }
@@ -181,22 +182,27 @@ case "$STEP" in
            #   fixed  every variant of FIXED_VARIANTS (space-separated specs) at FIXED_RATES, one server
            #          (FIXED_REPEAT rounds, interleaved A,B,A,B, when set)
            #   cap    capacity at p99 <= 50 ms of each variant of CAP_VARIANTS by search over CAP_SEARCH, one folder each
+           #          (cap-[CAP_TAG-]<n>-<model>)
            #          (after the fixed rates CAP_RATES, when set)
            # The configs are first written for SERVER_CPUS (`build-models --server-cpus`), so the variant
            # `<model>_inflight` without overrides is the repository's default for that core budget. The GPU
-           # memory of the server's processes is recorded in every window (gpu_memory).
-           # gen may run on its own CPU sets (GEN_SERVER_CPUS, GEN_CLIENT_CPUS, GEN_PROCS).
+           # memory of the server's processes is recorded in every window (gpu_memory). BUILD_GPUS / BUILD_CPUS:
+           # the GPUs and cores one server will see, when not all of the host's GPUs or not SERVER_CPUS (one server
+           # per GPU: each gets its share).
+           # gen may run on its own CPU sets (GEN_SERVER_CPUS, GEN_CLIENT_CPUS, GEN_PROCS); GEN_PLACEMENT (",gpus=0")
+           # places the null model (empty on a host without GPUs).
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
     export GENERATOR=asyncio PROCS=${PROCS:-7}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-7} --client-cpus ${CLIENT_CPUS:-8-15}"
     mkdir -p "$OL_ROOT"
     # shellcheck disable=SC2086  # EXTRA_MODELS holds several names
-    $PY -m inflight.cli build-models bert_tiny ${EXTRA_MODELS:-} --configs-only --server-cpus "${SERVER_CPUS:-0-7}" \
+    $PY -m inflight.cli build-models bert_tiny ${EXTRA_MODELS:-} --configs-only \
+      --server-cpus "${BUILD_CPUS:-${SERVER_CPUS:-0-7}}" ${BUILD_GPUS:+--gpus "$BUILD_GPUS"} \
       > "$OUT/configs.log" 2>&1 || { echo "build-models --configs-only failed"; tail -5 "$OUT/configs.log"; }
     for part in ${PARTS:?set PARTS, e.g. "gen fixed cap"}; do
       case $part in
         gen) OLAB_CPUS="--server-cpus ${GEN_SERVER_CPUS:-${SERVER_CPUS:-0-7}} --client-cpus ${GEN_CLIENT_CPUS:-${CLIENT_CPUS:-8-15}}" \
-               PROCS=${GEN_PROCS:-$PROCS} olab generator "bert_tiny_null@instances=${GEN_INSTANCES:-8},sleep_us=${NULL_SLEEP_US:-600},gpus=0" \
+               PROCS=${GEN_PROCS:-$PROCS} olab generator "bert_tiny_null@instances=${GEN_INSTANCES:-8},sleep_us=${NULL_SLEEP_US:-600}${GEN_PLACEMENT-,gpus=0}" \
                --rate "${GEN_RATES:-50k}" ;;
         # shellcheck disable=SC2086  # FIXED_VARIANTS holds several specs
         fixed) olab "fixed${FIXED_NAME:+-$FIXED_NAME}" ${FIXED_VARIANTS:?set FIXED_VARIANTS} --rate "${FIXED_RATES:?set FIXED_RATES}" \
@@ -205,7 +211,7 @@ case "$STEP" in
              for v in ${CAP_VARIANTS:?set CAP_VARIANTS}; do
                i=$((i + 1))
                # shellcheck disable=SC2086  # SEARCH_OPTS holds several options
-               olab "cap-$i-${v%%@*}" "$v" ${CAP_RATES:+--rate "$CAP_RATES"} --search "${CAP_SEARCH:-10k,40k}" $SEARCH_OPTS
+               olab "cap-${CAP_TAG:+$CAP_TAG-}$i-${v%%@*}" "$v" ${CAP_RATES:+--rate "$CAP_RATES"} --search "${CAP_SEARCH:-10k,40k}" $SEARCH_OPTS
                pack_results "$OUT/results-modes.tgz" "$OL_ROOT"
              done ;;
         *) echo "unknown part $part" >&2 ;;

@@ -11,6 +11,11 @@
 # fixed-rate part (seconds), so that a slow search leaves the packed capacities in place. FIXED_REPEAT (2) runs
 # the fixed rates in that many interleaved rounds (A, B, A, B): the p99 ratios take each rate's median over them,
 # since one 8 s window's p99 moves with a single stall of the host (about 2.5 minutes a round for two variants).
+# FIXED_NULL (a variant spec; "none" to leave it out) joins the fixed part: by default the null model with one
+# instance per server core and a 600 us wait per batch, the request path's own p99 at the same rates (what no
+# mode can go below; on a host that stalls, it stalls too). BUDGET_PARTS ("cap fixed") runs one part alone in
+# a call: "fixed" reads the sync reference's capacity from a cap part already under $CAMPAIGN (e.g. brought
+# back from the previous call and extracted into the tree, which then travels with it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/gpu-out}
@@ -18,8 +23,12 @@ mkdir -p "$OUT"
 PY=${PY:-python3}
 source scripts/gpu_lib.sh
 kit_setup  # once for both parts (INFLIGHT_SETUP_DONE is exported to them)
-PARTS=cap bash scripts/lab/gpu_session.sh modes > "$OUT/cap.log" 2>&1
-grep -E "capacity|CPU sets|rror" "$OUT/cap.log" | tail -20
+BUDGET_PARTS=${BUDGET_PARTS:-cap fixed}
+if [[ " $BUDGET_PARTS " == *" cap "* ]]; then
+  PARTS=cap bash scripts/lab/gpu_session.sh modes > "$OUT/cap.log" 2>&1
+  grep -E "capacity|CPU sets|rror" "$OUT/cap.log" | tail -20
+fi
+[[ " $BUDGET_PARTS " == *" fixed "* ]] || exit 0
 rates=$(python3 - "$CAMPAIGN" <<'EOF'
 import glob
 import json
@@ -39,7 +48,10 @@ if [ -z "$rates" ]; then
   exit 0
 fi
 echo "fixed rates (20/50/80% of the sync reference's capacity): $rates"
-FIXED_REPEAT=${FIXED_REPEAT:-2} FIXED_RATES=$rates PARTS=fixed timeout "${FIXED_TIMEOUT:-360}" bash scripts/lab/gpu_session.sh modes > "$OUT/fixed.log" 2>&1
+cores=$(python3 -c "from inflight.loadtest.openloop import parse_cpus; print(len(parse_cpus('${SERVER_CPUS:-0-7}')))" 2>/dev/null || echo 8)
+null=${FIXED_NULL:-bert_tiny_null@instances=$cores,sleep_us=600,gpus=0}
+[ "$null" = none ] || FIXED_VARIANTS="${FIXED_VARIANTS:?set FIXED_VARIANTS} $null"
+FIXED_VARIANTS=$FIXED_VARIANTS FIXED_REPEAT=${FIXED_REPEAT:-2} FIXED_RATES=$rates PARTS=fixed timeout "${FIXED_TIMEOUT:-360}" bash scripts/lab/gpu_session.sh modes > "$OUT/fixed.log" 2>&1
 echo "fixed part rc=$?"
 pack_results "$OUT/results-modes.tgz" "$CAMPAIGN"  # also what a fixed part cut by FIXED_TIMEOUT wrote
 grep -E " offered |CPU sets|rror" "$OUT/fixed.log" | tail -20

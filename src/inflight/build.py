@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import subprocess
 import time
 import warnings
 from collections.abc import Sequence
@@ -107,6 +108,7 @@ def write_configs(
     batching: BatchingConfig | None = None,
     params: BackendParameters | None = None,
     server_cpus: int | None = None,
+    gpus: int | None = None,
 ) -> list[Path]:
     """Write every variant's config.pbtxt (and empty version folders), the null control model's included.
 
@@ -117,10 +119,13 @@ def write_configs(
         params: Backend parameters of ``_inflight`` and ``_sync``.
         server_cpus: Cores the server will get: ``<model>_inflight`` is written by
             :func:`inflight.variants.inflight_deployment` for them. None: the cores this process may run on.
+        gpus: GPUs the server will see (the cores are split among them). None: :func:`visible_gpus`.
     """
     batching = batching or BatchingConfig()
     params = params or BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
-    instances, deployed = inflight_deployment(server_cpus or default_server_cpus(), params)
+    instances, deployed = inflight_deployment(
+        server_cpus or default_server_cpus(), params, visible_gpus() if gpus is None else gpus
+    )
     out = []
     for variant in VARIANTS:
         inflight = variant == "inflight"
@@ -171,6 +176,24 @@ def add_variant(repository: Path, spec: str, tag: str) -> Path:
     return d
 
 
+def visible_gpus() -> int:
+    """GPUs a server started from here would see: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``'s count.
+
+    0 where neither names any (no driver: the instances run on the CPU).
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
 def default_server_cpus() -> int:
     """The cores this process may run on: what ``<model>_inflight`` is written for when none are given."""
     return len(os.sched_getaffinity(0))
@@ -186,10 +209,11 @@ def build_model(
     params: BackendParameters | None = None,
     configs_only: bool = False,
     server_cpus: int | None = None,
+    gpus: int | None = None,
 ) -> dict[str, Any]:
     """Build one model's configs and artifacts; return a summary.
 
-    ``server_cpus``: see :func:`write_configs`.
+    ``server_cpus``, ``gpus``: see :func:`write_configs`.
 
     Raises:
         ConfigError: for an unknown model name.
@@ -198,7 +222,7 @@ def build_model(
         raise ConfigError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
     spec = MODELS[name]
     t0 = time.perf_counter()
-    write_configs(repository, spec, batching=batching, params=params, server_cpus=server_cpus)
+    write_configs(repository, spec, batching=batching, params=params, server_cpus=server_cpus, gpus=gpus)
     summary: dict[str, Any] = {"model": name, "configs": [f"{name}_{v}" for v in VARIANTS]}
     if configs_only:
         return summary
@@ -237,8 +261,12 @@ def build_models(
     onnx: bool = True,
     configs_only: bool = False,
     server_cpus: int | None = None,
+    gpus: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Build several models (all by default); ``instances`` for every variant but ``_inflight`` (``server_cpus``)."""
+    """Build several models (all by default): ``instances`` for each variant but ``_inflight`` (one per core).
+
+    ``server_cpus``, ``gpus``: see :func:`write_configs`.
+    """
     batching = BatchingConfig(kind=kind, instances=instances)
     names = list(models) if models else list(MODELS)
     return [
@@ -251,6 +279,7 @@ def build_models(
             params=BackendParameters(warmup_seq_len=MODELS[n].default_seq_len or 64),
             configs_only=configs_only,
             server_cpus=server_cpus,
+            gpus=gpus,
         )
         for n in names
     ]

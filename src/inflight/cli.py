@@ -50,6 +50,13 @@ def build_models_cmd(
             "gets one auto-mode instance per core. Default: the cores this command may run on."
         ),
     ] = None,
+    gpus: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            help="GPUs the server will see: <model>_inflight's cores are split among them (Triton places the "
+            "instance count on each GPU). Default: CUDA_VISIBLE_DEVICES, else the GPUs nvidia-smi lists."
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Weight seed.")] = 0,
     onnx: Annotated[bool, typer.Option(help="Also export ONNX for TensorRT.")] = True,
     configs_only: Annotated[bool, typer.Option(help="Write config.pbtxt files only.")] = False,
@@ -76,6 +83,7 @@ def build_models_cmd(
             onnx=onnx,
             configs_only=configs_only,
             server_cpus=cores,
+            gpus=gpus,
         )
     except InflightError as e:
         fail(e)

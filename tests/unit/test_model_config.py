@@ -34,6 +34,27 @@ def test_inflight_deployment_is_one_auto_instance_per_server_core() -> None:
         inflight_deployment(0, base)
 
 
+def test_inflight_deployment_splits_the_cores_among_the_gpus_triton_places_the_count_on() -> None:
+    base = BackendParameters()
+    # instance_group.count is per GPU: 24 cores over two GPUs is 12 on each, 24 in all
+    assert inflight_deployment(24, base, gpus=2)[0] == 12
+    assert inflight_deployment(8, base, gpus=0)[0] == 8  # no GPU: the instances run on the CPU
+    assert inflight_deployment(3, base, gpus=4)[0] == 1  # at least one per GPU
+    with pytest.raises(ConfigError, match="gpus=-1"):
+        inflight_deployment(8, base, gpus=-1)
+
+
+def test_visible_gpus_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inflight.build import visible_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert visible_gpus() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_gpus() == 0
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert visible_gpus() == 0
+
+
 def test_write_configs_deploys_inflight_for_the_server_cores_and_leaves_the_others(tmp_path: Path) -> None:
     from inflight.build import write_configs
     from inflight.models import MODELS

@@ -952,9 +952,13 @@ def section(root: Path) -> list[str]:
             f"### {path.parent.name}: {host.get('device', '?')}, {host.get('cpu_count', '?')} CPUs "
             f"(`{path.relative_to(root)}`)",
             "",
-            f"`{cfg.get('serve_model_arg', '?')}`; Triton's Python-backend stub from "
-            f"nvidia-pytriton {(doc.get('versions') or {}).get('nvidia_pytriton') or '?'}; "
-            f"`{doc.get('command', '?')}`.",
+            f"`{cfg.get('serve_model_arg', '?')}`; Triton's Python-backend stub "
+            + (
+                f"from nvidia-pytriton {pt}; "
+                if (pt := (doc.get("versions") or {}).get("nvidia_pytriton"))
+                else "from a tritonserver not installed as the nvidia-pytriton package (the GPU host's kit); "
+            )
+            + f"`{doc.get('command', '?')}`.",
             "",
         ]
         rows = []

@@ -396,35 +396,58 @@ def replace_block(text: str, block: list[str]) -> str:
     return text[:start] + "\n".join(block) + text[end + len(DECISION_END) :]
 
 
+def _fixed_part(e: Entry) -> bool:
+    """Whether the file is ``modes_budget.sh``'s fixed part: sync, the default and at most the null model, no search."""
+    return 2 <= len(e.doc.get("variants", [])) <= 3 and not _search_ran(e)
+
+
+def _over_rounds(rs: list[Mapping[str, Any]], path: tuple[str, ...], how: str) -> float | None:
+    """The median (``how="median"``) or mean of ``path`` (keys into each run) over rounds that have it."""
+    vals = []
+    for r in rs:
+        v: Any = r
+        for key in path:
+            v = v.get(key) if isinstance(v, Mapping) else None
+        if v is not None:
+            vals.append(float(v))
+    if not vals:
+        return None
+    return statistics.median(vals) if how == "median" else statistics.fmean(vals)
+
+
 def request_time_rows(es: Iterable[Entry]) -> list[list[str]]:
     """Where a request's time and the server's CPU go, per variant and rate, in the fixed-rate A/B files.
 
-    Only files that compare exactly two variants at fixed rates (``modes_budget.sh``'s fixed part:
-    sync and the default at 20/50/80% of sync's capacity): latency from the generator, Triton's
+    Only ``modes_budget.sh``'s fixed parts (sync and the default at 20/50/80% of sync's capacity, with
+    the null model as the request path's floor where it ran): latency from the generator, Triton's
     per-request queue and ``compute_infer`` time (the whole ``execute()`` a request rode in), the
-    server's CPU per request, its stubs' threads and the cores their Python threads used.
+    server's CPU per request, its stubs' threads and the cores their Python threads used. Where
+    several rounds ran at a rate, p50 and p99 are their medians and the rest their means.
     """
     rows = []
     for e in es:
-        if len(e.doc.get("variants", [])) != 2 or _search_ran(e):
+        if not _fixed_part(e):
             continue
-        for r in sorted(_runs(e), key=lambda r: float(r.get("rate") or 0)):
-            srv, cpu, lat = r.get("server") or {}, r.get("cpu") or {}, r.get("latency_ms") or {}
-            threads = cpu.get("threads") or {}
+        by_rate: dict[float, list[Mapping[str, Any]]] = {}
+        for run in _runs(e):
+            if run.get("rate") is not None:
+                by_rate.setdefault(float(run["rate"]), []).append(run)
+        for rate, rs in sorted(by_rate.items()):
+            stub_threads = _over_rounds(rs, ("cpu", "threads", "count", "stub"), "mean")
             rows.append(
                 [
                     device(e),
                     fmt(server_cores(e), "d") if server_cores(e) else "n/a",
-                    _spec(e),
-                    fmt(float(r.get("rate") or 0)),
-                    fmt(lat.get("p50"), ".1f"),
-                    fmt(lat.get("p99"), ".1f"),
-                    fmt(srv.get("avg_batch_requests"), ".1f"),
-                    fmt(srv.get("queue_us"), ".0f"),
-                    fmt(srv.get("compute_infer_us"), ".0f"),
-                    fmt(cpu.get("server_us_per_request"), ".0f"),
-                    fmt((threads.get("count") or {}).get("stub"), "d"),
-                    fmt((threads.get("by_name") or {}).get("stub/triton_python_b"), ".2f"),
+                    _spec(e) + (f" ({len(rs)} rounds)" if len(rs) > 1 else ""),
+                    fmt(rate),
+                    fmt(_over_rounds(rs, ("latency_ms", "p50"), "median"), ".1f"),
+                    fmt(_over_rounds(rs, ("latency_ms", "p99"), "median"), ".1f"),
+                    fmt(_over_rounds(rs, ("server", "avg_batch_requests"), "mean"), ".1f"),
+                    fmt(_over_rounds(rs, ("server", "queue_us"), "mean"), ".0f"),
+                    fmt(_over_rounds(rs, ("server", "compute_infer_us"), "mean"), ".0f"),
+                    fmt(_over_rounds(rs, ("cpu", "server_us_per_request"), "mean"), ".0f"),
+                    fmt(round(stub_threads), "d") if stub_threads is not None else "n/a",
+                    fmt(_over_rounds(rs, ("cpu", "threads", "by_name", "stub/triton_python_b"), "mean"), ".2f"),
                 ]
             )
     return rows
@@ -576,11 +599,13 @@ def section(root: Path) -> list[str]:
     time_rows = request_time_rows(c["entries"])
     if time_rows:
         lines += [
-            "### Where a request's time goes at fixed rates (sync against the default)",
+            "### Where a request's time goes at fixed rates (sync against the default, the null model as the floor)",
             "",
             "Triton's queue and `compute_infer` per request (the latter: the whole `execute()` the request rode in); "
             "server CPU per request from the server's process tree; the stubs' threads, and the cores their Python "
-            "threads (the execute thread, and a pipelined instance's completion and sender threads) used.",
+            "threads (the execute thread, and a pipelined instance's completion and sender threads) used. The null "
+            "model (Triton's request path and a fixed wait, none of our code) is the p99 no mode can go below on "
+            "that host; over several interleaved rounds, p50 and p99 are medians, the rest means.",
             "",
             *markdown_table(
                 [

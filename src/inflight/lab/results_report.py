@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab import cost_results, faults, heads_results, modes_results, open_loop_results
+from inflight.lab import cost_results, faults, heads_results, modes_results, open_loop_results, two_gpu_results
 from inflight.lab.open_loop_results import markdown_table
 from inflight.loadtest import report
 
@@ -547,6 +547,7 @@ def render_pages(root: Path) -> dict[str, str]:
     lines += faults.section(root)
     lines += cost_results.section(root)
     lines += per_gpu_servers_section(results / PER_GPU_SERVERS_DIR, root)
+    lines += two_gpu_results.section(root)
     lines += unpadded_serving_section(results / UNPADDED_SERVING_DIR, root)
     # the engine level, the diagnostic sections, the plan's runs and the heads go on the detail page, linked
     # from here (the main page stays within 400 lines)
@@ -1436,6 +1437,7 @@ def write(root: Path, out: Path | None = None) -> Path:
     open_loop_results.write_summary(root)
     cost_results.write_summary(root)
     modes_results.write_summary(root)
+    two_gpu_results.write_summary(root)
     pages = render_pages(root)
     written = []
     for rel, text in pages.items():

@@ -1,0 +1,71 @@
+"""Issue 33's figures from a sitting of scripts/lab/two_gpu.sh.
+
+The fixture is a real sitting of the script, run on the CPU host as a dry run (no GPUs: ``NO_GPUS=1``,
+``VARIANT_EXTRA=kind=cpu``, one server core, 4 items x seq 16, p99 SLO 150 ms): layouts ``one`` and ``two``
+and the generator's proof, as the script writes them on a host of two GPUs. Each window's raw Triton
+statistics (``stats_before``/``stats_after``, 17 KB a window) are left out of the files; nothing here reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from inflight.lab import open_loop_results, two_gpu_results
+from inflight.lab.open_loop_results import entries
+
+FIXTURE = Path(__file__).parent / "fixtures" / "two-gpu-dry"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A repository root whose results/two-gpu holds the fixture's sitting."""
+    dst = tmp_path / "results" / two_gpu_results.TWO_GPU_DIR
+    shutil.copytree(FIXTURE, dst)
+    return tmp_path
+
+
+def test_each_run_is_read_with_its_layout(root: Path) -> None:
+    (sitting,) = open_loop_results.sittings(root / "results", two_gpu_results.TWO_GPU_DIR)
+    es = entries(root / "results", sitting)
+    layouts = {two_gpu_results.layout(e) for e in es}
+    assert layouts == {"one", "two", None}  # None: the generator's run (the null model)
+    assert all(e.kind == "null" for e in es if two_gpu_results.layout(e) is None)
+
+
+def test_the_block_compares_the_best_of_two_gpus_with_the_best_of_one(root: Path) -> None:
+    block = two_gpu_results.summary(root)
+    assert block is not None
+    es = entries(root / "results", root / block["sitting"])
+    one = max(e.capacity or 0.0 for e in es if two_gpu_results.layout(e) == "one")
+    two = max(e.capacity or 0.0 for e in es if two_gpu_results.layout(e) in ("two", "perserver"))
+    assert block["one_gpu"]["capacity_rps"] == one
+    assert block["two_gpu_capacity_rps"] == two
+    assert block["two_over_one"] == pytest.approx(two / one)
+    assert block["target_met"] == (two / one >= two_gpu_results.TARGET_RATIO)
+    # the generator's proof: the highest null-model rate that met the SLO on schedule, against 2x two GPUs
+    null = next(e for e in es if e.kind == "null")
+    met = [r["offered_rps"] for r in null.summary["sweep"] if not r["slo_misses"] and not r["generator_limited"]]
+    assert block["generator_verified_rps"] == max(met)
+    assert block["generator_covers"] == (max(met) >= two_gpu_results.GENERATOR_MARGIN * two)
+    # cores per GPU: the two layouts of two GPUs have their server's cores split between the GPUs
+    assert block["two_gpu"]["cores_per_gpu"] == pytest.approx(1 / 2)
+
+
+def test_write_summary_sets_the_two_gpu_block(root: Path) -> None:
+    block = two_gpu_results.summary(root)
+    assert block is not None
+    (root / "results" / "summary.json").write_text("{}")
+    assert two_gpu_results.write_summary(root) == json.loads(json.dumps(block))
+    written = json.loads((root / "results" / "summary.json").read_text())["two_gpu"]
+    assert written["two_gpu_capacity_rps"] == block["two_gpu_capacity_rps"]
+
+
+def test_the_section_names_the_layouts_and_the_verdict(root: Path) -> None:
+    text = "\n".join(two_gpu_results.section(root))
+    assert "| one |" in text and "| two |" in text
+    assert "Two GPUs / one GPU:" in text and ("met" in text or "**missed**" in text)
+    assert two_gpu_results.section(root.parent / "nothing") == []
