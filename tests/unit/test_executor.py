@@ -545,3 +545,29 @@ def test_pipelined_run_is_the_sync_path_on_a_slot_of_the_ring() -> None:
     st = ring.stats
     assert st.batches == 7 and st.inline_wait_s > 0 and st.inline_wait_s <= st.device_wait_s
     assert sync.stats.inline_wait_s == sync.stats.device_wait_s
+
+
+def test_the_ring_starts_its_threads_with_the_first_deferred_batch_only() -> None:
+    """An auto instance that answers in-band holds no more threads than a sync one; closing one that never
+    deferred, or one that did, leaves no thread behind."""
+    rng = np.random.default_rng(5)
+
+    def ours() -> set[str]:
+        return {t.name for t in threading.enumerate() if t.name.startswith(("inflight-send", "inflight-completion"))}
+
+    assert not ours()
+    sink = Sink()
+    ring = PipelinedExecutor(_runner(ToyEngine()), sink, slots=2, response_threads=3)
+    try:
+        for b in range(3):
+            item = _item(b, 2, 5, rng)
+            np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+        assert not ours(), "in-band batches started threads"
+        ring.submit(Batch([_item(10, 2, 5, rng)]))
+        assert ours() == {"inflight-send-0", "inflight-send-1", "inflight-send-2", "inflight-completion"}
+    finally:
+        assert ring.close()
+    assert not ours() and sorted(sink.got) == [10]
+    with PipelinedExecutor(_runner(ToyEngine()), Sink(), slots=2, response_threads=2) as idle:
+        idle.run(Batch([_item(20, 1, 5, rng)]))
+    assert not ours()

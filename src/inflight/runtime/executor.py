@@ -519,11 +519,23 @@ class ResponsePool:
         self._issue_idle = threading.Event()  # clear while execute() gathers and launches
         self._issue_idle.set()
         self._issuer: int | None = None  # thread id of the issue path (set by issuing())
+        # started by the first batch dispatched: an auto instance that answers every batch in-band never
+        # starts them, and holds no more threads than a sync one
         self.threads = [
             threading.Thread(target=self._send_loop, name=f"inflight-send-{i}", daemon=True) for i in range(threads)
         ]
-        for t in self.threads:
-            t.start()
+        self._started = False
+        self._start_lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start the sender threads, once (``dispatch`` does it for the first batch)."""
+        if self._started:
+            return
+        with self._start_lock:
+            if not self._started:
+                for t in self.threads:
+                    t.start()
+                self._started = True
 
     @contextlib.contextmanager
     def issuing(self) -> Iterator[None]:
@@ -556,6 +568,7 @@ class ResponsePool:
 
     def dispatch(self, out: _Outgoing) -> None:
         """Queue a batch's responses as one job per sender thread (fewer wake-ups than one job each)."""
+        self.start()
         if not self._backlog.acquire(blocking=False):
             t0 = time.perf_counter()
             with self._lock:
@@ -624,6 +637,10 @@ class ResponsePool:
     def stop(self, deadline: float) -> None:
         """Send what is queued, then stop the threads (waiting until ``deadline``, 5 s at least)."""
         self.open_gate()
+        with self._start_lock:
+            if not self._started:  # nothing was ever dispatched: no thread to stop, none may start now
+                self._started = True
+                return
         # sentinels queue behind every response already dispatched: those are sent first
         for _ in self.threads:
             self._sends.put(None)
@@ -660,11 +677,13 @@ class Completion:
         self._stats = stats
         self._lock = lock
         self._queue: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
+        # started by the first slot handed over (see ResponsePool: in-band batches never need it)
         self.thread = threading.Thread(target=self._loop, name="inflight-completion", daemon=True)
-        self.thread.start()
 
     def put(self, slot: Slot) -> None:
-        """Hand over a launched slot."""
+        """Hand over a launched slot (the first one starts the thread; only the issue path calls this)."""
+        if not self.thread.is_alive() and self.thread.ident is None:
+            self.thread.start()
         self._queue.put(slot)
 
     def _loop(self) -> None:
@@ -686,6 +705,8 @@ class Completion:
 
     def stop(self, deadline: float) -> None:
         """Stop after the slots handed over (waiting until ``deadline``, 1 s at least)."""
+        if self.thread.ident is None:  # never started: no slot was handed over
+            return
         self._queue.put(None)
         self.thread.join(timeout=max(1.0, deadline - time.monotonic()))
 
@@ -693,7 +714,8 @@ class Completion:
 class PipelinedExecutor(_Base):
     """A ring of slots; ``submit`` returns once the batch is enqueued, ``run`` answers one in-band.
 
-    Composed of a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``. A slot is busy only
+    Composed of a ``SlotRing``, a ``Completion`` thread and a ``ResponsePool``; the threads start with the
+    first ``submit``, so an instance that answers every batch in-band (``run``) has none. A slot is busy only
     while its batch is on the device: once the output event fired, the completion thread copies
     the batch's outputs out of the slot's pinned buffer (one copy per output per batch), frees
     the slot, and queues the responses for the sender threads. So the GPU is never held up by the
@@ -796,6 +818,7 @@ class PipelinedExecutor(_Base):
                 ``ClosedError`` once it is closed.
         """
         self._check_open()
+        self.pool.start()  # the first deferred batch starts the senders (and, handed over, the completion thread)
         slot = self.ring.acquire()
         try:
             self._prepare(slot, batch)
