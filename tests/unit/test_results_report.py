@@ -225,9 +225,10 @@ def test_pipelined_ceiling_section_says_when_no_executor_can_beat_the_sync(tmp_p
 
 def test_open_loop_section_comes_from_the_committed_json() -> None:
     from inflight.lab import open_loop_results as olr
+    from inflight.lab import two_gpu_results
 
     page = render(ROOT)
-    block = olr.summary(ROOT)
+    block = olr.summary(ROOT, two_gpu=two_gpu_results.summary(ROOT))
     assert block is not None
     # results/summary.json holds what the files say (inflight results-report rewrote it from them)
     committed = json.loads((ROOT / "results" / "summary.json").read_text())

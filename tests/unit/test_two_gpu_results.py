@@ -69,3 +69,23 @@ def test_the_section_names_the_layouts_and_the_verdict(root: Path) -> None:
     assert "| one |" in text and "| two |" in text
     assert "Two GPUs / one GPU:" in text and ("met" in text or "**missed**" in text)
     assert two_gpu_results.section(root.parent / "nothing") == []
+
+
+def test_the_open_loop_block_takes_the_two_gpu_figures_from_the_sitting(root: Path) -> None:
+    # the committed newest open-loop sitting beside the two-GPU one: the issue's keys come from the latter
+    repo = Path(__file__).resolve().parents[2]
+    newest = open_loop_results.newest_sitting(repo / "results")
+    assert newest is not None
+    shutil.copytree(newest, root / "results" / "open-loop" / newest.name)
+    tg = two_gpu_results.summary(root)
+    assert tg is not None
+    alone = open_loop_results.summary(root)
+    block = open_loop_results.summary(root, two_gpu=tg)
+    assert alone is not None and block is not None
+    assert block["two_gpu_capacity_rps"] == tg["two_gpu_capacity_rps"] != alone["two_gpu_capacity_rps"]
+    assert block["two_gpu_over_one_gpu"] == tg["two_over_one"]
+    assert block["two_gpu_source"] == tg["sitting"] and "two_gpu_source" not in alone
+    # the generator's proof is the higher of the two sittings', and covers twice the highest capacity or not
+    assert block["generator_verified_rps"] == max(alone["generator_verified_rps"] or 0, tg["generator_verified_rps"])
+    figures = {t["figure"]: t["value"] for t in block["targets"]}
+    assert figures["two GPUs / one GPU capacity"] == tg["two_over_one"]

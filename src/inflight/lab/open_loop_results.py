@@ -230,7 +230,7 @@ def _generator_headroom(e: Entry) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: r["offered_rps"])
 
 
-def summary(root: Path, sitting: Path | None = None) -> dict[str, Any] | None:
+def summary(root: Path, sitting: Path | None = None, two_gpu: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The ``open_loop`` block of ``results/summary.json`` for one sitting (default: the newest; None: no results).
 
     Keys the issue names: ``device``, ``slo_p99_ms``, ``best_sync`` and ``best_pipelined`` (``spec``,
@@ -309,11 +309,10 @@ def summary(root: Path, sitting: Path | None = None) -> dict[str, Any] | None:
         if soak
         else None,
     }
-    # issue 33: two GPUs at equal server cores per GPU (results/two-gpu), when such a sitting exists, replaces
-    # this sitting's two-GPU figure (whose second GPU got no cores of its own) and adds its generator proof
-    from inflight.lab import two_gpu_results
-
-    tg = two_gpu_results.summary(root)
+    # issue 33: two GPUs at equal server cores per GPU (``two_gpu``: two_gpu_results.summary, from
+    # results/two-gpu), when given, replaces this sitting's two-GPU figure (whose second GPU got no cores of
+    # its own) and adds its generator proof
+    tg = two_gpu
     if tg is not None:
         out["two_gpu_capacity_rps"] = tg["two_gpu_capacity_rps"]
         out["two_gpu"] = tg["two_gpu"]
@@ -391,9 +390,12 @@ def targets(s: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def write_summary(root: Path) -> dict[str, Any] | None:
-    """Merge the ``open_loop`` block into ``results/summary.json``, keeping every other key."""
-    block = summary(root)
+def write_summary(root: Path, two_gpu: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """Merge the ``open_loop`` block into ``results/summary.json``, keeping every other key.
+
+    ``two_gpu``: see :func:`summary`.
+    """
+    block = summary(root, two_gpu=two_gpu)
     if block is not None:
         merge_summary(root, "open_loop", block, allow_nan=False)
     return block

@@ -1434,7 +1434,7 @@ def write(root: Path, out: Path | None = None) -> Path:
     Returns:
         The main page's path.
     """
-    open_loop_results.write_summary(root)
+    open_loop_results.write_summary(root, two_gpu_results.summary(root))
     cost_results.write_summary(root)
     modes_results.write_summary(root)
     two_gpu_results.write_summary(root)

@@ -106,7 +106,7 @@ def write_summary(root: Path) -> dict[str, Any] | None:
     """Set ``two_gpu`` in ``results/summary.json``; return it.
 
     ``open_loop.two_gpu_capacity_rps`` and ``open_loop.generator_verified_rps`` come from the same sitting
-    (``open_loop_results.summary`` reads :func:`summary`).
+    (``results_report`` hands :func:`summary` to ``open_loop_results.summary``).
     """
     block = summary(root)
     if block is not None:
