@@ -39,6 +39,11 @@ ensure_built() {
     2>&1 | grep -v -i warn | tail -2
 }
 
+# count_cpus LIST: how many cores a taskset-style list names (0-7,12 -> 9).
+count_cpus() {
+  $PY -c "import sys; from inflight.loadtest.openloop import parse_cpus; print(len(parse_cpus(sys.argv[1])))" "$1"
+}
+
 # The previous server must be gone before the next one starts: it would find ports 8000-8002 taken.
 wait_ports() {
   for _ in $(seq 60); do

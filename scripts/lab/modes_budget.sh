@@ -48,7 +48,7 @@ if [ -z "$rates" ]; then
   exit 0
 fi
 echo "fixed rates (20/50/80% of the sync reference's capacity): $rates"
-cores=$(python3 -c "from inflight.loadtest.openloop import parse_cpus; print(len(parse_cpus('${SERVER_CPUS:-0-7}')))" 2>/dev/null || echo 8)
+cores=$(count_cpus "${SERVER_CPUS:-0-7}" 2>/dev/null || echo 8)
 null=${FIXED_NULL:-bert_tiny_null@instances=$cores,sleep_us=600,gpus=0}
 [ "$null" = none ] || FIXED_VARIANTS="${FIXED_VARIANTS:?set FIXED_VARIANTS} $null"
 FIXED_VARIANTS=$FIXED_VARIANTS FIXED_REPEAT=${FIXED_REPEAT:-2} FIXED_RATES=$rates PARTS=fixed timeout "${FIXED_TIMEOUT:-360}" bash scripts/lab/gpu_session.sh modes > "$OUT/fixed.log" 2>&1

@@ -31,8 +31,7 @@ ONE_CPUS=${ONE_CPUS:-0-11}
 TWO_CPUS=${TWO_CPUS:-0-23}
 CLIENT_CPUS=${CLIENT_CPUS:-24-31}
 PROCS=${PROCS:-8}
-count() { $PY -c "from inflight.loadtest.openloop import parse_cpus; print(len(parse_cpus('$1')))"; }
-C=$(count "$ONE_CPUS")
+C=$(count_cpus "$ONE_CPUS")
 extra=${VARIANT_EXTRA:+,$VARIANT_EXTRA}
 # gpus=... for a spec, or nothing on a dry run without GPUs
 g() { [ -n "${NO_GPUS:-}" ] || printf ',gpus=%s' "$1"; }

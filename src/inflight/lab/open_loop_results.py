@@ -158,7 +158,8 @@ def bound_row(doc: Mapping[str, Any], items_per_batch: float) -> dict[str, Any] 
     return next((r for r in rows if r["bucket"] >= items_per_batch), rows[-1] if rows else None)
 
 
-def _best(candidates: Iterable[Entry]) -> Entry | None:
+def best_entry(candidates: Iterable[Entry]) -> Entry | None:
+    """The entry of the highest capacity (a comparable one on a tie), or None when none has a capacity."""
     pool = [e for e in candidates if e.capacity is not None]
     return max(pool, key=lambda e: (e.capacity or 0.0, e.comparable)) if pool else None
 
@@ -248,10 +249,10 @@ def summary(root: Path, sitting: Path | None = None, two_gpu: Mapping[str, Any] 
     if not es:
         return None
     one = [e for e in es if e.gpus == 1]
-    best_sync = _best(e for e in one if e.kind == "sync")
-    best_pipe = _best(e for e in one if e.kind == "pipelined")
-    two = _best(e for e in es if e.gpus == 2 and e.kind in ("sync", "pipelined"))
-    null = _best(e for e in one if e.kind == "null")
+    best_sync = best_entry(e for e in one if e.kind == "sync")
+    best_pipe = best_entry(e for e in one if e.kind == "pipelined")
+    two = best_entry(e for e in es if e.gpus == 2 and e.kind in ("sync", "pipelined"))
+    null = best_entry(e for e in one if e.kind == "null")
     verified = generator_verified(es)
     items = int((es[0].doc.get("load") or {}).get("items") or 50)
     point = (best_pipe.summary.get("capacity_point") or {}) if best_pipe else {}
@@ -279,7 +280,7 @@ def summary(root: Path, sitting: Path | None = None, two_gpu: Mapping[str, Any] 
     sync_cap = best_sync.capacity if best_sync else None
     pipe_cap = best_pipe.capacity if best_pipe else None
     two_cap = two.capacity if two else None
-    one_of_two = _best(e for e in one if two is not None and e.kind == two.kind)
+    one_of_two = best_entry(e for e in one if two is not None and e.kind == two.kind)
     highest = max((c for c in (sync_cap, pipe_cap, two_cap) if c is not None), default=None)
     gen = verified[0] if verified else None
     device = str(((best_pipe or best_sync or es[-1]).doc.get("device") or {}).get("name"))
@@ -312,16 +313,15 @@ def summary(root: Path, sitting: Path | None = None, two_gpu: Mapping[str, Any] 
     # issue 33: two GPUs at equal server cores per GPU (``two_gpu``: two_gpu_results.summary, from
     # results/two-gpu), when given, replaces this sitting's two-GPU figure (whose second GPU got no cores of
     # its own) and adds its generator proof
-    tg = two_gpu
-    if tg is not None:
-        out["two_gpu_capacity_rps"] = tg["two_gpu_capacity_rps"]
-        out["two_gpu"] = tg["two_gpu"]
-        out["two_gpu_over_one_gpu"] = tg["two_over_one"]
-        out["two_gpu_source"] = tg["sitting"]
-        if tg["generator_verified_rps"] is not None and tg["generator_verified_rps"] > (gen or 0.0):
-            out["generator_verified_rps"] = tg["generator_verified_rps"]
-            out["generator_file"] = tg["generator_file"]
-        highest = max(highest or 0.0, tg["two_gpu_capacity_rps"])
+    if two_gpu is not None:
+        out["two_gpu_capacity_rps"] = two_gpu["two_gpu_capacity_rps"]
+        out["two_gpu"] = two_gpu["two_gpu"]
+        out["two_gpu_over_one_gpu"] = two_gpu["two_over_one"]
+        out["two_gpu_source"] = two_gpu["sitting"]
+        if two_gpu["generator_verified_rps"] is not None and two_gpu["generator_verified_rps"] > (gen or 0.0):
+            out["generator_verified_rps"] = two_gpu["generator_verified_rps"]
+            out["generator_file"] = two_gpu["generator_file"]
+        highest = max(highest or 0.0, two_gpu["two_gpu_capacity_rps"])
         top = out["generator_verified_rps"]
         out["generator_covers"] = None if top is None else bool(top >= GENERATOR_MARGIN * highest)
     out["targets"] = targets(out)

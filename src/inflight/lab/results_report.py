@@ -1434,10 +1434,10 @@ def write(root: Path, out: Path | None = None) -> Path:
     Returns:
         The main page's path.
     """
-    open_loop_results.write_summary(root, two_gpu_results.summary(root))
+    two_gpu = two_gpu_results.write_summary(root)
+    open_loop_results.write_summary(root, two_gpu)
     cost_results.write_summary(root)
     modes_results.write_summary(root)
-    two_gpu_results.write_summary(root)
     pages = render_pages(root)
     written = []
     for rel, text in pages.items():

@@ -15,13 +15,14 @@ two layouts of two GPUs, over the best of one GPU.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from inflight.lab.modes_results import server_cores
 from inflight.lab.open_loop_results import (
+    GENERATOR_MARGIN,
     Entry,
+    best_entry,
     entries,
     fmt,
     generator_verified,
@@ -33,8 +34,6 @@ from inflight.lab.open_loop_results import (
 TWO_GPU_DIR = "two-gpu"
 #: The issue's target: two GPUs' capacity over one GPU's, at equal server cores per GPU.
 TARGET_RATIO = 1.8
-#: The generator must be proven on schedule up to this multiple of the two-GPU capacity.
-GENERATOR_MARGIN = 2.0
 _LAYOUT = re.compile(r"-cap-(one|two|perserver)-\d+-")
 
 
@@ -42,11 +41,6 @@ def layout(e: Entry) -> str | None:
     """``one``, ``two`` or ``perserver`` from the run's folder name; None for other runs (the generator's)."""
     m = _LAYOUT.search(e.path.parent.name)
     return m.group(1) if m else None
-
-
-def _best(es: Iterable[Entry]) -> Entry | None:
-    ranked = [e for e in es if e.capacity is not None]
-    return max(ranked, key=lambda e: e.capacity or 0.0) if ranked else None
 
 
 def _ref(e: Entry | None, root: Path) -> dict[str, Any] | None:
@@ -68,8 +62,8 @@ def _ref(e: Entry | None, root: Path) -> dict[str, Any] | None:
 def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
     """One sitting's figures (None when it has no capacity for one GPU or for two)."""
     es = entries(root / "results", sitting)
-    one = _best(e for e in es if layout(e) == "one")
-    two = _best(e for e in es if layout(e) in ("two", "perserver"))
+    one = best_entry(e for e in es if layout(e) == "one")
+    two = best_entry(e for e in es if layout(e) in ("two", "perserver"))
     if one is None or two is None or not one.capacity or two.capacity is None:
         return None
     gen = generator_verified(es)
@@ -81,7 +75,7 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
         "one_gpu": _ref(one, root),
         "two_gpu": _ref(two, root),
         "per_layout": {
-            name: _ref(_best(e for e in es if layout(e) == name), root) for name in ("one", "two", "perserver")
+            name: _ref(best_entry(e for e in es if layout(e) == name), root) for name in ("one", "two", "perserver")
         },
         "two_gpu_capacity_rps": two.capacity,
         "two_over_one": ratio,

@@ -519,7 +519,7 @@ class ResponsePool:
         self._issue_idle = threading.Event()  # clear while execute() gathers and launches
         self._issue_idle.set()
         self._issuer: int | None = None  # thread id of the issue path (set by issuing())
-        # started by the first batch dispatched: an auto instance that answers every batch in-band never
+        # started by the first batch submitted: an auto instance that answers every batch in-band never
         # starts them, and holds no more threads than a sync one
         self.threads = [
             threading.Thread(target=self._send_loop, name=f"inflight-send-{i}", daemon=True) for i in range(threads)
@@ -528,7 +528,7 @@ class ResponsePool:
         self._start_lock = threading.Lock()
 
     def start(self) -> None:
-        """Start the sender threads, once (``dispatch`` does it for the first batch)."""
+        """Start the sender threads, once (``PipelinedExecutor.submit``, before anything is dispatched)."""
         if self._started:
             return
         with self._start_lock:
@@ -568,7 +568,6 @@ class ResponsePool:
 
     def dispatch(self, out: _Outgoing) -> None:
         """Queue a batch's responses as one job per sender thread (fewer wake-ups than one job each)."""
-        self.start()
         if not self._backlog.acquire(blocking=False):
             t0 = time.perf_counter()
             with self._lock:
@@ -682,7 +681,7 @@ class Completion:
 
     def put(self, slot: Slot) -> None:
         """Hand over a launched slot (the first one starts the thread; only the issue path calls this)."""
-        if not self.thread.is_alive() and self.thread.ident is None:
+        if self.thread.ident is None:
             self.thread.start()
         self._queue.put(slot)
 
