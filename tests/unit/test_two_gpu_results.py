@@ -89,3 +89,51 @@ def test_the_open_loop_block_takes_the_two_gpu_figures_from_the_sitting(root: Pa
     assert block["generator_verified_rps"] == max(alone["generator_verified_rps"] or 0, tg["generator_verified_rps"])
     figures = {t["figure"]: t["value"] for t in block["targets"]}
     assert figures["two GPUs / one GPU capacity"] == tg["two_over_one"]
+
+
+def test_each_layout_has_its_best_sync_and_best_pipelined(root: Path) -> None:
+    block = two_gpu_results.summary(root)
+    assert block is not None
+    es = entries(root / "results", root / block["sitting"])
+    for name, modes in block["per_layout_mode"].items():
+        for mode, ref in modes.items():
+            caps = [
+                e.capacity
+                for e in es
+                if two_gpu_results.layout(e) == name
+                and e.capacity is not None
+                and (e.mode == "sync") == (mode == "sync")
+            ]
+            assert (ref is None) == (not caps), (name, mode)
+            if ref is not None:
+                assert ref["capacity_rps"] == max(caps)
+                assert ref["layout"] == name
+
+
+def test_the_null_models_ceiling_bounds_two_over_one(root: Path) -> None:
+    block = two_gpu_results.summary(root)
+    assert block is not None
+    es = entries(root / "results", root / block["sitting"])
+    answered = [r["achieved_rps"] for e in es if e.kind == "null" for r in e.summary["sweep"]]
+    null = block["null_model"]
+    assert null["max_answered_rps"] == max(answered)
+    assert block["request_path_bound"] == pytest.approx(max(answered) / block["one_gpu"]["capacity_rps"])
+    text = "\n".join(two_gpu_results.section(root))
+    assert "answered at most" in text
+
+
+def test_a_sitting_of_one_layout_is_listed_beside_the_newest_complete_one(root: Path) -> None:
+    (sitting,) = open_loop_results.sittings(root / "results", two_gpu_results.TWO_GPU_DIR)
+    partial = sitting.parent / "00000000-one-only"  # sorts first: older than the complete sitting
+    shutil.copytree(sitting, partial)
+    for d in partial.iterdir():
+        if "-cap-two-" in d.name:
+            shutil.rmtree(d)
+    rows = {r["sitting"]: r for r in two_gpu_results.sitting_rows(root)}
+    assert rows[str(partial.relative_to(root))]["two"] is None
+    assert rows[str(partial.relative_to(root))]["two_over_one"] is None
+    assert rows[str(sitting.relative_to(root))]["two"] is not None
+    block = two_gpu_results.summary(root)
+    assert block is not None and block["sitting"] == str(sitting.relative_to(root))
+    text = "\n".join(two_gpu_results.section(root))
+    assert "Other sittings" in text and partial.name in text

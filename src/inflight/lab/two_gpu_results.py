@@ -15,6 +15,7 @@ two layouts of two GPUs, over the best of one GPU.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,10 @@ def layout(e: Entry) -> str | None:
     return m.group(1) if m else None
 
 
+def _cpus(e: Entry) -> Mapping[str, Any]:
+    return (e.doc.get("load") or {}).get("cpu_sets") or {}
+
+
 def _ref(e: Entry | None, root: Path) -> dict[str, Any] | None:
     if e is None:
         return None
@@ -52,10 +57,32 @@ def _ref(e: Entry | None, root: Path) -> dict[str, Any] | None:
         "capacity_rps": e.capacity,
         "capacity_bounded": bool(e.summary.get("capacity_bounded")),
         "comparable": e.comparable,
-        "server_cpus": ((e.doc.get("load") or {}).get("cpu_sets") or {}).get("server"),
-        "client_cpus": ((e.doc.get("load") or {}).get("cpu_sets") or {}).get("client"),
+        "server_cpus": _cpus(e).get("server"),
+        "client_cpus": _cpus(e).get("client"),
         "cores_per_gpu": (server_cores(e) or 0) / (2 if layout(e) in ("two", "perserver") else 1) or None,
         "file": str(e.path.relative_to(root)),
+    }
+
+
+def _mode(e: Entry) -> str:
+    """``sync`` for the sync mode (``<model>_sync``), ``pipelined`` for the inflight backend's other modes."""
+    return "sync" if e.mode == "sync" else "pipelined"
+
+
+def _null_ceiling(es: list[Entry]) -> dict[str, Any] | None:
+    """The null model's rates in the sitting: what was offered, the most answered per second, and on what cores."""
+    rows = [(e, row) for e in es if e.kind == "null" for row in e.summary.get("sweep") or []]
+    if not rows:
+        return None
+    e, top = max(rows, key=lambda er: float(er[1].get("achieved_rps") or 0.0))
+    cpus = _cpus(e)
+    return {
+        "offered_rps": sorted(float(r["offered_rps"]) for _, r in rows),
+        "max_answered_rps": float(top.get("achieved_rps") or 0.0),
+        "server_cpus": cpus.get("server"),
+        "client_cpus": cpus.get("client"),
+        "processes": (e.doc.get("load") or {}).get("processes"),
+        "file": str(e.path),
     }
 
 
@@ -68,6 +95,9 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
         return None
     gen = generator_verified(es)
     ratio = two.capacity / one.capacity
+    null = _null_ceiling(es)
+    if null is not None:
+        null["file"] = str(Path(null["file"]).relative_to(root))
     return {
         "sitting": str(sitting.relative_to(root)),
         "device": str((one.doc.get("device") or {}).get("name")),
@@ -77,6 +107,13 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
         "per_layout": {
             name: _ref(best_entry(e for e in es if layout(e) == name), root) for name in ("one", "two", "perserver")
         },
+        "per_layout_mode": {
+            name: {
+                mode: _ref(best_entry(e for e in es if layout(e) == name and _mode(e) == mode), root)
+                for mode in ("sync", "pipelined")
+            }
+            for name in ("one", "two", "perserver")
+        },
         "two_gpu_capacity_rps": two.capacity,
         "two_over_one": ratio,
         "target_ratio": TARGET_RATIO,
@@ -84,7 +121,41 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
         "generator_verified_rps": gen[0] if gen else None,
         "generator_file": str(gen[1].path.relative_to(root)) if gen else None,
         "generator_covers": None if gen is None else gen[0] >= GENERATOR_MARGIN * two.capacity,
+        "null_model": null,
+        # the request path's ceiling on the two-GPU server's cores over one GPU's capacity: the most two/one could be
+        "request_path_bound": None if null is None else null["max_answered_rps"] / one.capacity,
     }
+
+
+def sitting_rows(root: Path) -> list[dict[str, Any]]:
+    """Every sitting under ``results/two-gpu``, oldest first: one GPU's best per mode, two GPUs' best, the null model.
+
+    Unlike :func:`sitting_summary`, a sitting that measured one layout only is listed too (its ``two`` is None).
+    """
+    out = []
+    for sitting in sittings(root / "results", TWO_GPU_DIR):
+        es = entries(root / "results", sitting)
+        one = {
+            m: _ref(best_entry(e for e in es if layout(e) == "one" and _mode(e) == m), root)
+            for m in ("sync", "pipelined")
+        }
+        two = best_entry(e for e in es if layout(e) in ("two", "perserver"))
+        first_one = best_entry(e for e in es if layout(e) == "one")
+        out.append(
+            {
+                "sitting": str(sitting.relative_to(root)),
+                "one_server_cpus": None if first_one is None else _cpus(first_one).get("server"),
+                "one": one,
+                "two": _ref(two, root),
+                "two_over_one": (
+                    two.capacity / first_one.capacity
+                    if two and first_one and two.capacity and first_one.capacity
+                    else None
+                ),
+                "null_model": _null_ceiling(es),
+            }
+        )
+    return out
 
 
 def summary(root: Path) -> dict[str, Any] | None:
@@ -108,57 +179,103 @@ def write_summary(root: Path) -> dict[str, Any] | None:
     return block
 
 
+def _cap(ref: Mapping[str, Any] | None) -> str:
+    if ref is None:
+        return "not run"
+    cap = fmt(ref["capacity_rps"]) + ("" if ref["capacity_bounded"] else " (lower bound)")
+    return cap + ("" if ref["comparable"] else " (generator behind at or below it)")
+
+
 def section(root: Path) -> list[str]:
-    """RESULTS' section: capacity per layout, two over one, the generator's proof (empty without a sitting)."""
+    """RESULTS' section: capacity per layout and mode, two over one, the generator's proof, every sitting."""
     block = summary(root)
     if block is None:
         return []
     rows = []
-    for name, ref in block["per_layout"].items():
-        if ref is None:
+    for name, modes in block["per_layout_mode"].items():
+        any_ref = next((r for r in modes.values() if r is not None), None)
+        if any_ref is None:
             continue
         rows.append(
             [
                 name,
-                f"`{ref['spec']}`",
-                str(ref["server_cpus"]),
-                str(ref["client_cpus"]),
-                f"{ref['cores_per_gpu']:g}" if ref["cores_per_gpu"] is not None else "n/a",
-                fmt(ref["capacity_rps"]) + ("" if ref["capacity_bounded"] else " (lower bound)"),
-                "yes" if ref["comparable"] else "no",
+                str(any_ref["server_cpus"]),
+                str(any_ref["client_cpus"]),
+                f"{any_ref['cores_per_gpu']:g}" if any_ref["cores_per_gpu"] is not None else "n/a",
+                _cap(modes["sync"]),
+                _cap(modes["pipelined"]),
             ]
         )
     gen = block["generator_verified_rps"]
-    return [
-        f"## Two GPUs against one at equal cores per GPU (`{block['sitting']}`)",
-        "",
-        f"{block['device']}; capacity at p99 <= {block['slo_p99_ms']:g} ms (Poisson, open loop); layouts: "
-        "`one` GPU with C server cores, "
-        "`two` GPUs in one server with 2C, one server per GPU (`perserver`, C each); the generator on its own "
-        "cores (`scripts/lab/two_gpu.sh`).",
-        "",
-        *markdown_table(
-            [
-                "layout",
-                "best variant",
-                "server cores",
-                "generator cores",
-                "cores per GPU",
-                "capacity req/s",
-                "comparable",
-            ],
-            rows,
-        ),
-        "",
-        f"Two GPUs / one GPU: {fmt(block['two_over_one'], '.2f')} (target >= {TARGET_RATIO:g}: "
-        f"{'met' if block['target_met'] else '**missed**'}). Generator on schedule against the null model up to "
-        f"{fmt(gen) if gen is not None else 'not measured'} req/s"
-        + (
+    null = block.get("null_model")
+    if gen is not None:
+        proof = f"Generator on schedule against the null model up to {fmt(gen)} req/s" + (
             ""
             if block["generator_covers"] is None
             else f" ({'at least' if block['generator_covers'] else '**below**'} {GENERATOR_MARGIN:g}x the two-GPU "
             "capacity)"
         )
-        + ".",
+    elif null is not None:
+        proof = (
+            f"Generator proof **missed**: the null model met the SLO at none of the rates tried "
+            f"({', '.join(fmt(r) for r in null['offered_rps'])} req/s, server on {null['server_cpus']}, generator on "
+            f"{null['client_cpus']})"
+        )
+    else:
+        proof = "Generator proof not run in this sitting"
+    lines = [
+        f"## Two GPUs against one at equal cores per GPU (`{block['sitting']}`)",
         "",
+        f"{block['device']}; capacity at p99 <= {block['slo_p99_ms']:g} ms (Poisson, open loop, 50 items x seq 64); "
+        "layouts: `one` GPU with C server cores, `two` GPUs in one server with 2C, one server per GPU "
+        "(`perserver`, C each); sync is `<model>_sync` with C instances per GPU, pipelined is `<model>_inflight` "
+        "as `inflight build-models` writes it for those cores and GPUs (`scripts/lab/two_gpu.sh`).",
+        "",
+        *markdown_table(
+            ["layout", "server cores", "generator cores", "cores per GPU", "sync req/s", "pipelined req/s"], rows
+        ),
+        "",
+        f"Two GPUs / one GPU: {fmt(block['two_over_one'], '.2f')} (target >= {TARGET_RATIO:g}: "
+        f"{'met' if block['target_met'] else '**missed**'}). {proof}.",
     ]
+    if null is not None and block.get("request_path_bound") is not None:
+        lines += [
+            "",
+            f"The null model (Triton's request path, no model work) answered at most {fmt(null['max_answered_rps'])} "
+            f"req/s on the two-GPU server's cores ({null['server_cpus']}): {fmt(block['request_path_bound'], '.2f')}x "
+            "the one-GPU capacity, the most two GPUs could reach on those cores whatever the model does.",
+        ]
+    others = [b for b in sitting_rows(root) if b["sitting"] != block["sitting"]]
+    if others:
+        lines += [
+            "",
+            "Other sittings (the figures above are from the newest one that measured one GPU and two):",
+            "",
+            *markdown_table(
+                [
+                    "sitting",
+                    "one GPU: server cores",
+                    "one GPU: sync req/s",
+                    "one GPU: pipelined req/s",
+                    "two GPUs: best req/s",
+                    "two / one",
+                    "null model: cores, most answered/s",
+                ],
+                [
+                    [
+                        f"`{b['sitting']}`",
+                        str(b["one_server_cpus"] or "n/a"),
+                        _cap(b["one"]["sync"]),
+                        _cap(b["one"]["pipelined"]),
+                        _cap(b["two"]),
+                        "n/a" if b["two_over_one"] is None else fmt(b["two_over_one"], ".2f"),
+                        "not run"
+                        if b["null_model"] is None
+                        else f"{b['null_model']['server_cpus']} (generator {b['null_model']['client_cpus']}, "
+                        f"{b['null_model']['processes']} processes): {fmt(b['null_model']['max_answered_rps'])}",
+                    ]
+                    for b in others
+                ],
+            ),
+        ]
+    return [*lines, ""]
