@@ -56,10 +56,13 @@ class BackendParameters:
             are deferred; below it they are answered in-band (1: defer once measured; 0, the
             default: 1.25 on a GPU instance, in-band always on a CPU instance, whose compute
             shares the server's cores).
-        auto_explore_every: ``auto``: deferred batches before one is answered in-band to measure
-            the bound again (0: never).
-        auto_explore_max: ``auto``: the longest period between those measurements (it doubles
-            from ``auto_explore_every`` while deferring holds).
+        auto_gain_min: ``auto``: the gain a probe must measure (the execute thread's cycle per
+            request in-band over deferred) for the rest of the period to be deferred (0: defer
+            whenever the bound allows).
+        auto_probe_every_s: ``auto``: the probe period, by the host's clock (every instance probes
+            in the same windows).
+        auto_probe_s: ``auto``: the reference window (in-band) and the probe window (deferred) at
+            the start of each period.
         response_threads: Threads that send responses concurrently (pipelined and auto modes).
         response_backlog: Batches whose responses may wait for the sender threads at once
             (pipelined mode); beyond it the completion side waits, and back-pressure reaches
@@ -119,8 +122,9 @@ class BackendParameters:
     chunk_items: int = 512
     max_chunks: int = 8
     auto_bound_min: float = 0.0
-    auto_explore_every: int = 32
-    auto_explore_max: int = 1024
+    auto_gain_min: float = 1.05
+    auto_probe_every_s: float = 30.0
+    auto_probe_s: float = 0.5
     response_threads: int = 8
     response_backlog: int = 8
     response_yield: bool = True
@@ -231,11 +235,12 @@ class BackendParameters:
                 "max_chunks 1..64"
             )
         bound_ok = self.auto_bound_min == 0.0 or self.auto_bound_min >= 1.0
-        if not bound_ok or self.auto_explore_every < 0 or self.auto_explore_max < self.auto_explore_every:
+        windows_ok = self.auto_probe_s > 0 and 2 * self.auto_probe_s <= self.auto_probe_every_s
+        if not bound_ok or self.auto_gain_min < 0 or not windows_ok:
             raise ConfigError(
-                f"auto_bound_min={self.auto_bound_min}, auto_explore_every={self.auto_explore_every}, "
-                f"auto_explore_max={self.auto_explore_max}: use a bound >= 1 (or 0: by device), an interval >= 0 "
-                "and a longest interval at least that"
+                f"auto_bound_min={self.auto_bound_min}, auto_gain_min={self.auto_gain_min}, "
+                f"auto_probe_every_s={self.auto_probe_every_s}, auto_probe_s={self.auto_probe_s}: use a bound >= 1 "
+                "(or 0: by device), a gain >= 0, and a period that holds its two windows (period >= 2 x window > 0)"
             )
         if self.response_threads < 1 or self.response_threads > 256:
             raise ConfigError(f"response_threads={self.response_threads}: use 1..256")

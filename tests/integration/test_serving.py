@@ -208,15 +208,15 @@ def _metric_sum(metrics_url: str, family: str, model: str) -> float:
 
 
 def test_auto_answers_in_band_then_defers_through_the_response_sender(server: Any, repository: Any, kind: str) -> None:
-    """auto with ``auto_bound_min=1`` defers every batch once an in-band batch measured the overlap bound.
+    """auto with ``auto_bound_min=1, auto_gain_min=0`` defers every batch once an in-band batch measured the bound.
 
-    The first batch is answered in-band (execute() returns its responses); the deferred ones return
-    None and are answered through their response senders, with an in-band batch every four to
-    measure the bound again; every answer must still be its own request's.
+    The first batch is answered in-band (execute() returns its responses), as is every batch of a
+    reference window (10 ms at the start of each second); the deferred ones return None and are
+    answered through their response senders; every answer must still be its own request's.
     """
     from inflight.build import add_variant
 
-    base = "bert_tiny_inflight@mode=auto,auto_bound_min=1,auto_explore_every=4,auto_explore_max=4"
+    base = "bert_tiny_inflight@mode=auto,auto_bound_min=1,auto_gain_min=0,auto_probe_every_s=1,auto_probe_s=0.01"
     add_variant(repository, base, "defer")
     name = "bert_tiny_inflight_defer"
     # one instance, that sees every batch (the built variant has one per core of this host)
@@ -241,11 +241,13 @@ def test_auto_answers_in_band_then_defers_through_the_response_sender(server: An
         deferred = _metric_sum(server.metrics_url, "inflight_auto_deferred_batches_total", name)
         requests = _metric_sum(server.metrics_url, "inflight_deferred_requests_total", name)
         inline = _metric_sum(server.metrics_url, "inflight_auto_inline_batches_total", name)
-        explored = _metric_sum(server.metrics_url, "inflight_auto_explored_batches_total", name)
+        reference = _metric_sum(server.metrics_url, "inflight_auto_reference_batches_total", name)
+        no_gain = _metric_sum(server.metrics_url, "inflight_auto_no_gain_batches_total", name)
         assert deferred >= 1 and requests >= deferred, (deferred, requests)
-        assert inline >= 1 and _metric_sum(server.metrics_url, "inflight_auto_overlap_bound", name) >= 1.0
+        assert inline + reference >= 1 and _metric_sum(server.metrics_url, "inflight_auto_overlap_bound", name) >= 1.0
+        assert no_gain == 0  # auto_gain_min=0: no probe is needed to defer
         batches = _metric_sum(server.metrics_url, "inflight_batches_total", name)
-        assert inline + explored + deferred == batches, (inline, explored, deferred, batches)
+        assert inline + reference + no_gain + deferred == batches, (inline, reference, no_gain, deferred, batches)
     finally:
         unload(server.http_url, name)
 

@@ -150,9 +150,11 @@ def test_parameters_parse_and_errors_name_the_key() -> None:
     assert BackendParameters.from_parameters({"mode": "auto", "slots": "1"}).slots == 1
     with pytest.raises(ConfigError, match=r"max_chunks 1..64"):
         BackendParameters.from_parameters({"chunk_items": "0"})
-    with pytest.raises(ConfigError, match=r"auto_explore_max=16: .* a longest interval at least that"):
-        BackendParameters.from_parameters({"auto_explore_every": "32", "auto_explore_max": "16"})
-    assert BackendParameters.from_parameters({"auto_explore_max": "64"}).auto_explore_max == 64
+    with pytest.raises(ConfigError, match=r"auto_probe_s=20.0: .* \(period >= 2 x window > 0\)"):
+        BackendParameters.from_parameters({"auto_probe_every_s": "30", "auto_probe_s": "20"})
+    with pytest.raises(ConfigError, match=r"auto_gain_min=-1.0"):
+        BackendParameters.from_parameters({"auto_gain_min": "-1"})
+    assert BackendParameters.from_parameters({"auto_probe_every_s": "60"}).auto_probe_every_s == 60.0
 
 
 def test_choices_come_from_the_literal_types_and_are_checked_where_the_options_are_built() -> None:

@@ -133,32 +133,99 @@ def _expect(x: np.ndarray) -> np.ndarray:
     return np.stack([x.sum(axis=1), np.full(len(x), x.shape[1])], axis=1).astype(np.float32)
 
 
-def test_auto_policy_measures_the_overlap_bound_and_defers_from_bound_min() -> None:
-    p = AutoPolicy(bound_min=1.25, explore_every=4, explore_max=16)
-    assert p.decide() == (False, "unmeasured")
-    p.between(0.003)
-    p.ran(0.002, 0.001)  # cycle 5 ms, 1 ms of it the device wait: 5 / 4
+class Clock:
+    """A wall clock the test moves (``AutoPolicy.clock``)."""
+
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+#: A clock in the decided part of a long period: no reference or probe window in the way.
+REST = Clock(50.0)
+
+
+def _rest_policy(**kw: Any) -> AutoPolicy:
+    return AutoPolicy(period_s=100.0, window_s=1.0, clock=REST, **kw)
+
+
+def _period(
+    p: AutoPolicy, clock: Clock, probe_cycle_s: float, *, step_s: float = 0.01, gap_s: float = 0.003
+) -> list[str]:
+    """Drive one period of ``p`` (10 s, windows of 1 s) with batches of 4 requests every ``step_s``.
+
+    In-band batches take 2 ms, 1 ms of it the device wait, after a gap of ``gap_s``; deferred ones
+    return at once after a gap that makes their cycle ``probe_cycle_s``. Returns the reasons in order.
+    """
+    reasons = []
+    start = round(clock.t)
+    for i in range(round(10.0 / step_s)):
+        clock.t = start + i * step_s
+        defer, why = p.decide()
+        reasons.append(why)
+        if defer:
+            p.between(probe_cycle_s)
+            p.deferred(0.0, 4)
+        else:
+            p.between(gap_s)
+            p.ran(0.002, 0.001, 4)
+    clock.t = start + 10.0
+    return reasons
+
+
+def test_auto_policy_defers_the_rest_of_a_period_only_after_a_probe_that_gained() -> None:
+    clock = Clock()
+    p = AutoPolicy(bound_min=1.25, gain_min=1.05, period_s=10.0, window_s=1.0, min_batches=4, clock=clock)
+    reasons = _period(p, clock, probe_cycle_s=0.003)  # in-band cycle 5 ms per 4 requests, deferred 3 ms
     assert p.bound == pytest.approx(1.25)
-    decisions = [p.decide() for _ in range(60)]
-    explored = [i + 1 for i, d in enumerate(decisions) if d == (False, "explored")]
-    assert explored == [4, 12, 28, 44, 60]  # the period doubles from explore_every to explore_max
-    assert all(d == (True, "deferred") for i, d in enumerate(decisions) if i + 1 not in explored)
-    # an idle instance: long gaps waiting for requests, the device wait a small part of the cycle
-    for _ in range(60):
-        p.between(0.1)
-        p.ran(0.002, 0.001)
+    assert set(reasons[:100]) == {"reference"} and set(reasons[100:200]) == {"probe"}
+    assert set(reasons[200:]) == {"deferred"}
+    assert p.gain == pytest.approx(5 / 3)
+    # the next period starts with a reference window again; deferring costs more now: in-band after the probe
+    reasons = _period(p, clock, probe_cycle_s=0.006)
+    assert set(reasons[:100]) == {"reference"} and set(reasons[100:200]) == {"probe"}
+    assert set(reasons[200:]) == {"no_gain"}
+    assert p.gain == pytest.approx(5 / 6)
+
+
+def test_auto_policy_answers_an_idle_instance_in_band_and_probes_nothing() -> None:
+    clock = Clock()
+    p = AutoPolicy(bound_min=1.25, period_s=10.0, window_s=1.0, clock=clock)
+    assert p.decide() == (False, "reference")
+    clock.t = 1.5
+    assert p.decide() == (False, "unmeasured")
+    clock.t = 0.0
+    reasons = _period(p, clock, probe_cycle_s=0.001, gap_s=0.1)  # long gaps: the device wait a small part
     assert p.bound is not None and p.bound < 1.02
-    assert p.decide() == (False, "inline")
-    # deferring again starts the exploration period from explore_every
-    p.bound = 2.0
-    assert [p.decide()[1] for _ in range(4)] == ["deferred"] * 3 + ["explored"]
-    never = AutoPolicy(bound_min=1.0, explore_every=0, bound=1.0)
-    assert {never.decide() for _ in range(100)} == {(True, "deferred")}
+    assert set(reasons[:100]) == {"reference"} and set(reasons[100:]) == {"inline"}
+    assert p.gain is None
+
+
+def test_auto_policy_without_enough_probe_batches_stays_in_band_unless_gain_min_is_0() -> None:
+    for gain_min, want in ((1.05, (False, "no_gain")), (0.0, (True, "deferred"))):
+        clock = Clock(2.5)  # after both windows of the period: nothing was measured in them
+        p = AutoPolicy(bound_min=1.25, gain_min=gain_min, period_s=10.0, window_s=1.0, clock=clock, bound=2.0)
+        assert p.decide() == want
+        assert p.gain is None
+
+
+def test_instances_on_one_host_probe_in_the_same_windows() -> None:
+    clock = Clock()
+    a, b = (AutoPolicy(period_s=30.0, window_s=0.5, clock=clock, bound=2.0) for _ in range(2))
+    rng = np.random.default_rng(7)
+    for t in np.sort(rng.uniform(0, 300, size=500)):
+        clock.t = float(t)
+        da, db = a.decide(), b.decide()
+        assert (da[1] in ("probe",)) == (db[1] in ("probe",)) and (da[1] == "reference") == (db[1] == "reference")
+    with pytest.raises(ValueError, match="period >= 2 x window"):
+        AutoPolicy(period_s=0.5, window_s=0.5)
 
 
 def test_auto_defers_when_the_device_wait_is_most_of_the_cycle_and_answers_every_request() -> None:
     rng = np.random.default_rng(1)
-    mode = _auto(0.02, AutoPolicy(bound_min=1.25, explore_every=4, explore_max=8))
+    mode = _auto(0.02, _rest_policy(bound_min=1.25, gain_min=0.0))
     sent: list[tuple[Request, Any]] = []
     for _ in range(14):
         mode.between_executes(0.0005)  # the next batch was waiting: the gap is the stub's own work
@@ -168,9 +235,9 @@ def test_auto_defers_when_the_device_wait_is_most_of_the_cycle_and_answers_every
     assert mode.close(10)
     st = mode.stats
     # the first batch measured the bound in-band (20 ms wait in a cycle of about 20.5 ms); then
-    # deferred, with in-band measurements after 4 and 12 deferred batches
-    assert (st.auto_inline, st.auto_explored, st.auto_deferred) == (1, 2, 11), st.snapshot()
-    assert st.auto_bound > 10 and st.deferred_requests == 11 * 4
+    # deferred (gain_min 0: no probe needed)
+    assert (st.auto_inline, st.auto_reference, st.auto_no_gain, st.auto_deferred) == (1, 0, 0, 13), st.snapshot()
+    assert st.auto_bound > 10 and st.deferred_requests == 13 * 4
     for request, returned in sent:
         response = _answer(request, returned)
         assert response.error is None
@@ -180,7 +247,7 @@ def test_auto_defers_when_the_device_wait_is_most_of_the_cycle_and_answers_every
 def test_an_idle_auto_instance_answers_in_band_exactly_as_the_sync_mode() -> None:
     """Long gaps between calls: the bound stays near 1, every batch takes the sync mode's path."""
     rng = np.random.default_rng(2)
-    auto = _auto(0.002, AutoPolicy(bound_min=1.25, explore_every=4))
+    auto = _auto(0.002, _rest_policy(bound_min=1.25))
     sync = SyncMode(SyncExecutor(_runner(0.002)), _answering())
     for _ in range(10):
         auto.between_executes(0.05)
@@ -195,13 +262,30 @@ def test_an_idle_auto_instance_answers_in_band_exactly_as_the_sync_mode() -> Non
         assert all(r.senders_taken == 0 and r.sent is None for r in batch), "an in-band batch used a sender"
     assert auto.close(10) and sync.close(10)
     st = auto.stats
-    assert st.auto_inline == 10 and st.auto_deferred == 0 and st.auto_explored == 0
+    assert st.auto_inline == 10 and st.auto_deferred == 0 and st.auto_no_gain == 0
     assert 1.0 < st.auto_bound < 1.1
+
+
+def test_auto_answers_in_band_after_a_probe_that_did_not_gain() -> None:
+    """A busy instance (bound 2) whose probe measured no gain: every batch on the sync mode's path."""
+    rng = np.random.default_rng(5)
+    mode = _auto(0.002, _rest_policy(bound_min=1.25, gain_min=1.05, bound=2.0))
+    for _ in range(6):
+        mode.between_executes(0.0)
+        batch = _batch(rng)
+        out = mode.execute(batch)
+        assert out is not None and all(r.sent is None and r.senders_taken == 0 for r in batch)
+        for r, response in zip(batch, out, strict=True):
+            np.testing.assert_array_equal(response.outputs["y"], _expect(r.x))
+    st = mode.stats
+    assert (st.auto_no_gain, st.auto_deferred, st.auto_inline) == (6, 0, 0), st.snapshot()
+    assert "when a probe gains 1.05x" in mode.describe()
+    assert mode.close(10)
 
 
 def test_auto_refuses_a_bad_request_alone_on_either_path() -> None:
     rng = np.random.default_rng(3)
-    mode = _auto(0.01, AutoPolicy(bound_min=1.0, explore_every=0))
+    mode = _auto(0.01, _rest_policy(bound_min=1.0, gain_min=0.0))
     for _ in range(2):  # the first in-band (unmeasured), the second deferred
         mode.between_executes(0.0)
         batch = _batch(rng, 3)
@@ -220,7 +304,7 @@ def test_auto_refuses_a_bad_request_alone_on_either_path() -> None:
 
 def test_auto_fails_a_broken_execute_through_the_path_its_batch_took() -> None:
     rng = np.random.default_rng(4)
-    mode = _auto(0.01, AutoPolicy(bound_min=1.0, explore_every=0))
+    mode = _auto(0.01, _rest_policy(bound_min=1.0, gain_min=0.0))
     mode.between_executes(0.0)
     assert mode.execute(_batch(rng, 2)) is not None  # in-band: measures the bound
     batch = _batch(rng, 2)
@@ -244,7 +328,7 @@ def test_auto_defers_from_1_25_on_a_gpu_and_never_on_a_cpu_unless_the_bound_is_s
     default = BackendParameters(mode="auto")
     assert auto_bound_min(default, on_device=True) == 1.25
     assert auto_bound_min(default, on_device=False) == math.inf
-    p = AutoPolicy(bound_min=math.inf, bound=50.0)
+    p = _rest_policy(bound_min=math.inf, bound=50.0)
     assert {p.decide() for _ in range(100)} == {(False, "inline")}
     for on_device in (True, False):
         assert auto_bound_min(BackendParameters(mode="auto", auto_bound_min=1.5), on_device=on_device) == 1.5

@@ -106,6 +106,10 @@ def _best(es: Iterable[Entry]) -> Entry | None:
     return max(ranked, key=lambda e: e.capacity or 0.0) if ranked else None
 
 
+#: The executor counters of auto's in-band batches (``auto_explored``: files before 2026-11-26).
+_IN_BAND = ("auto_inline", "auto_explored", "auto_reference", "auto_no_gain")
+
+
 def _is_sync(e: Entry) -> bool:
     return e.mode == "sync"
 
@@ -564,7 +568,12 @@ def section(root: Path) -> list[str]:
                 fmt(overlap_bound(e), ".2f"),
                 fmt(int(ex["auto_deferred"]), "d") if ex.get("auto_deferred") is not None else "n/a",
                 # in-band batches: the auto of issue 30's overlap-bound rule only (it records auto_bound)
-                fmt(int(ex["auto_inline"]) + int(ex.get("auto_explored") or 0), "d")
+                fmt(
+                    sum(
+                        int(ex.get(k) or 0) for k in ("auto_inline", "auto_explored", "auto_reference", "auto_no_gain")
+                    ),
+                    "d",
+                )
                 if ex.get("auto_bound") is not None
                 else "n/a",
             ]

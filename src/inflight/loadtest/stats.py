@@ -504,8 +504,11 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "inline_wait_ms": tot["inline_wait_s"] / executes * 1e3 if tot.get("chunks") else None,
         "auto_inline": int(tot.get("auto_inline", 0)),
         "auto_deferred": int(tot.get("auto_deferred", 0)),
-        "auto_explored": int(tot.get("auto_explored", 0)),
+        "auto_explored": int(tot.get("auto_explored", 0)),  # before 2026-11-26: in-band while deferring
+        "auto_reference": int(tot.get("auto_reference", 0)),
+        "auto_no_gain": int(tot.get("auto_no_gain", 0)),
         "auto_bound": tot["auto_bound"] / len(records) if tot.get("auto_bound") else None,
+        "auto_gain": tot["auto_gain"] / len(records) if tot.get("auto_gain") else None,
         "deferred_requests": int(tot.get("deferred_requests", 0)),
         # launches, and those run unpadded (masked tokens left out); computed over real tokens
         "launches": int(tot["launches"]) if "launches" in tot else None,

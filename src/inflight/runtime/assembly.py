@@ -224,8 +224,9 @@ def build_mode(params: BackendParameters, runner: Runner, answering: Answering) 
         return PipelinedMode(ring, answering)
     policy = AutoPolicy(
         bound_min=auto_bound_min(p, on_device=isinstance(runner, CudaRunner)),
-        explore_every=p.auto_explore_every,
-        explore_max=p.auto_explore_max,
+        gain_min=p.auto_gain_min,
+        period_s=p.auto_probe_every_s,
+        window_s=p.auto_probe_s,
     )
     return AutoMode(ring, answering, policy)
 

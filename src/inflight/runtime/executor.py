@@ -184,22 +184,31 @@ class ExecutorStats:
         "Requests of the batches auto deferred, answered through ``send()``.", "inflight_deferred_requests_total"
     )
     auto_inline: int = _stat(
-        "auto: batches answered in-band, the sync mode's path (the measured overlap bound under ``auto_bound_min``, "
-        "or not measured yet).",
+        "auto: batches answered in-band, the sync mode's path, because the measured overlap bound is under "
+        "``auto_bound_min`` (or not measured yet).",
         "inflight_auto_inline_batches_total",
     )
-    auto_deferred: int = _stat(
-        "auto: batches deferred, the pipelined mode's path (the measured overlap bound at ``auto_bound_min`` "
-        "or above).",
-        "inflight_auto_deferred_batches_total",
+    auto_reference: int = _stat(
+        "auto: batches answered in-band in a reference window (the start of each probe period; ``AutoPolicy``).",
+        "inflight_auto_reference_batches_total",
     )
-    auto_explored: int = _stat(
-        "auto: batches answered in-band while deferring, to measure the overlap bound again.",
-        "inflight_auto_explored_batches_total",
+    auto_no_gain: int = _stat(
+        "auto: batches answered in-band because the period's probe did not gain ``auto_gain_min`` by deferring.",
+        "inflight_auto_no_gain_batches_total",
+    )
+    auto_deferred: int = _stat(
+        "auto: batches deferred, the pipelined mode's path (in a probe window, or after a probe that gained).",
+        "inflight_auto_deferred_batches_total",
     )
     auto_bound: float = _stat(
         "auto: the overlap bound measured on in-band batches (moving average; see ``AutoPolicy``).",
         "inflight_auto_overlap_bound",
+        "gauge",
+        default=0.0,
+    )
+    auto_gain: float = _stat(
+        "auto: the last probe's gain, the execute thread's cycle per request in-band over deferred (0: none yet).",
+        "inflight_auto_gain",
         "gauge",
         default=0.0,
     )
@@ -893,79 +902,137 @@ def chunk_bounds(counts: Sequence[int], chunk_items: int, max_chunks: int) -> li
 class AutoPolicy:
     """How ``auto`` answers each batch: in-band, the sync mode's path, or deferred, the pipelined mode's.
 
-    Deferring pays only when it frees enough of the instance's execute thread: the thread's cycle
-    per batch is the gap between two ``execute()`` calls (the Python stub receives the next batch
-    on it, or waits for one) plus ``execute()`` itself, and deferring takes the device wait out
-    of it. The **overlap bound** ``cycle / (cycle - wait)`` is the most a deferral could add to
-    the instance's rate; every in-band batch measures it (moving average). A batch is deferred
-    while the bound is at least ``bound_min``; below it, or before any measurement, it is
-    answered in-band, exactly as the sync mode answers it.
+    Two measurements decide, because deferring has a gain and a cost:
 
-    The bound reads the load too: an idle instance's gaps are long, so its bound is near 1 and it
-    answers in-band (the sync mode's latency); a busy instance's gaps are the stub's own work. The
-    rule's threshold comes from the open-loop sittings under ``results/modes`` (H200): bert-tiny
-    measured bounds 1.07-1.11 at capacity, where one pipelined instance served 0.96x one sync
-    instance and deferring lost p99; bert-small measured 1.51 in sync, where one pipelined instance
-    served 1.39x one sync instance. ``bound_min`` defaults between them (docs/DESIGN.md, "When
-    pipelining pays").
+    * **The overlap bound** (the gain's ceiling). The execute thread's cycle per batch is the gap
+      between two ``execute()`` calls (the Python stub receives the next batch on it, or waits for
+      one) plus ``execute()`` itself; deferring takes the device wait out of it, so
+      ``cycle / (cycle - wait)`` is the most a deferral could add to the instance's rate. Every
+      in-band batch measures it (moving average). Under ``bound_min`` (an idle instance's long
+      gaps, or a device wait small next to the host's work) every batch is answered in-band.
+    * **The measured gain** (the cost included). A deferred batch's responses go one by one
+      through the response sender (a message to the server each, and sender threads that take CPU
+      from every instance on the server's cores), where an in-band batch's go back in one. On
+      scarce server cores that cost exceeds the device wait a deferral hides: on one H200 with 6
+      server cores, bert-tiny, the server spent 347 us of CPU per request under ``auto`` at
+      17,000 req/s against 265 under sync at 20,000, and ``<model>_inflight`` held 15,500 req/s
+      at the SLO where sync held 26,000 (``results/two-gpu/20261126-h200x2-c6``), its instances
+      deferring because the bound alone allowed it. So the policy measures the gain:
+      wall-clock time is cut into periods of ``period_s``; each starts with a **reference
+      window** of ``window_s`` answered in-band and, when the bound allows, a **probe window**
+      of ``window_s`` deferred; the execute thread's cycle per request in each (after the first
+      quarter, where the previous window's batches drain) gives ``gain = reference / probe``. The
+      rest of the period is deferred only when ``gain >= gain_min`` (``gain_min`` 0: whenever the
+      bound allows). Without enough batches in either window (``min_batches``) it stays in-band.
 
-    While deferring, no batch measures the bound, so now and then one is answered in-band
-    (``explored``): after ``explore_every`` deferred batches, the period doubling while the choice
-    holds, up to ``explore_max``, and back to ``explore_every`` once the instance answered in-band.
+    The periods follow the host's clock (``time.time``), so every instance of every ``auto``
+    model on the server probes in the same windows: a probe measures what deferring costs when
+    every instance defers, not one instance's gain at the others' expense. Below saturation the
+    cycle per request is the arrival gap in both windows, the gain about 1, and the batches
+    in-band: the sync mode's latency.
 
     Attributes:
-        bound_min: The overlap bound from which batches are deferred (1: defer once measured).
-        explore_every: Deferred batches before the first in-band measurement (0: never measure again).
-        explore_max: Longest period between those measurements.
-        alpha: Weight of a new measurement in the moving average.
+        bound_min: The overlap bound from which deferring is considered (1: as soon as measured).
+        gain_min: The measured gain from which the rest of a period is deferred (0: no probe needed).
+        period_s: Length of a period (reference window, probe window, then the decision).
+        window_s: Length of the reference window and of the probe window.
+        min_batches: Batches each window must measure for a decision to defer.
+        alpha: Weight of a new measurement in the bound's moving average.
+        clock: Wall-clock seconds (the same on every process of the host).
         bound: The measured overlap bound (moving average); None until an in-band batch measured it.
+        gain: The last period's measured gain; None until one was measured.
         gap_s: The gap before the current ``execute()`` (``between``).
     """
 
     bound_min: float = 1.25
-    explore_every: int = 32
-    explore_max: int = 1024
+    gain_min: float = 1.05
+    period_s: float = 30.0
+    window_s: float = 0.5
+    min_batches: int = 8
     alpha: float = 0.1
+    clock: Callable[[], float] = time.time
     bound: float | None = None
+    gain: float | None = None
     gap_s: float = 0.0
-    _deferred: int = 0
-    _next: int = 0
-    _period: int = 0
+    _period: int = -1
+    _window: str = ""
+    _counts: bool = False
+    _sums: dict[str, list[float]] = field(default_factory=dict)
+    _defer_rest: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.period_s < 2 * self.window_s or self.window_s <= 0:
+            raise ValueError(
+                f"period_s={self.period_s}, window_s={self.window_s}: a period holds two windows "
+                "(period >= 2 x window > 0)"
+            )
 
     def between(self, gap_s: float) -> None:
         """The execute thread spent ``gap_s`` between the previous ``execute()``'s return and this one."""
         self.gap_s = max(0.0, gap_s)
 
+    def _where(self) -> str:
+        """Which window the clock is in (``reference``, ``probe`` or ``rest``); a new period resets the sums."""
+        t = self.clock()
+        period = int(t // self.period_s)
+        at = t - period * self.period_s
+        if period != self._period:
+            self._period = period
+            self._sums = {"reference": [0.0, 0.0, 0.0], "probe": [0.0, 0.0, 0.0]}
+            self._defer_rest = None
+        window = "reference" if at < self.window_s else "probe" if at < 2 * self.window_s else "rest"
+        start = 0.0 if window == "reference" else self.window_s
+        self._counts = window != "rest" and at - start >= self.window_s / 4
+        return window
+
     def decide(self) -> tuple[bool, str]:
         """Whether to defer the next batch.
 
         Returns:
-            The decision and its reason: ``unmeasured`` and ``inline`` (in-band), ``deferred``,
-            or ``explored`` (in-band while deferring, to measure the bound again).
+            The decision and its reason: in-band ``reference`` (the period's reference window),
+            ``unmeasured``, ``inline`` (bound under ``bound_min``) or ``no_gain`` (the probe did not
+            gain ``gain_min``, or measured too few batches); deferred ``probe`` or ``deferred``.
         """
+        self._window = self._where()
+        if self._window == "reference":
+            return False, "reference"
         if self.bound is None:
             return False, "unmeasured"
         if self.bound < self.bound_min:
-            self._deferred = 0
-            self._period = 0
             return False, "inline"
-        self._deferred += 1
-        if self.explore_every > 0:
-            if not self._period:
-                self._period = self._next = self.explore_every
-            if self._deferred >= self._next:
-                self._period = min(2 * self._period, max(self.explore_max, self.explore_every))
-                self._next = self._deferred + self._period
-                return False, "explored"
-        return True, "deferred"
+        if self._window == "probe":
+            return True, "probe"
+        if self._defer_rest is None:
+            self._defer_rest = self._judge()
+        return (True, "deferred") if self._defer_rest else (False, "no_gain")
 
-    def ran(self, execute_s: float, wait_s: float) -> None:
-        """An in-band ``execute()`` took ``execute_s``, ``wait_s`` of it waiting for the device."""
+    def _judge(self) -> bool:
+        ref, probe = self._sums["reference"], self._sums["probe"]
+        if ref[2] >= self.min_batches and probe[2] >= self.min_batches and ref[1] > 0 and probe[1] > 0 and probe[0] > 0:
+            self.gain = (ref[0] / ref[1]) / (probe[0] / probe[1])
+        else:
+            return self.gain_min <= 0
+        return self.gain >= self.gain_min
+
+    def _count(self, window: str, cycle_s: float, requests: int) -> None:
+        if self._counts and self._window == window and requests > 0:
+            acc = self._sums[window]
+            acc[0] += cycle_s
+            acc[1] += requests
+            acc[2] += 1
+
+    def ran(self, execute_s: float, wait_s: float, requests: int = 1) -> None:
+        """An in-band ``execute()`` of ``requests`` took ``execute_s``, ``wait_s`` of it waiting for the device."""
         cycle = self.gap_s + execute_s
         if cycle <= 0:
             return
         sample = cycle / max(cycle - min(wait_s, cycle), 1e-9)
         self.bound = sample if self.bound is None else self.bound + self.alpha * (sample - self.bound)
+        self._count("reference", cycle, requests)
+
+    def deferred(self, execute_s: float, requests: int) -> None:
+        """A deferring ``execute()`` of ``requests`` returned after ``execute_s``."""
+        self._count("probe", self.gap_s + execute_s, requests)
 
 
 #: Builds the response object of one request from its outputs, or from an error message.

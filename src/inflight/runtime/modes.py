@@ -402,9 +402,17 @@ class AutoMode(Mode[PipelinedExecutor]):
     name = "auto"
 
     def describe(self) -> str:
-        """Name, slots, sender threads and the bound it defers from."""
-        bound = self.policy.bound_min
-        rule = "in-band only" if math.isinf(bound) else f"defers from overlap bound {bound:g}"
+        """Name, slots, sender threads and the rule it defers by."""
+        p = self.policy
+        if math.isinf(p.bound_min):
+            rule = "in-band only"
+        else:
+            rule = f"defers from overlap bound {p.bound_min:g}"
+            if p.gain_min > 0:
+                rule += (
+                    f" when a probe gains {p.gain_min:g}x (windows of {p.window_s:g} s at the start of each "
+                    f"{p.period_s:g} s)"
+                )
         return f"{super().describe()}, {len(self.executor.pool.threads)} response threads, {rule}"
 
     def between_executes(self, gap_s: float) -> None:
@@ -416,25 +424,29 @@ class AutoMode(Mode[PipelinedExecutor]):
         return self._current.handle(index, request)
 
     def execute(self, requests: Sequence[Any]) -> list[Any] | None:
-        """Defer the batch, or answer it in-band and measure the overlap bound on it."""
+        """Defer the batch, or answer it in-band; either way the policy measures the execute thread's cycle."""
         defer, why = self.policy.decide()
         st = self.executor.stats
+        t0 = time.perf_counter()
         if defer:
             st.auto_deferred += 1
             st.deferred_requests += len(requests)
             self._current = self._deferred
             self._deferred.execute(requests)
+            self.policy.deferred(time.perf_counter() - t0, len(requests))
             return None
-        if why == "explored":
-            st.auto_explored += 1
+        if why == "reference":
+            st.auto_reference += 1
+        elif why == "no_gain":
+            st.auto_no_gain += 1
         else:
             st.auto_inline += 1
         self._current = self._in_band
-        t0 = time.perf_counter()
         wait0 = st.inline_wait_s
         responses = self._in_band.execute(requests)
-        self.policy.ran(time.perf_counter() - t0, st.inline_wait_s - wait0)
+        self.policy.ran(time.perf_counter() - t0, st.inline_wait_s - wait0, len(requests))
         st.auto_bound = self.policy.bound or 0.0
+        st.auto_gain = self.policy.gain or 0.0
         return responses
 
     def fail(self, requests: Sequence[Any], message: str) -> list[Any] | None:
