@@ -122,7 +122,7 @@ class BackendParameters:
     chunk_items: int = 512
     max_chunks: int = 8
     auto_bound_min: float = 0.0
-    auto_gain_min: float = 1.05
+    auto_gain_min: float = 1.15
     auto_probe_every_s: float = 30.0
     auto_probe_s: float = 0.5
     response_threads: int = 8

@@ -203,12 +203,43 @@ def test_auto_policy_answers_an_idle_instance_in_band_and_probes_nothing() -> No
     assert p.gain is None
 
 
-def test_auto_policy_without_enough_probe_batches_stays_in_band_unless_gain_min_is_0() -> None:
-    for gain_min, want in ((1.05, (False, "no_gain")), (0.0, (True, "deferred"))):
+def test_auto_policy_without_enough_batches_stays_in_band_unless_gain_min_is_0() -> None:
+    for gain_min, want in ((1.05, (False, "unsaturated")), (0.0, (True, "deferred"))):
         clock = Clock(2.5)  # after both windows of the period: nothing was measured in them
         p = AutoPolicy(bound_min=1.25, gain_min=gain_min, period_s=10.0, window_s=1.0, clock=clock, bound=2.0)
         assert p.decide() == want
         assert p.gain is None
+    # a saturated reference window but a probe of too few batches (the deferred ones took long): no gain measured
+    clock = Clock()
+    p = AutoPolicy(bound_min=1.25, gain_min=1.05, period_s=10.0, window_s=1.0, min_batches=8, clock=clock)
+    times = [i * 0.01 for i in range(100)] + [1.3, 1.6, 1.9] + [2.0 + i * 0.01 for i in range(100)]
+    reasons = []
+    for t in times:
+        clock.t = t
+        defer, why = p.decide()
+        reasons.append(why)
+        p.between(0.003)
+        if defer:
+            p.deferred(0.0, 4)
+        else:
+            p.ran(0.002, 0.001, 4)
+    assert reasons[100:] == ["probe"] * 3 + ["no_gain"] * 100 and p.gain is None
+
+
+def test_auto_policy_probes_only_a_saturated_instance() -> None:
+    """Busy by the bound, but the reference window's batches were small: no probe, in-band all period."""
+    clock = Clock()
+    p = AutoPolicy(bound_min=1.25, gain_min=1.05, period_s=10.0, window_s=1.0, min_batches=4, fill_min=0.5, clock=clock)
+    reasons = []
+    for i in range(1000):
+        clock.t = i * 0.01
+        defer, why = p.decide()
+        reasons.append(why)
+        assert not defer
+        p.between(0.003)
+        p.ran(0.002, 0.001, 2, fill=0.1)  # two requests of a few items each: Triton found no queue
+    assert p.bound == pytest.approx(1.25)
+    assert set(reasons[:100]) == {"reference"} and set(reasons[100:]) == {"unsaturated"}
 
 
 def test_instances_on_one_host_probe_in_the_same_windows() -> None:
@@ -266,8 +297,8 @@ def test_an_idle_auto_instance_answers_in_band_exactly_as_the_sync_mode() -> Non
     assert 1.0 < st.auto_bound < 1.1
 
 
-def test_auto_answers_in_band_after_a_probe_that_did_not_gain() -> None:
-    """A busy instance (bound 2) whose probe measured no gain: every batch on the sync mode's path."""
+def test_auto_answers_in_band_while_no_probe_allows_deferring() -> None:
+    """A busy instance (bound 2) that no probe let defer: every batch on the sync mode's path."""
     rng = np.random.default_rng(5)
     mode = _auto(0.002, _rest_policy(bound_min=1.25, gain_min=1.05, bound=2.0))
     for _ in range(6):
@@ -278,7 +309,7 @@ def test_auto_answers_in_band_after_a_probe_that_did_not_gain() -> None:
         for r, response in zip(batch, out, strict=True):
             np.testing.assert_array_equal(response.outputs["y"], _expect(r.x))
     st = mode.stats
-    assert (st.auto_no_gain, st.auto_deferred, st.auto_inline) == (6, 0, 0), st.snapshot()
+    assert (st.auto_no_gain, st.auto_deferred, st.auto_inline) == (0, 0, 6), st.snapshot()  # unsaturated
     assert "when a probe gains 1.05x" in mode.describe()
     assert mode.close(10)
 

@@ -114,6 +114,12 @@ def generator_verified(es: Iterable[Entry]) -> tuple[float, Entry] | None:
     return best
 
 
+def report_file(path: Path) -> Path:
+    """What a report links for an A/B file: its ``.md`` beside it, or the JSON itself where none was kept."""
+    md = path.with_suffix(".md")
+    return md if md.is_file() else path
+
+
 def is_open_loop(doc: Mapping[str, Any]) -> bool:
     """Whether an A/B file's load was open loop (arrivals at rates) rather than closed loop."""
     return not (doc.get("load") or {}).get("closed_loop", True)
@@ -588,7 +594,7 @@ def section(root: Path) -> list[str]:
     lines += ["", "Every open-loop run, with its latency-against-rate table and plot, one line per sitting:", ""]
     by_sitting: dict[Path, list[Path]] = {}
     for p in open_loop_files(root / "results"):
-        md = p.with_suffix(".md").relative_to(root)
+        md = report_file(p).relative_to(root)
         by_sitting.setdefault(md.parents[1] if len(md.parents) > 3 else md.parent, []).append(md)
     for sitting, mds in by_sitting.items():
         links = ", ".join(f"[{md.parent.name if md.parent != sitting else md.stem}](../{md})" for md in mds)

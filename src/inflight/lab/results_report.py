@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight.lab import cost_results, faults, heads_results, modes_results, open_loop_results, two_gpu_results
-from inflight.lab.open_loop_results import markdown_table
+from inflight.lab.open_loop_results import markdown_table, report_file
 from inflight.loadtest import report
 
 
@@ -681,7 +681,7 @@ def per_gpu_servers_section(folder: Path, root: Path) -> list[str]:
     rows = []
     for p in paths:
         doc = json.loads(p.read_text())
-        md = p.with_suffix(".md")
+        md = report_file(p)
         for v in doc.get("summary", []):
             at = v.get("capacity_point") or {}
             first_miss: dict[str, Any] = next(
@@ -742,7 +742,7 @@ def unpadded_serving_section(folder: Path, root: Path) -> list[str]:
     rows = []
     for p in paths:
         doc = json.loads(p.read_text())
-        md = p.with_suffix(".md")
+        md = report_file(p)
         load = doc.get("load") or {}
         for v in doc.get("summary", []):
             closed = {"achieved_rps": v.get("rps"), "p99_ms": (v.get("latency_ms") or {}).get("p99")}
@@ -805,7 +805,7 @@ def stalls_section(folder: Path, root: Path) -> list[str]:
     ]
     for p in paths:
         doc = json.loads(p.read_text())
-        md = p.with_suffix(".md")
+        md = report_file(p)
         args = " ".join(f"`{a}`" for a in (doc.get("server") or {}).get("server_args") or ()) or "none"
         lines += [
             f"### [`{p.relative_to(root)}`](../{md.relative_to(root)})",

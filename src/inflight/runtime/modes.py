@@ -398,6 +398,7 @@ class AutoMode(Mode[PipelinedExecutor]):
         self._in_band: SyncMode[PipelinedExecutor] = SyncMode(executor, answering)
         self._deferred = PipelinedMode(executor, answering)
         self._current: Mode[PipelinedExecutor] = self._in_band
+        self._max_items = max(1, executor.runner.layout.max_items)
 
     name = "auto"
 
@@ -427,6 +428,7 @@ class AutoMode(Mode[PipelinedExecutor]):
         """Defer the batch, or answer it in-band; either way the policy measures the execute thread's cycle."""
         defer, why = self.policy.decide()
         st = self.executor.stats
+        st.auto_gain = self.policy.gain or 0.0
         t0 = time.perf_counter()
         if defer:
             st.auto_deferred += 1
@@ -442,11 +444,11 @@ class AutoMode(Mode[PipelinedExecutor]):
         else:
             st.auto_inline += 1
         self._current = self._in_band
-        wait0 = st.inline_wait_s
+        wait0, items0 = st.inline_wait_s, st.items
         responses = self._in_band.execute(requests)
-        self.policy.ran(time.perf_counter() - t0, st.inline_wait_s - wait0, len(requests))
+        fill = (st.items - items0) / self._max_items
+        self.policy.ran(time.perf_counter() - t0, st.inline_wait_s - wait0, len(requests), fill)
         st.auto_bound = self.policy.bound or 0.0
-        st.auto_gain = self.policy.gain or 0.0
         return responses
 
     def fail(self, requests: Sequence[Any], message: str) -> list[Any] | None:
