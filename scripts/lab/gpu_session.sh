@@ -180,7 +180,7 @@ case "$STEP" in
            # each packed into $OUT as it ends:
            #   gen    the null model at GEN_RATES (the generator proven on schedule)
            #   fixed  every variant of FIXED_VARIANTS (space-separated specs) at FIXED_RATES, one server
-           #          (FIXED_REPEAT rounds, interleaved A,B,A,B, when set)
+           #          (FIXED_REPEAT rounds, interleaved A,B then B,A, when set)
            #   cap    capacity at p99 <= 50 ms of each variant of CAP_VARIANTS by search over CAP_SEARCH, one folder each
            #          (cap-[CAP_TAG-]<n>-<model>)
            #          (after the fixed rates CAP_RATES, when set)

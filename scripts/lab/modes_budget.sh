@@ -9,7 +9,7 @@
 # Both parts run through `gpu_session.sh modes` (its environment applies: WINDOW, WARMUP, CAP_SEARCH,
 # SEARCH_OPTS); the sitting is packed into $OUT/results-modes.tgz after each part. FIXED_TIMEOUT (360) bounds the
 # fixed-rate part (seconds), so that a slow search leaves the packed capacities in place. FIXED_REPEAT (2) runs
-# the fixed rates in that many interleaved rounds (A, B, A, B): the p99 ratios take each rate's median over them,
+# the fixed rates in that many interleaved rounds (A, B, then B, A): the p99 ratios take each rate's median over them,
 # since one 8 s window's p99 moves with a single stall of the host (about 2.5 minutes a round for two variants).
 # FIXED_NULL (a variant spec; "none" to leave it out) joins the fixed part: by default the null model with one
 # instance per server core and a 600 us wait per batch, the request path's own p99 at the same rates (what no

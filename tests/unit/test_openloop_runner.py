@@ -203,3 +203,15 @@ def test_report_has_the_capacity_table_the_sweep_and_the_latency_plot(tmp_path: 
     assert "server on cores 0-15, load generator on cores 16-31" in md
     plot = tmp_path / "ab-test-open-loop.png"
     assert plot in images and plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rounds_reverse_the_variant_order_every_other_round() -> None:
+    from inflight.loadtest.runner import round_order
+
+    assert round_order(["A", "B", "C"], 1) == [(0, "A"), (0, "B"), (0, "C")]
+    got = round_order(["A", "B"], 4)
+    assert [v for _, v in got] == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert [r for r, _ in got] == [0, 0, 1, 1, 2, 2, 3, 3]
+    # with an even number of rounds each variant runs first as often as last
+    firsts = [got[i][1] for i in range(0, len(got), 2)]
+    assert firsts.count("A") == firsts.count("B")

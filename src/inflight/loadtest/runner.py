@@ -1,7 +1,7 @@
 """The A/B runner: the same load against each variant in turn, on one tritonserver (or one per GPU).
 
 For each variant (``bert_tiny_sync@instances=4,delay_us=500``...), in the order given and, with
-``repeat``, interleaved (A, B, A, B...):
+``repeat``, interleaved with the order reversed every other round (A, B, B, A...):
 
 1. load it under its name with its config override (``control.load_variant``);
 2. warm up for ``warmup_s`` under the same load (a Locust run that is not measured);
@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -248,6 +248,19 @@ def plan_gpu_servers(gpus: Sequence[int], server_cpus: Sequence[int], inherited:
         GpuServerPlan(gpu=g, visible_device=visible_device(g, inherited), cpus=cpus)
         for g, cpus in zip(gpus, shares, strict=True)
     ]
+
+
+T = TypeVar("T")
+
+
+def round_order(variants: Sequence[T], repeat: int) -> list[tuple[int, T]]:
+    """The (round, variant) runs of ``repeat`` rounds: the given order, reversed every other round (A B, B A, ...).
+
+    Alternating balances what running first or second costs a variant (a server that just left an
+    overload window, caches warmed by the one before): with an even number of rounds each variant
+    runs first as often as last.
+    """
+    return [(r, v) for r in range(repeat) for v in (variants if r % 2 == 0 else list(reversed(variants)))]
 
 
 def _gpu_list(gpus: Sequence[int]) -> str:
@@ -995,7 +1008,7 @@ class AbRunner:
         if self.config.metrics_url:
             endpoints[0].metrics = self.config.metrics_url
         s = self.shape
-        order = [(r, v) for r in range(self.config.repeat) for v in self.variants]
+        order = round_order(self.variants, self.config.repeat)
         windows = max(1, len(self.config.rates) * self.config.rate_repeat) + (
             SEARCH_WINDOWS_ESTIMATE if self.config.search else 0
         )
