@@ -387,6 +387,25 @@ def test_executor_breakdown_takes_the_longest_stall_over_instances_and_sums_the_
     assert got is not None and got["execute_max_ms"] is None and got["gc_ms_per_execute"] is None
 
 
+def test_executor_breakdown_sums_auto_choices_and_averages_its_gauges() -> None:
+    def record(reference: int, no_gain: int, deferred: int, gain: float) -> dict[str, Any]:
+        stats = {"batches": 100, "requests": 400, "executes": 100, "auto_inline": 100 - reference - no_gain - deferred}
+        stats |= {"auto_reference": reference, "auto_no_gain": no_gain, "auto_deferred": deferred}
+        stats |= {"auto_bound": 1.5, "auto_gain": gain}
+        return {"model": "m", "instance": "i", "drained": True, "stats": stats}
+
+    got = st.executor_breakdown([record(10, 80, 0, 0.9), record(10, 0, 60, 1.3)])
+    assert got is not None
+    assert (got["auto_reference"], got["auto_no_gain"], got["auto_deferred"]) == (20, 80, 60)
+    assert got["auto_inline"] == 200 - 20 - 80 - 60
+    assert got["auto_gain"] == pytest.approx(1.1) and got["auto_bound"] == pytest.approx(1.5)
+    # a record of the rule before the probe (2026-11-26) has none of the new keys
+    got = st.executor_breakdown(
+        [{"model": "m", "instance": "i", "drained": True, "stats": {"batches": 5, "auto_explored": 2}}]
+    )
+    assert got is not None and got["auto_explored"] == 2 and got["auto_no_gain"] == 0 and got["auto_gain"] is None
+
+
 def test_stalls_table_lists_each_asyncio_window() -> None:
     run = {
         "variant": "A",
