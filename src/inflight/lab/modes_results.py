@@ -568,14 +568,7 @@ def section(root: Path) -> list[str]:
                 fmt(overlap_bound(e), ".2f"),
                 fmt(int(ex["auto_deferred"]), "d") if ex.get("auto_deferred") is not None else "n/a",
                 # in-band batches: the auto of issue 30's overlap-bound rule only (it records auto_bound)
-                fmt(
-                    sum(
-                        int(ex.get(k) or 0) for k in ("auto_inline", "auto_explored", "auto_reference", "auto_no_gain")
-                    ),
-                    "d",
-                )
-                if ex.get("auto_bound") is not None
-                else "n/a",
+                fmt(sum(int(ex.get(k) or 0) for k in _IN_BAND), "d") if ex.get("auto_bound") is not None else "n/a",
             ]
         )
     if ex_rows:

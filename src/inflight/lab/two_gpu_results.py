@@ -69,7 +69,15 @@ def _mode(e: Entry) -> str:
     return "sync" if e.mode == "sync" else "pipelined"
 
 
-def _null_ceiling(es: list[Entry]) -> dict[str, Any] | None:
+def _best_by_mode(es: list[Entry], name: str, root: Path) -> dict[str, dict[str, Any] | None]:
+    """Layout ``name``'s best sync and best pipelined runs (None where that mode did not run)."""
+    return {
+        mode: _ref(best_entry(e for e in es if layout(e) == name and _mode(e) == mode), root)
+        for mode in ("sync", "pipelined")
+    }
+
+
+def _null_ceiling(es: list[Entry], root: Path) -> dict[str, Any] | None:
     """The null model's rates in the sitting: what was offered, the most answered per second, and on what cores."""
     rows = [(e, row) for e in es if e.kind == "null" for row in e.summary.get("sweep") or []]
     if not rows:
@@ -82,7 +90,7 @@ def _null_ceiling(es: list[Entry]) -> dict[str, Any] | None:
         "server_cpus": cpus.get("server"),
         "client_cpus": cpus.get("client"),
         "processes": (e.doc.get("load") or {}).get("processes"),
-        "file": str(e.path),
+        "file": str(e.path.relative_to(root)),
     }
 
 
@@ -95,9 +103,7 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
         return None
     gen = generator_verified(es)
     ratio = two.capacity / one.capacity
-    null = _null_ceiling(es)
-    if null is not None:
-        null["file"] = str(Path(null["file"]).relative_to(root))
+    null = _null_ceiling(es, root)
     return {
         "sitting": str(sitting.relative_to(root)),
         "device": str((one.doc.get("device") or {}).get("name")),
@@ -107,13 +113,7 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
         "per_layout": {
             name: _ref(best_entry(e for e in es if layout(e) == name), root) for name in ("one", "two", "perserver")
         },
-        "per_layout_mode": {
-            name: {
-                mode: _ref(best_entry(e for e in es if layout(e) == name and _mode(e) == mode), root)
-                for mode in ("sync", "pipelined")
-            }
-            for name in ("one", "two", "perserver")
-        },
+        "per_layout_mode": {name: _best_by_mode(es, name, root) for name in ("one", "two", "perserver")},
         "two_gpu_capacity_rps": two.capacity,
         "two_over_one": ratio,
         "target_ratio": TARGET_RATIO,
@@ -135,24 +135,20 @@ def sitting_rows(root: Path) -> list[dict[str, Any]]:
     out = []
     for sitting in sittings(root / "results", TWO_GPU_DIR):
         es = entries(root / "results", sitting)
-        one = {
-            m: _ref(best_entry(e for e in es if layout(e) == "one" and _mode(e) == m), root)
-            for m in ("sync", "pipelined")
-        }
         two = best_entry(e for e in es if layout(e) in ("two", "perserver"))
         first_one = best_entry(e for e in es if layout(e) == "one")
         out.append(
             {
                 "sitting": str(sitting.relative_to(root)),
                 "one_server_cpus": None if first_one is None else _cpus(first_one).get("server"),
-                "one": one,
+                "one": _best_by_mode(es, "one", root),
                 "two": _ref(two, root),
                 "two_over_one": (
                     two.capacity / first_one.capacity
                     if two and first_one and two.capacity and first_one.capacity
                     else None
                 ),
-                "null_model": _null_ceiling(es),
+                "null_model": _null_ceiling(es, root),
             }
         )
     return out
