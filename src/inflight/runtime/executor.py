@@ -899,6 +899,25 @@ def chunk_bounds(counts: Sequence[int], chunk_items: int, max_chunks: int) -> li
 
 
 @dataclass
+class _Tally:
+    """What one window of ``AutoPolicy`` measured (its first quarter left out)."""
+
+    cycle_s: float = 0.0
+    requests: int = 0
+    batches: int = 0
+    fill: float = 0.0  # summed over the batches (the reference window's in-band ones)
+
+    def add(self, cycle_s: float, requests: int, fill: float) -> None:
+        self.cycle_s += cycle_s
+        self.requests += requests
+        self.batches += 1
+        self.fill += fill
+
+    def per_request_s(self) -> float:
+        return self.cycle_s / self.requests
+
+
+@dataclass
 class AutoPolicy:
     """How ``auto`` answers each batch: in-band, the sync mode's path, or deferred, the pipelined mode's.
 
@@ -970,7 +989,7 @@ class AutoPolicy:
     _period: int = -1
     _window: str = ""
     _counts: bool = False
-    _sums: dict[str, list[float]] = field(default_factory=dict)
+    _tallies: dict[str, _Tally] = field(default_factory=dict)
     _defer_rest: bool | None = None
     _saturated: bool | None = None
 
@@ -992,8 +1011,7 @@ class AutoPolicy:
         at = t - period * self.period_s
         if period != self._period:
             self._period = period
-            # cycle seconds, requests, batches, batch fill (reference window only)
-            self._sums = {"reference": [0.0, 0.0, 0.0, 0.0], "probe": [0.0, 0.0, 0.0, 0.0]}
+            self._tallies = {"reference": _Tally(), "probe": _Tally()}
             self._defer_rest = None
             self._saturated = None
         window = "reference" if at < self.window_s else "probe" if at < 2 * self.window_s else "rest"
@@ -1020,8 +1038,8 @@ class AutoPolicy:
         if self.gain_min <= 0:
             return True, "deferred"
         if self._saturated is None:
-            ref = self._sums["reference"]
-            self._saturated = ref[2] >= self.min_batches and ref[3] >= self.fill_min * ref[2]
+            ref = self._tallies["reference"]
+            self._saturated = ref.batches >= self.min_batches and ref.fill >= self.fill_min * ref.batches
         if not self._saturated:
             return False, "unsaturated"
         if self._window == "probe":
@@ -1031,19 +1049,16 @@ class AutoPolicy:
         return (True, "deferred") if self._defer_rest else (False, "no_gain")
 
     def _judge(self) -> bool:
-        ref, probe = self._sums["reference"], self._sums["probe"]
-        if ref[2] < self.min_batches or probe[2] < self.min_batches or not (ref[1] and probe[1] and probe[0]):
+        ref, probe = self._tallies["reference"], self._tallies["probe"]
+        measured = ref.requests and probe.requests and probe.cycle_s
+        if min(ref.batches, probe.batches) < self.min_batches or not measured:
             return False
-        self.gain = (ref[0] / ref[1]) / (probe[0] / probe[1])
+        self.gain = ref.per_request_s() / probe.per_request_s()
         return self.gain >= self.gain_min
 
     def _count(self, window: str, cycle_s: float, requests: int, fill: float) -> None:
         if self._counts and self._window == window and requests > 0:
-            acc = self._sums[window]
-            acc[0] += cycle_s
-            acc[1] += requests
-            acc[2] += 1
-            acc[3] += fill
+            self._tallies[window].add(cycle_s, requests, fill)
 
     def ran(self, execute_s: float, wait_s: float, requests: int = 1, fill: float = 1.0) -> None:
         """An in-band ``execute()`` of ``requests`` took ``execute_s``, ``wait_s`` of it waiting for the device.
