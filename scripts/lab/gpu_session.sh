@@ -284,13 +284,27 @@ case "$STEP" in
       'bert_tiny_inflight@response_threads=16' 'bert_tiny_inflight@completion_wait=poll' \
       'bert_tiny_inflight@cupti=true'
     ;;
-  profile)
-    for v in 'bert_tiny_sync@instances=4' 'bert_tiny_inflight@instances=1'; do
-      name=${v%%@*}
-      profile_loaded "results/nsys/$name" "$name" "$v" "${DELAY:-15}" "${WINDOW:-5}" 2>&1 | tail -8
+  profile)  # issues 5 and 30: nsys of each of PROFILE_VARIANTS ("name=spec ...", default sync and pipelined for
+            # bert-tiny and bert-small) under the same published load, one folder each under PROFILE_ROOT
+            # (results/nsys-modes), and their summary side by side
+    root=${PROFILE_ROOT:-results/nsys-modes}
+    dbs=()
+    # shellcheck disable=SC2086  # PROFILE_MODELS holds several names
+    $PY -m inflight.cli build-models ${PROFILE_MODELS:-bert_tiny bert_small} --configs-only > "$OUT/configs.log" 2>&1
+    # shellcheck disable=SC2086
+    ensure_built ${PROFILE_MODELS:-bert_tiny bert_small}
+    fast=capture_at_load=false
+    for nv in ${PROFILE_VARIANTS:-bert_tiny-sync=bert_tiny_sync@instances=4,$fast \
+        bert_tiny-pipelined=bert_tiny_inflight@instances=4,mode=pipelined,$fast \
+        bert_small-sync=bert_small_sync@instances=1,$fast \
+        bert_small-pipelined=bert_small_inflight@instances=1,mode=pipelined,slots=4,$fast}; do
+      name=${nv%%=*}
+      profile_loaded "$root/$name" "$name" "${nv#*=}" "${DELAY:-15}" "${WINDOW:-5}" 2>&1 | tail -8
+      dbs+=("$root/$name/$name.sqlite")
+      pack_results "$OUT/results-profile.tgz" "$root"
     done
-    $PY -m inflight.cli nsys-summary results/nsys/bert_tiny_sync/bert_tiny_sync.sqlite \
-      results/nsys/bert_tiny_inflight/bert_tiny_inflight.sqlite --out results/nsys 2>&1 | tail -30
+    $PY -m inflight.cli nsys-summary "${dbs[@]}" --out "$root" 2>&1 | tail -30
+    pack_results "$OUT/results-profile.tgz" "$root"
     ;;
   final)  # published (issue 4) + live CUPTI gauges + nsys (issue 5) in one call, each part time-boxed
     timeout 330 bash "$0" _published_only
@@ -329,7 +343,7 @@ print(' '.join(f'--module {k}={str(v).lower()}' for k, v in o.items()) or ('same
       --out results/engine_bench.json 2>&1 | grep -v "INFO inflight.bench" | tail -12
     ;;
   fixture)  # issue 5: trim the pipelined nsys capture (from the profile step) into the committed test fixture
-    $PY -m inflight.cli nsys-trim results/nsys/bert_tiny_inflight/bert_tiny_inflight.sqlite \
+    $PY -m inflight.cli nsys-trim results/nsys-modes/bert_tiny-pipelined/bert_tiny-pipelined.sqlite \
       tests/unit/fixtures/nsys-bert_tiny_inflight.sqlite --keep-ms "${KEEP_MS:-60}" --skip-ms 100
     cp tests/unit/fixtures/nsys-bert_tiny_inflight.sqlite "$OUT/"
     ;;

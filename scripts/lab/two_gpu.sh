@@ -15,7 +15,7 @@
 #
 # The generator (asyncio, PROCS sources) always runs on CLIENT_CPUS (24-31), so the layouts differ only in the
 # server's cores and GPUs. ONE_SEARCH / TWO_SEARCH bound the searches (req/s, low,high), SYNC_ONLY=1 leaves the
-# inflight variant out (a shorter call), VARIANT_EXTRA appends overrides to every spec (e.g. kind=cpu for a dry run
+# inflight variant out (a shorter call), INFLIGHT_ONLY=1 the sync one, VARIANT_EXTRA appends overrides to every spec (e.g. kind=cpu for a dry run
 # on a host without GPUs, with LAYOUT=one and gpus dropped by NO_GPUS=1). Every part packs the sitting into
 # $OUT/results-two-gpu.tgz as it ends (gpu_session.sh modes does); the log is $OUT/two-gpu-<layout>.log.
 set -uo pipefail
@@ -38,7 +38,11 @@ g() { [ -n "${NO_GPUS:-}" ] || printf ',gpus=%s' "$1"; }
 sync_spec() { echo "bert_tiny_sync@instances=$C$(g "$1"),capture_at_load=false$extra"; }
 # <model>_inflight as built (no override but placement): what the repository deploys for these cores and GPUs
 inflight_spec() { echo "bert_tiny_inflight@capture_at_load=false$(g "$1")$extra"; }
-variants() { if [ -n "${SYNC_ONLY:-}" ]; then sync_spec "$1"; else echo "$(sync_spec "$1") $(inflight_spec "$1")"; fi; }
+variants() {
+  if [ -n "${SYNC_ONLY:-}" ]; then sync_spec "$1"
+  elif [ -n "${INFLIGHT_ONLY:-}" ]; then inflight_spec "$1"
+  else echo "$(sync_spec "$1") $(inflight_spec "$1")"; fi
+}
 
 run_modes() {  # run_modes SERVER_CPUS BUILD_GPUS SEARCH VARIANTS [extra env...]
   local cpus=$1 gpus=$2 search=$3 vs=$4

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from inflight.lab import modes_results
-from inflight.lab.open_loop_results import entries
+from inflight.lab.open_loop_results import Entry, entries
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,11 +32,14 @@ def test_the_summary_block_matches_the_files_and_is_committed() -> None:
         es = [e for es in modes_results.collect(ROOT)["budgets"].values() for e in es]
         caps = {e.capacity for e in es if e.summary.get("capacity_bounded") and e.summary["spec"] == row["best_sync"]}
         assert row["best_sync_rps"] in caps
+        # every figure of a row comes from its one sitting (the newest that searched both modes)
+        here = [e for e in es if str(modes_results.sitting_of(e).relative_to(ROOT)) == row["sitting"]]
+        assert row["best_sync_rps"] in {e.capacity for e in here if e.summary["spec"] == row["best_sync"]}
+        assert row["best_pipelined_rps"] in {e.capacity for e in here if e.summary["spec"] == row["best_pipelined"]}
         for key, spec_key in (("default_rps", "default"), ("plain_rps", None)):
             if row[key] is None:
                 continue  # not measured for this budget: null, not a made-up figure
-            cores = row["server_cpus"]
-            kind = [e for e in es if e.summary.get("capacity_bounded") and modes_results.server_cores(e) == cores]
+            kind = [e for e in here if e.capacity is not None]
             if spec_key:
                 kind = [e for e in kind if e.summary["spec"] == row[spec_key]]
             else:
@@ -107,3 +110,32 @@ def test_p99_at_a_rate_of_several_rounds_is_their_median_without_limited_windows
 
     # one stalled round of three does not decide the rate; a limited or invalid window never counts
     assert modes_results.p99_by_rate(E()) == {1000.0: 7.0, 2000.0: 9.0}  # type: ignore[arg-type]
+
+
+def _entry(sitting: str, kind: str, capacity: float, bounded: bool, started: str) -> Entry:
+    """A capacity search's entry in ``results/modes/<sitting>/<run>/ab.json``."""
+    return Entry(
+        path=Path("results/modes") / sitting / f"cap-{kind}" / "ab.json",
+        doc={"started": started, "runs": [{"variant": "A", "capacity_search": {"lo": 1}}]},
+        summary={"variant": "A", "spec": f"bert_tiny_{kind}", "capacity_rps": capacity, "capacity_bounded": bounded},
+        variant={"variant": kind},
+    )
+
+
+def test_a_core_budget_takes_its_newest_sitting_that_searched_both_modes() -> None:
+    old = [
+        _entry("a-old", "sync", 29_500.0, True, "2026-11-25T12:35:00"),
+        _entry("a-old", "inflight", 27_000.0, True, "2026-11-25T12:37:00"),
+    ]
+    new = [
+        _entry("b-new", "sync", 26_375.0, True, "2026-11-26T04:12:00"),
+        # a lower bound (its search's high end met the SLO) still makes the sitting a comparison
+        _entry("b-new", "inflight", 28_000.0, False, "2026-11-26T04:14:00"),
+    ]
+    newest_but_one_mode = [_entry("c-sync-only", "sync", 40_000.0, True, "2026-11-27T00:00:00")]
+    b = modes_results.core_budget(old + new + newest_but_one_mode)
+    assert b is not None
+    # not the best of every sitting (29,500 sync, 40,000 sync alone): one sitting's pair
+    assert (b["best_sync_rps"], b["best_pipelined_rps"]) == (26_375.0, 28_000.0)
+    assert b["sitting"] == Path("results/modes/b-new") and b["best_pipelined_is_lower_bound"]
+    assert modes_results.newest_comparison(newest_but_one_mode) == []

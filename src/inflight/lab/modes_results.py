@@ -4,10 +4,10 @@
 open-loop A/B files (fixed rates and capacity searches) whose server ran on its own cores
 (``load.cpu_sets``). Everything printed here is read from those files:
 
-* per core budget (the server's cores): the best sync and the best pipelined capacity at the p99 SLO
-  (a pipelined mode is any of ``pipelined``, ``overlap``, ``auto``), and at every rate both were
-  measured at in one sitting, the pipelined / sync p99 ratio (of the pipelined variant with the best
-  capacity);
+* per core budget (the server's cores), from its newest sitting that searched both modes: the best sync
+  and the best pipelined capacity at the p99 SLO (a pipelined mode is any of ``pipelined``, ``overlap``,
+  ``auto``), and at every rate both were measured at there, the pipelined / sync p99 ratio (of the
+  pipelined variant with the best capacity);
 * per model beyond bert-tiny (the regime where the device's time per batch is comparable to the
   host's): one instance of each mode, the instances each needs for 95% of its best capacity, and the
   GPU memory its server's processes held (``gpu_memory`` of each window);
@@ -142,17 +142,48 @@ def _searched(e: Entry) -> bool:
     return bool(e.summary.get("capacity_bounded"))
 
 
+def sitting_of(e: Entry) -> Path:
+    """The sitting folder of an entry (``results/modes/<sitting>/<run>/ab-*.json``)."""
+    return e.path.parents[1]
+
+
+def _compares(es: list[Entry]) -> bool:
+    """Whether a sitting's entries hold a bracketed sync search and a pipelined search (a lower bound will do)."""
+    return any(_is_sync(e) and _searched(e) for e in es) and any(
+        _is_pipelined(e) and _search_ran(e) and e.capacity is not None for e in es
+    )
+
+
+def newest_comparison(es: list[Entry]) -> list[Entry]:
+    """The entries of the newest sitting that searched both modes (``[]`` when none did).
+
+    Ratios hold within one sitting only (one host, one day, one rule of the code measured), so a core
+    budget's figures come from its newest complete sitting, not from the best of every sitting.
+    """
+    by_sitting: dict[Path, list[Entry]] = {}
+    for e in es:
+        by_sitting.setdefault(sitting_of(e), []).append(e)
+    complete = [group for group in by_sitting.values() if _compares(group)]
+    return max(complete, key=lambda g: max(str(e.doc.get("started") or "") for e in g)) if complete else []
+
+
 def core_budget(es: list[Entry]) -> dict[str, Any] | None:
-    """One core budget's figures: best capacities (searched ones) and the p99 ratios at the rates both modes ran."""
+    """One core budget's figures, from its newest sitting that searched both modes (:func:`newest_comparison`).
+
+    The best sync capacity is a bracketed search's; the best pipelined one may be a lower bound (its search's
+    high end met the SLO, ``best_pipelined_is_lower_bound``). The p99 ratios come from that sitting's files
+    that ran both at the same rates (the fixed part), else from the two searches' windows at common rates.
+    """
+    es = newest_comparison(es)
     sync = _best(e for e in es if _is_sync(e) and _searched(e))
-    pipe = _best(e for e in es if _is_pipelined(e) and _searched(e))
+    pipe = _best(e for e in es if _is_pipelined(e) and _search_ran(e))
     if sync is None or pipe is None:
         return None
     ratios: dict[float, float] = {}
-    # every sitting of this budget that ran sync and a pipelined variant at the same rates: the pipelined
-    # variant's p99 over the sync one's, per rate (the same spec as the best pipelined one)
-    for sitting in {e.path for e in es}:
-        here = [e for e in es if e.path == sitting]
+    # every file of the sitting that ran sync and the best pipelined variant at the same rates: the pipelined
+    # variant's p99 over the sync one's, per rate
+    for path in {e.path for e in es}:
+        here = [e for e in es if e.path == path]
         s = next((e for e in here if _is_sync(e) and e.summary["spec"] == sync.summary["spec"]), None)
         p = next((e for e in here if e.summary["spec"] == pipe.summary["spec"]), None)
         if s is None or p is None:
@@ -164,11 +195,13 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         s99, p99 = p99_by_rate(sync), p99_by_rate(pipe)
         ratios = {rate: p99[rate] / s99[rate] for rate in sorted(set(s99) & set(p99))}
     ratios = dict(sorted(ratios.items()))
-    default = _best(e for e in es if _is_default(e) and _searched(e))
+    default = _best(e for e in es if _is_default(e) and _search_ran(e))
     plain = _best(e for e in es if _is_plain(e) and _searched(e))
     return {
         "server_cpus": server_cores(sync),
         "device": device(sync),
+        "sitting": sitting_of(sync),
+        "best_pipelined_is_lower_bound": not _searched(pipe),
         "best_sync": sync,
         "best_pipelined": pipe,
         "best_sync_rps": sync.capacity,
@@ -271,6 +304,9 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "default_instances": instances(b["default"]) if b["default"] is not None else None,
                 "best_sync": b["best_sync"].summary["spec"],
                 "best_pipelined": b["best_pipelined"].summary["spec"],
+                "best_pipelined_is_lower_bound": b["best_pipelined_is_lower_bound"],
+                "p99_ratio_max": max(b["p99_ratios"].values()) if b["p99_ratios"] else None,
+                "sitting": str(b["sitting"].relative_to(root)),
                 "file": str(b["best_pipelined"].path.relative_to(root)),
             }
             for b in sorted(caps, key=lambda b: (b["device"], b["server_cpus"] or 0))
@@ -335,9 +371,10 @@ DECISION_END = "<!-- decision-table end -->"
 def decision_table(root: Path) -> list[str]:
     """The README's decision table: per device, model and server core budget, what served most at the SLO.
 
-    One row per (device, model, server cores) that has capacity searches: the best variant measured (its
-    mode and instances), the best of each mode, the repository's default as built and the plain Python
-    backend, so a reader sees which to deploy and what the default gives up. Empty when nothing was measured.
+    One row per (device, model, server cores) that has a bracketed capacity search, from its newest sitting that
+    searched both modes (every sitting's searches where none did): the best variant measured (its mode and
+    instances), the best of each mode, the repository's default as built and the plain Python backend, so a
+    reader sees which to deploy and what the default gives up. Empty when nothing was measured.
     """
     c = collect(root)
     groups: dict[tuple[str, str, int | None], list[Entry]] = {}
@@ -345,10 +382,11 @@ def decision_table(root: Path) -> list[str]:
         if e.kind != "null" and _search_ran(e) and e.capacity is not None:
             groups.setdefault((device(e), model(e), server_cores(e)), []).append(e)
     rows = []
-    for (dev, mdl, cores), es in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
+    for (dev, mdl, cores), all_es in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
+        es = newest_comparison(all_es) or all_es
         best = _best(es)
-        if best is None:
-            continue
+        if best is None or not any(_searched(e) for e in es):
+            continue  # nothing bracketed: every search's high end met the SLO, so the rates rank nothing
         sync = _best(e for e in es if _is_sync(e))
         pipe = _best(e for e in es if _is_pipelined(e))
         default = _best(e for e in es if _is_default(e))
@@ -477,13 +515,15 @@ def section(root: Path) -> list[str]:
         if b is None:
             continue
         worst = max(b["p99_ratios"].values()) if b["p99_ratios"] else math.nan
+        at_least = ">= " if b["best_pipelined_is_lower_bound"] else ""
         rows.append(
             [
                 dev,
                 fmt(cores, "d") if cores else "n/a",
+                f"`{b['sitting'].name}`",
                 fmt(b["best_sync_rps"]),
-                fmt(b["best_pipelined_rps"]),
-                fmt((b["best_pipelined_rps"] or 0) / (b["best_sync_rps"] or math.nan), ".2f"),
+                at_least + fmt(b["best_pipelined_rps"]),
+                at_least + fmt((b["best_pipelined_rps"] or 0) / (b["best_sync_rps"] or math.nan), ".2f"),
                 ", ".join(f"{r / 1e3:g}k: {v:.2f}" for r, v in b["p99_ratios"].items()) or "n/a",
                 fmt(worst, ".2f"),
                 _spec(b["best_pipelined"]),
@@ -499,6 +539,7 @@ def section(root: Path) -> list[str]:
                 [
                     "device",
                     "server cores",
+                    "sitting (the newest that searched both)",
                     "best sync req/s",
                     "best pipelined req/s",
                     "pipelined / sync",
@@ -598,10 +639,14 @@ def section(root: Path) -> list[str]:
             ),
             "",
         ]
-    time_rows = request_time_rows(c["entries"])
+    # the fixed-rate parts of the sittings the core-budget table reads (older ones: RESULTS' list of every run)
+    current = {sitting_of(e) for es in c["budgets"].values() for e in newest_comparison(es)}
+    time_rows = request_time_rows(e for e in c["entries"] if sitting_of(e) in current)
     if time_rows:
         lines += [
             "### Where a request's time goes at fixed rates (sync against the default, the null model as the floor)",
+            "",
+            "From the sittings of the core-budget table above.",
             "",
             "Triton's queue and `compute_infer` per request (the latter: the whole `execute()` the request rode in); "
             "server CPU per request from the server's process tree; the stubs' threads, and the cores their Python "

@@ -425,8 +425,8 @@ def ab_section(path: Path, root: Path) -> list[str]:
     return lines
 
 
-def nsys_section(paths: list[Path], root: Path) -> list[str]:
-    """Nsys summaries side by side."""
+def nsys_section(paths: list[Path], root: Path, title: str, reproduce: str) -> list[str]:
+    """Nsys summaries side by side, under ``title``, with the command that ``reproduce``s them."""
     entries = []
     for p in paths:
         for f in json.loads(p.read_text()).get("files", []):
@@ -435,7 +435,7 @@ def nsys_section(paths: list[Path], root: Path) -> list[str]:
             entries.append((p, f, meta))
     if not entries:
         return []
-    lines = ["## Nsight Systems under load (`results/nsys/`)", ""]
+    lines = [f"## {title}", ""]
     for p, f, meta in entries:
         load = " ".join(str(meta.get("load", "?")).split())
         lines.append(
@@ -460,7 +460,7 @@ def nsys_section(paths: list[Path], root: Path) -> list[str]:
     header = ["figure", *[f["label"] for _, f, _ in entries]]
     rows = [[name, *[get(f["summary"]) for _, f, _ in entries]] for name, get in keys]
     lines += markdown_table(header, rows)
-    lines += ["", "Reproduce: `bash scripts/lab/gpu_session.sh profile` on the GPU host.", ""]
+    lines += ["", f"Reproduce: `{reproduce}` on the GPU host.", ""]
     return lines
 
 
@@ -599,7 +599,19 @@ def render_pages(root: Path) -> dict[str, str]:
         ]
         for p in abs_:
             runs += ab_section(p, root)
-    lines += nsys_section(sorted(results.glob("nsys/*/summary.json")), root)
+    modes_nsys = sorted(results.glob("nsys-modes/*/summary.json"))
+    if modes_nsys:
+        from inflight.lab.experiments import nsys_spec
+
+        named = [f"{p.parent.name}={nsys_spec(p.parent / 'run.json')}" for p in modes_nsys]
+        models = sorted({n.split("=", 1)[1].split("@")[0].rsplit("_", 1)[0] for n in named})
+        lines += nsys_section(
+            modes_nsys,
+            root,
+            title="Both modes under nsys, current engine (`results/nsys-modes/`)",
+            reproduce=f"PROFILE_ROOT=results/nsys-modes PROFILE_MODELS='{' '.join(models)}' "
+            f"PROFILE_VARIANTS='{' '.join(named)}' bash scripts/lab/gpu_session.sh profile",
+        )
     live = results / "nsys-live" / "summary.json"
     if live.is_file():
         lines += live_window_section(live, root)
