@@ -969,7 +969,9 @@ class AutoPolicy:
         min_batches: Batches each window must measure for a decision to defer (4: a model whose
             full batch takes 90 ms still gives that many in the measured 0.375 s of a window).
         fill_min: Mean batch fill (items over the largest batch) of the reference window from
-            which the instance counts as saturated and probes.
+            which the instance counts as saturated and probes. Too strict for some saturated
+            instances: one bert-small instance at its capacity fills 0.32 (13 requests x 50 items
+            of 2,048) and so never probes (``results/modes/20261126-h200-regime-heads``).
         alpha: Weight of a new measurement in the bound's moving average.
         clock: Wall-clock seconds (the same on every process of the host).
         bound: The measured overlap bound (moving average); None until an in-band batch measured it.
