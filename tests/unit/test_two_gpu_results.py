@@ -137,3 +137,17 @@ def test_a_sitting_of_one_layout_is_listed_beside_the_newest_complete_one(root: 
     assert block is not None and block["sitting"] == str(sitting.relative_to(root))
     text = "\n".join(two_gpu_results.section(root))
     assert "Other sittings" in text and partial.name in text
+
+
+def test_each_mode_gets_its_own_two_over_one(root: Path) -> None:
+    block = two_gpu_results.summary(root)
+    assert block is not None
+    by_layout = block["per_layout_mode"]
+    for mode, ratio in block["two_over_one_by_mode"].items():
+        one = by_layout["one"][mode]
+        twos = [r for name in ("two", "perserver") if (r := by_layout[name][mode]) is not None]
+        if one is None or not twos:
+            assert ratio is None, mode
+            continue
+        assert ratio == pytest.approx(max(r["capacity_rps"] for r in twos) / one["capacity_rps"])
+        assert f"{mode} {ratio:.2f}" in "\n".join(two_gpu_results.section(root))

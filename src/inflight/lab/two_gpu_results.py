@@ -61,6 +61,7 @@ def _ref(e: Entry | None, root: Path) -> dict[str, Any] | None:
         "client_cpus": _cpus(e).get("client"),
         "cores_per_gpu": (server_cores(e) or 0) / (2 if layout(e) in ("two", "perserver") else 1) or None,
         "file": str(e.path.relative_to(root)),
+        "started": e.doc.get("started"),
     }
 
 
@@ -75,6 +76,13 @@ def _best_by_mode(es: list[Entry], name: str, root: Path) -> dict[str, dict[str,
         mode: _ref(best_entry(e for e in es if layout(e) == name and _mode(e) == mode), root)
         for mode in ("sync", "pipelined")
     }
+
+
+def _by_mode_ratio(es: list[Entry], mode: str) -> float | None:
+    """One mode's best two-GPU capacity (either layout) over its one-GPU capacity, or None."""
+    one = best_entry(e for e in es if layout(e) == "one" and _mode(e) == mode)
+    two = best_entry(e for e in es if layout(e) in ("two", "perserver") and _mode(e) == mode)
+    return two.capacity / one.capacity if one and two and one.capacity and two.capacity else None
 
 
 def _null_ceiling(es: list[Entry], root: Path) -> dict[str, Any] | None:
@@ -116,6 +124,8 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
         "per_layout_mode": {name: _best_by_mode(es, name, root) for name in ("one", "two", "perserver")},
         "two_gpu_capacity_rps": two.capacity,
         "two_over_one": ratio,
+        # per mode: its best two-GPU layout over its one-GPU run (a mode's runs of a sitting share a device lease)
+        "two_over_one_by_mode": {mode: _by_mode_ratio(es, mode) for mode in ("sync", "pipelined")},
         "target_ratio": TARGET_RATIO,
         "target_met": ratio >= TARGET_RATIO,
         "generator_verified_rps": gen[0] if gen else None,
@@ -234,6 +244,23 @@ def section(root: Path) -> list[str]:
         f"Two GPUs / one GPU: {fmt(block['two_over_one'], '.2f')} (target >= {TARGET_RATIO:g}: "
         f"{'met' if block['target_met'] else '**missed**'}). {proof}.",
     ]
+    by_mode = {m: r for m, r in (block.get("two_over_one_by_mode") or {}).items() if r is not None}
+    if by_mode:
+        started = {
+            m: sorted(
+                r["started"] for lay in block["per_layout_mode"].values() if (r := lay.get(m)) and r.get("started")
+            )
+            for m in by_mode
+        }
+        lines += [
+            "",
+            "Per mode, its best two-GPU layout over its one GPU, and when its runs began (ratios hold within a lease): "
+            + "; ".join(
+                f"{m} {fmt(r, '.2f')}" + (f" (runs {started[m][0]} to {started[m][-1]})" if started[m] else "")
+                for m, r in by_mode.items()
+            )
+            + ".",
+        ]
     if null is not None and block.get("request_path_bound") is not None:
         lines += [
             "",
