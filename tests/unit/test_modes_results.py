@@ -39,11 +39,11 @@ def test_the_summary_block_matches_the_files_and_is_committed() -> None:
         for key, spec_key in (("default_rps", "default"), ("plain_rps", None)):
             if row[key] is None:
                 continue  # not measured for this budget: null, not a made-up figure
-            kind = [e for e in here if e.capacity is not None]
             if spec_key:
-                kind = [e for e in kind if e.summary["spec"] == row[spec_key]]
-            else:
-                kind = [e for e in kind if e.kind == "plain"]
+                kind = [e for e in here if e.capacity is not None and e.summary["spec"] == row[spec_key]]
+            else:  # the plain baseline: from the row's sitting, or the newest that searched it (named)
+                at = row["plain_sitting"]
+                kind = [e for e in es if e.kind == "plain" and str(modes_results.sitting_of(e).relative_to(ROOT)) == at]
             assert row[key] in {e.capacity for e in kind}, (key, row)
     assert block["p99_ratio_max"] > 0
     assert set(block["regime"]) >= {"model", "device", "one_instance_ratio", "instances_ratio", "gpu_memory_ratio"}
@@ -139,3 +139,17 @@ def test_a_core_budget_takes_its_newest_sitting_that_searched_both_modes() -> No
     assert (b["best_sync_rps"], b["best_pipelined_rps"]) == (26_375.0, 28_000.0)
     assert b["sitting"] == Path("results/modes/b-new") and b["best_pipelined_is_lower_bound"]
     assert modes_results.newest_comparison(newest_but_one_mode) == []
+
+
+def test_the_plain_baseline_comes_from_the_rows_sitting_else_the_newest_that_searched_it() -> None:
+    here = [_entry("b-new", "sync", 26_375.0, True, "2026-11-26T04:12:00")]
+    older = [
+        _entry("a-old", "plain", 19_500.0, True, "2026-11-25T12:39:00"),
+        _entry("a-older", "plain", 18_000.0, True, "2026-11-24T12:39:00"),
+        _entry("a-unbracketed", "plain", 40_000.0, False, "2026-11-25T20:00:00"),
+    ]
+    got = modes_results.plain_for(here + older, here)
+    assert got is not None and got.capacity == 19_500.0  # newest bracketed search, not the largest figure
+    mine = _entry("b-new", "plain", 20_000.0, True, "2026-11-26T04:16:00")
+    assert modes_results.plain_for([*here, mine, *older], [*here, mine]) is mine
+    assert modes_results.plain_for(here, here) is None

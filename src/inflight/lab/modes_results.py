@@ -167,6 +167,22 @@ def newest_comparison(es: list[Entry]) -> list[Entry]:
     return max(complete, key=lambda g: max(str(e.doc.get("started") or "") for e in g)) if complete else []
 
 
+def plain_for(every: list[Entry], here: list[Entry]) -> Entry | None:
+    """The plain Python backend's best bracketed search in ``here``, else in the newest sitting of ``every`` with one.
+
+    The plain baseline is compared with nothing in its row but read beside it, so where the sitting of the
+    row did not search it, the newest search of it on the same device and cores stands in (its sitting named).
+    """
+    mine = _best(e for e in here if _is_plain(e) and _searched(e))
+    if mine is not None:
+        return mine
+    others = [e for e in every if _is_plain(e) and _searched(e)]
+    if not others:
+        return None
+    newest = sitting_of(max(others, key=lambda e: str(e.doc.get("started") or "")))
+    return _best(e for e in others if sitting_of(e) == newest)
+
+
 def core_budget(es: list[Entry]) -> dict[str, Any] | None:
     """One core budget's figures, from its newest sitting that searched both modes (:func:`newest_comparison`).
 
@@ -174,7 +190,8 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
     high end met the SLO, ``best_pipelined_is_lower_bound``). The p99 ratios come from that sitting's files
     that ran both at the same rates (the fixed part), else from the two searches' windows at common rates.
     """
-    es = newest_comparison(es)
+    every = es
+    es = newest_comparison(every)
     sync = _best(e for e in es if _is_sync(e) and _searched(e))
     pipe = _best(e for e in es if _is_pipelined(e) and _search_ran(e))
     if sync is None or pipe is None:
@@ -196,7 +213,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         ratios = {rate: p99[rate] / s99[rate] for rate in sorted(set(s99) & set(p99))}
     ratios = dict(sorted(ratios.items()))
     default = _best(e for e in es if _is_default(e) and _search_ran(e))
-    plain = _best(e for e in es if _is_plain(e) and _searched(e))
+    plain = plain_for(every, es)
     return {
         "server_cpus": server_cores(sync),
         "device": device(sync),
@@ -210,6 +227,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         "default_rps": default.capacity if default is not None else None,
         "plain": plain,
         "plain_rps": plain.capacity if plain is not None else None,
+        "plain_sitting": sitting_of(plain) if plain is not None else None,
         "p99_ratios": ratios,
     }
 
@@ -300,6 +318,7 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "best_pipelined_rps": b["best_pipelined_rps"],
                 "default_rps": b["default_rps"],
                 "plain_rps": b["plain_rps"],
+                "plain_sitting": str(b["plain_sitting"].relative_to(root)) if b["plain_sitting"] else None,
                 "default": b["default"].summary["spec"] if b["default"] is not None else None,
                 "default_instances": instances(b["default"]) if b["default"] is not None else None,
                 "best_sync": b["best_sync"].summary["spec"],
@@ -384,6 +403,7 @@ def decision_table(root: Path) -> list[str]:
     rows = []
     for (dev, mdl, cores), all_es in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
         es = newest_comparison(all_es) or all_es
+        plain = plain_for(all_es, es)
         best = _best(es)
         if best is None or not any(_searched(e) for e in es):
             continue  # nothing bracketed: every search's high end met the SLO, so the rates rank nothing
@@ -401,7 +421,7 @@ def decision_table(root: Path) -> list[str]:
                 _cap_of(pipe),
                 _cap_of(default),
                 fmt(share, ".0%") if share is not None else "n/a",
-                _cap_of(_best(e for e in es if _is_plain(e))),
+                _cap_of(plain) + (f" (`{sitting_of(plain).name}`)" if plain is not None and plain not in es else ""),
             ]
         )
     if not rows:
@@ -528,7 +548,8 @@ def section(root: Path) -> list[str]:
                 fmt(worst, ".2f"),
                 _spec(b["best_pipelined"]),
                 _cap_of(b["default"]),
-                _cap_of(b["plain"]),
+                _cap_of(b["plain"])
+                + (f" (`{b['plain_sitting'].name}`)" if b["plain_sitting"] not in (None, b["sitting"]) else ""),
             ]
         )
     if rows:
