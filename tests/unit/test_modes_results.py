@@ -153,3 +153,25 @@ def test_the_plain_baseline_comes_from_the_rows_sitting_else_the_newest_that_sea
     mine = _entry("b-new", "plain", 20_000.0, True, "2026-11-26T04:16:00")
     assert modes_results.plain_for([*here, mine, *older], [*here, mine]) is mine
     assert modes_results.plain_for(here, here) is None
+
+
+def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
+    row = {
+        "device": "GPU",
+        "server_cpus": 4,
+        "best_sync_rps": 14_000.0,
+        "best_pipelined_rps": 16_000.0,
+        "best_pipelined_is_lower_bound": False,
+        "default_rps": 16_000.0,
+        "p99_ratio_max": 1.43,
+    }
+    block = {"capacity": [row, {**row, "server_cpus": 8, "p99_ratio_max": 1.04, "best_pipelined_is_lower_bound": True}]}
+    (four, eight) = modes_results.headline_rows(block)
+    assert four[1] == "1.14x; 1.43; 100%" and four[3] == "**missed** (p99)"
+    assert eight[1].startswith(">= 1.14x") and eight[3] == "met"
+    slow = {**row, "best_pipelined_rps": 13_000.0, "default_rps": 12_000.0}
+    assert modes_results.headline_rows({"capacity": [slow]})[0][3] == "**missed** (capacity, p99, default)"
+    reg = {"model": "m", "device": "GPU", "one_instance_ratio": 1.25, "one_instance_ratio_is_lower_bound": False}
+    assert modes_results.headline_rows({"regime": reg}) == [
+        ["one pipelined instance / one sync instance (m, GPU)", "1.25x", ">= 1.3x", "**missed**"]
+    ]

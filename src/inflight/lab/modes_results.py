@@ -344,6 +344,57 @@ def summary(root: Path) -> dict[str, Any] | None:
     }
 
 
+#: Issue 30's targets: pipelined capacity over sync's, the worst p99 ratio, the default over the best, one instance.
+TARGET_CAPACITY_RATIO = 1.0
+TARGET_P99_RATIO = 1.1
+TARGET_DEFAULT_SHARE = NEEDED_FRACTION
+TARGET_ONE_INSTANCE_RATIO = 1.3
+
+
+def headline_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
+    """RESULTS' "At a glance" rows of the ``modes`` block: [figure, value, target, verdict] per core budget and model.
+
+    One row per core budget holds its three targets (capacity, p99 at 20/50/80%, the default as built); the
+    verdict names the ones missed. A pipelined capacity that is a lower bound counts as at least its value.
+    """
+    if not block:
+        return []
+    rows = []
+    for c in block.get("capacity") or []:
+        at_least = ">= " if c.get("best_pipelined_is_lower_bound") else ""
+        cap = (c["best_pipelined_rps"] or 0.0) / (c["best_sync_rps"] or math.nan)
+        p99 = c.get("p99_ratio_max")
+        best = max(c["best_sync_rps"] or 0.0, c["best_pipelined_rps"] or 0.0)
+        share = (c["default_rps"] / best) if c.get("default_rps") is not None and best else None
+        checks = {
+            "capacity": cap >= TARGET_CAPACITY_RATIO,
+            "p99": p99 is not None and p99 <= TARGET_P99_RATIO,
+            "default": share is not None and share >= TARGET_DEFAULT_SHARE,
+        }
+        missed = [k for k, ok in checks.items() if not ok]
+        rows.append(
+            [
+                f"bert-tiny, {c['device']}, {c['server_cpus']} server cores: pipelined / sync capacity; worst p99 "
+                "ratio at 20/50/80%; default as built / best",
+                f"{at_least}{cap:.2f}x; {fmt(p99, '.2f')}; {fmt(share, '.0%')}",
+                f">= {TARGET_CAPACITY_RATIO:g}x; <= {TARGET_P99_RATIO:g}x; >= {TARGET_DEFAULT_SHARE:.0%}",
+                "met" if not missed else f"**missed** ({', '.join(missed)})",
+            ]
+        )
+    reg = block.get("regime")
+    if reg:
+        ratio = reg["one_instance_ratio"]
+        rows.append(
+            [
+                f"one pipelined instance / one sync instance ({reg['model']}, {reg['device']})",
+                ("" if not reg.get("one_instance_ratio_is_lower_bound") else ">= ") + f"{ratio:.2f}x",
+                f">= {TARGET_ONE_INSTANCE_RATIO:g}x",
+                "met" if ratio >= TARGET_ONE_INSTANCE_RATIO else "**missed**",
+            ]
+        )
+    return rows
+
+
 def write_summary(root: Path) -> dict[str, Any] | None:
     """Merge :func:`summary` into ``results/summary.json`` under ``modes``; return it."""
     block = summary(root)

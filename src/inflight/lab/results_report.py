@@ -650,12 +650,15 @@ def headline_section(results: Path) -> list[str]:
                 "Pipelining at the sync mode's cost",
             ]
         )
+    rows += [["modes", *r, "Sync against pipelined"] for r in modes_results.headline_rows(d.get("modes"))]
     if d:
         rows += [["closed loop (published)", *r, "Summary"] for r in closed_loop_rows(d)]
     if not rows:
         return []
     met = sum(r[4] == "met" for r in rows)
-    devices = sorted({x for x in (ol.get("device"), cost.get("device"), d.get("device")) if x})
+    modes_device = (d.get("modes") or {}).get("device")
+    named = (ol.get("device"), cost.get("device"), d.get("device"), modes_device)
+    devices = sorted({one for x in named if x for one in str(x).split(", ")})
     return [
         "## At a glance",
         "",
