@@ -5,7 +5,8 @@
 #                                            #   1000 users x 50 items, windows interleaved and repeated
 #   bash scripts/lab/gpu_session.sh published    # issue 4: the published preset, 120 s per variant;
 #                                            #   response-path sweep; live CUPTI metrics
-#   bash scripts/lab/gpu_session.sh profile      # issue 5: nsys of sync and pipelined under the same load
+#   bash scripts/lab/gpu_session.sh profile      # issues 5, 30: nsys of sync and pipelined (bert-tiny, bert-small)
+#                                            #   under the same load (results/nsys-modes)
 #   bash scripts/lab/gpu_session.sh sweep V...   # one short window per variant (model@key=value,...)
 #   bash scripts/lab/gpu_session.sh engine       # issue 3: engine-only bound vs the executors (no server)
 #   bash scripts/lab/gpu_session.sh heads        # issue 16: linear, stacked and seqlen head engines, inductor vs
