@@ -63,6 +63,9 @@ class BackendParameters:
             in the same windows).
         auto_probe_s: ``auto``: the reference window (in-band) and the probe window (deferred) at
             the start of each period.
+        auto_fill_min: ``auto``: the reference window's mean batch fill (items over the largest
+            batch) from which the instance counts as saturated and probes (0: probe whenever the
+            bound allows).
         response_threads: Threads that send responses concurrently (pipelined and auto modes).
         response_backlog: Batches whose responses may wait for the sender threads at once
             (pipelined mode); beyond it the completion side waits, and back-pressure reaches
@@ -125,6 +128,7 @@ class BackendParameters:
     auto_gain_min: float = 1.15
     auto_probe_every_s: float = 30.0
     auto_probe_s: float = 0.5
+    auto_fill_min: float = 0.5
     response_threads: int = 8
     response_backlog: int = 8
     response_yield: bool = True
@@ -241,6 +245,11 @@ class BackendParameters:
                 f"auto_bound_min={self.auto_bound_min}, auto_gain_min={self.auto_gain_min}, "
                 f"auto_probe_every_s={self.auto_probe_every_s}, auto_probe_s={self.auto_probe_s}: use a bound >= 1 "
                 "(or 0: by device), a gain >= 0, and a period that holds its two windows (period >= 2 x window > 0)"
+            )
+        if not 0.0 <= self.auto_fill_min <= 1.0:
+            raise ConfigError(
+                f"auto_fill_min={self.auto_fill_min}: use a fraction of the largest batch, 0..1 (0: probe whenever the "
+                "bound allows)"
             )
         if self.response_threads < 1 or self.response_threads > 256:
             raise ConfigError(f"response_threads={self.response_threads}: use 1..256")

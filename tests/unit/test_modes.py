@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tests.helpers import TOY_SPEC
 
-from inflight.errors import ValidationError
+from inflight.errors import ConfigError, ValidationError
 from inflight.runtime.batch import Buckets, Layout
 from inflight.runtime.engines.base import HostEngine
 from inflight.runtime.executor import AutoPolicy, PipelinedExecutor, SyncExecutor
@@ -363,3 +363,28 @@ def test_auto_defers_from_1_25_on_a_gpu_and_never_on_a_cpu_unless_the_bound_is_s
     assert {p.decide() for _ in range(100)} == {(False, "inline")}
     for on_device in (True, False):
         assert auto_bound_min(BackendParameters(mode="auto", auto_bound_min=1.5), on_device=on_device) == 1.5
+
+
+def test_auto_takes_its_policy_from_the_backend_parameters() -> None:
+    """Every ``auto_*`` parameter reaches the policy the mode decides by (``auto_fill_min`` 0: no saturation gate)."""
+    from inflight.model_config import BackendParameters
+    from inflight.runtime.assembly import build_mode
+
+    params = BackendParameters.from_parameters(
+        {
+            "mode": "auto",
+            "auto_bound_min": "1.5",
+            "auto_gain_min": "1.2",
+            "auto_probe_every_s": "5",
+            "auto_probe_s": "0.25",
+            "auto_fill_min": "0",
+        }
+    )
+    with build_mode(params, _runner(0.0), _answering()) as mode:
+        assert isinstance(mode, AutoMode)
+        p = mode.policy
+        assert (p.bound_min, p.gain_min, p.period_s, p.window_s, p.fill_min) == (1.5, 1.2, 5.0, 0.25, 0.0)
+        assert "when a probe gains 1.2x" in mode.describe()
+    assert BackendParameters().auto_fill_min == 0.5
+    with pytest.raises(ConfigError, match=r"auto_fill_min=1.5: use a fraction of the largest batch"):
+        BackendParameters.from_parameters({"auto_fill_min": "1.5"})

@@ -227,6 +227,7 @@ def build_mode(params: BackendParameters, runner: Runner, answering: Answering) 
         gain_min=p.auto_gain_min,
         period_s=p.auto_probe_every_s,
         window_s=p.auto_probe_s,
+        fill_min=p.auto_fill_min,
     )
     return AutoMode(ring, answering, policy)
 
