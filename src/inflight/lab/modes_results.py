@@ -147,6 +147,11 @@ def sitting_of(e: Entry) -> Path:
     return e.path.parents[1]
 
 
+def _started(e: Entry) -> str:
+    """When the entry's A/B run started (ISO 8601, so its order is time's; empty when not recorded)."""
+    return str(e.doc.get("started") or "")
+
+
 def _compares(es: list[Entry]) -> bool:
     """Whether a sitting's entries hold a bracketed sync search and a pipelined search (a lower bound will do)."""
     return any(_is_sync(e) and _searched(e) for e in es) and any(
@@ -164,7 +169,7 @@ def newest_comparison(es: list[Entry]) -> list[Entry]:
     for e in es:
         by_sitting.setdefault(sitting_of(e), []).append(e)
     complete = [group for group in by_sitting.values() if _compares(group)]
-    return max(complete, key=lambda g: max(str(e.doc.get("started") or "") for e in g)) if complete else []
+    return max(complete, key=lambda g: max(map(_started, g))) if complete else []
 
 
 def plain_for(every: list[Entry], here: list[Entry]) -> Entry | None:
@@ -179,7 +184,7 @@ def plain_for(every: list[Entry], here: list[Entry]) -> Entry | None:
     others = [e for e in every if _is_plain(e) and _searched(e)]
     if not others:
         return None
-    newest = sitting_of(max(others, key=lambda e: str(e.doc.get("started") or "")))
+    newest = sitting_of(max(others, key=_started))
     return _best(e for e in others if sitting_of(e) == newest)
 
 
@@ -581,10 +586,12 @@ def section(root: Path) -> list[str]:
         "",
     ]
     rows = []
+    current: set[Path] = set()  # the sittings the core-budget table reads
     for (dev, cores), es in sorted(c["budgets"].items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         b = core_budget(es)
         if b is None:
             continue
+        current.add(b["sitting"])
         worst = max(b["p99_ratios"].values()) if b["p99_ratios"] else math.nan
         at_least = ">= " if b["best_pipelined_is_lower_bound"] else ""
         rows.append(
@@ -712,7 +719,6 @@ def section(root: Path) -> list[str]:
             "",
         ]
     # the fixed-rate parts of the sittings the core-budget table reads (older ones: RESULTS' list of every run)
-    current = {sitting_of(e) for es in c["budgets"].values() for e in newest_comparison(es)}
     time_rows = request_time_rows(e for e in c["entries"] if sitting_of(e) in current)
     if time_rows:
         lines += [

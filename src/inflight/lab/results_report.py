@@ -16,6 +16,7 @@ from typing import Any
 from inflight.lab import cost_results, faults, heads_results, modes_results, open_loop_results, two_gpu_results
 from inflight.lab.open_loop_results import markdown_table, report_file
 from inflight.loadtest import report
+from inflight.variants import parse_variant_arg
 
 
 def _fmt(v: Any, spec: str = ",.0f", suffix: str = "") -> str:
@@ -603,8 +604,10 @@ def render_pages(root: Path) -> dict[str, str]:
     if modes_nsys:
         from inflight.lab.experiments import nsys_spec
 
-        named = [f"{p.parent.name}={nsys_spec(p.parent / 'run.json')}" for p in modes_nsys]
-        models = sorted({n.split("=", 1)[1].split("@")[0].rsplit("_", 1)[0] for n in named})
+        specs = {p.parent.name: str(nsys_spec(p.parent / "run.json")) for p in modes_nsys}
+        named = [f"{name}={spec}" for name, spec in specs.items()]
+        # the models to build: each variant's model name less its variant suffix (bert_small_sync -> bert_small)
+        models = sorted({parse_variant_arg(spec)[0].rsplit("_", 1)[0] for spec in specs.values()})
         lines += nsys_section(
             modes_nsys,
             root,

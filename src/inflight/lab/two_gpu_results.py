@@ -78,11 +78,11 @@ def _best_by_mode(es: list[Entry], name: str, root: Path) -> dict[str, dict[str,
     }
 
 
-def _by_mode_ratio(es: list[Entry], mode: str) -> float | None:
-    """One mode's best two-GPU capacity (either layout) over its one-GPU capacity, or None."""
-    one = best_entry(e for e in es if layout(e) == "one" and _mode(e) == mode)
-    two = best_entry(e for e in es if layout(e) in ("two", "perserver") and _mode(e) == mode)
-    return two.capacity / one.capacity if one and two and one.capacity and two.capacity else None
+def _by_mode_ratio(per_layout_mode: Mapping[str, Mapping[str, Mapping[str, Any] | None]], mode: str) -> float | None:
+    """One mode's best two-GPU capacity (either layout) over its one-GPU capacity, or None (from ``_best_by_mode``)."""
+    one = per_layout_mode["one"][mode]
+    twos = [r["capacity_rps"] for name in ("two", "perserver") if (r := per_layout_mode[name][mode])]
+    return max(twos) / one["capacity_rps"] if one and one["capacity_rps"] and twos and max(twos) else None
 
 
 def _null_ceiling(es: list[Entry], root: Path) -> dict[str, Any] | None:
@@ -112,6 +112,7 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
     gen = generator_verified(es)
     ratio = two.capacity / one.capacity
     null = _null_ceiling(es, root)
+    by_layout = {name: _best_by_mode(es, name, root) for name in ("one", "two", "perserver")}
     return {
         "sitting": str(sitting.relative_to(root)),
         "device": str((one.doc.get("device") or {}).get("name")),
@@ -121,11 +122,11 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
         "per_layout": {
             name: _ref(best_entry(e for e in es if layout(e) == name), root) for name in ("one", "two", "perserver")
         },
-        "per_layout_mode": {name: _best_by_mode(es, name, root) for name in ("one", "two", "perserver")},
+        "per_layout_mode": by_layout,
         "two_gpu_capacity_rps": two.capacity,
         "two_over_one": ratio,
         # per mode: its best two-GPU layout over its one-GPU run (a mode's runs of a sitting share a device lease)
-        "two_over_one_by_mode": {mode: _by_mode_ratio(es, mode) for mode in ("sync", "pipelined")},
+        "two_over_one_by_mode": {mode: _by_mode_ratio(by_layout, mode) for mode in ("sync", "pipelined")},
         "target_ratio": TARGET_RATIO,
         "target_met": ratio >= TARGET_RATIO,
         "generator_verified_rps": gen[0] if gen else None,
