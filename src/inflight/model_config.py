@@ -66,6 +66,9 @@ class BackendParameters:
         auto_fill_min: ``auto``: the reference window's mean batch fill (items over the largest
             batch) from which the instance counts as saturated and probes (0: probe whenever the
             bound allows).
+        auto_busy_min: ``auto``: the reference window's busy share (time inside ``execute()`` over
+            the execute thread's cycle) from which the instance counts as saturated and probes,
+            whatever its batches' fill (0: probe whenever the bound allows; 1: by fill alone).
         response_threads: Threads that send responses concurrently (pipelined and auto modes).
         response_backlog: Batches whose responses may wait for the sender threads at once
             (pipelined mode); beyond it the completion side waits, and back-pressure reaches
@@ -126,9 +129,10 @@ class BackendParameters:
     max_chunks: int = 8
     auto_bound_min: float = 0.0
     auto_gain_min: float = 1.15
-    auto_probe_every_s: float = 30.0
+    auto_probe_every_s: float = 10.0
     auto_probe_s: float = 0.5
     auto_fill_min: float = 0.5
+    auto_busy_min: float = 0.7
     response_threads: int = 8
     response_backlog: int = 8
     response_yield: bool = True
@@ -250,6 +254,11 @@ class BackendParameters:
             raise ConfigError(
                 f"auto_fill_min={self.auto_fill_min}: use a fraction of the largest batch, 0..1 (0: probe whenever the "
                 "bound allows)"
+            )
+        if not 0.0 <= self.auto_busy_min <= 1.0:
+            raise ConfigError(
+                f"auto_busy_min={self.auto_busy_min}: use a share of the execute thread's cycle, 0..1 (0: probe "
+                "whenever the bound allows; 1: by batch fill alone)"
             )
         if self.response_threads < 1 or self.response_threads > 256:
             raise ConfigError(f"response_threads={self.response_threads}: use 1..256")

@@ -242,6 +242,43 @@ def test_auto_policy_probes_only_a_saturated_instance() -> None:
     assert set(reasons[:100]) == {"reference"} and set(reasons[100:]) == {"unsaturated"}
 
 
+def test_auto_policy_probes_a_busy_instance_whose_batches_are_small() -> None:
+    """A GPU-heavy model's saturated instance: small batches, but the execute thread is never idle.
+
+    One bert-small instance at its capacity filled 0.32 of its largest batch and never probed by fill alone
+    (``results/modes/20261126-h200-regime-heads``); its busy share counts it as saturated, the probe measures
+    the gain, and the rest of the period is deferred. Busy by share alone, not by fill: at the same small
+    fill with long gaps (an idle instance) it stays in-band.
+    """
+    clock = Clock()
+    p = AutoPolicy(bound_min=1.25, gain_min=1.15, period_s=10.0, window_s=1.0, fill_min=0.5, busy_min=0.7, clock=clock)
+    reasons = []
+    for i in range(300):
+        clock.t = i * 0.01
+        defer, why = p.decide()
+        reasons.append(why)
+        p.between(0.0005)  # the next batch was waiting
+        if defer:
+            p.deferred(0.003, 13)  # deferring: the execute thread's cycle 3.5 ms, not 6.5
+        else:
+            p.ran(0.006, 0.004, 13, fill=0.32)
+    assert p.busy == pytest.approx(0.006 / 0.0065)
+    assert set(reasons[:100]) == {"reference"} and set(reasons[100:200]) == {"probe"}
+    assert set(reasons[200:]) == {"deferred"} and p.gain == pytest.approx(6.5 / 3.5)
+    idle = AutoPolicy(bound_min=1.25, gain_min=1.15, period_s=10.0, window_s=1.0, busy_min=0.7, clock=clock)
+    for i in range(300):
+        clock.t = 10.0 + i * 0.01
+        defer, why = idle.decide()
+        assert not defer and why == ("reference" if i < 100 else "unsaturated")
+        idle.between(0.008)  # waiting for requests
+        idle.ran(0.006, 0.004, 2, fill=0.05)
+    assert idle.busy == pytest.approx(0.006 / 0.014)
+    from inflight.model_config import BackendParameters
+
+    with pytest.raises(ConfigError, match=r"auto_busy_min=2.0: use a share of the execute thread's cycle"):
+        BackendParameters.from_parameters({"auto_busy_min": "2"})
+
+
 def test_instances_on_one_host_probe_in_the_same_windows() -> None:
     clock = Clock()
     a, b = (AutoPolicy(period_s=30.0, window_s=0.5, clock=clock, bound=2.0) for _ in range(2))
@@ -309,7 +346,8 @@ def test_auto_answers_in_band_while_no_probe_allows_deferring() -> None:
         for r, response in zip(batch, out, strict=True):
             np.testing.assert_array_equal(response.outputs["y"], _expect(r.x))
     st = mode.stats
-    assert (st.auto_no_gain, st.auto_deferred, st.auto_inline) == (0, 0, 6), st.snapshot()  # unsaturated
+    got = (st.auto_no_gain, st.auto_deferred, st.auto_inline, st.auto_unsaturated)
+    assert got == (0, 0, 0, 6), st.snapshot()  # the reference window measured no batch: unsaturated
     assert "when a probe gains 1.05x" in mode.describe()
     assert mode.close(10)
 
@@ -378,12 +416,14 @@ def test_auto_takes_its_policy_from_the_backend_parameters() -> None:
             "auto_probe_every_s": "5",
             "auto_probe_s": "0.25",
             "auto_fill_min": "0",
+            "auto_busy_min": "0.9",
         }
     )
     with build_mode(params, _runner(0.0), _answering()) as mode:
         assert isinstance(mode, AutoMode)
         p = mode.policy
-        assert (p.bound_min, p.gain_min, p.period_s, p.window_s, p.fill_min) == (1.5, 1.2, 5.0, 0.25, 0.0)
+        got = (p.bound_min, p.gain_min, p.period_s, p.window_s, p.fill_min, p.busy_min)
+        assert got == (1.5, 1.2, 5.0, 0.25, 0.0, 0.9)
         assert "when a probe gains 1.2x" in mode.describe()
     assert BackendParameters().auto_fill_min == 0.5
     with pytest.raises(ConfigError, match=r"auto_fill_min=1.5: use a fraction of the largest batch"):

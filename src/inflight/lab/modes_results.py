@@ -107,7 +107,7 @@ def _best(es: Iterable[Entry]) -> Entry | None:
 
 
 #: The executor counters of auto's in-band batches (``auto_explored``: files before 2026-11-26).
-_IN_BAND = ("auto_inline", "auto_explored", "auto_reference", "auto_no_gain")
+_IN_BAND = ("auto_inline", "auto_explored", "auto_reference", "auto_no_gain", "auto_unsaturated")
 
 
 def _is_sync(e: Entry) -> bool:

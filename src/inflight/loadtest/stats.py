@@ -507,6 +507,8 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "auto_explored": int(tot.get("auto_explored", 0)),  # before 2026-11-26: in-band while deferring
         "auto_reference": int(tot.get("auto_reference", 0)),
         "auto_no_gain": int(tot.get("auto_no_gain", 0)),
+        "auto_unsaturated": int(tot.get("auto_unsaturated", 0)),
+        "auto_busy": tot["auto_busy"] / len(records) if tot.get("auto_busy") else None,
         "auto_bound": tot["auto_bound"] / len(records) if tot.get("auto_bound") else None,
         "auto_gain": tot["auto_gain"] / len(records) if tot.get("auto_gain") else None,
         "deferred_requests": int(tot.get("deferred_requests", 0)),

@@ -228,6 +228,7 @@ def build_mode(params: BackendParameters, runner: Runner, answering: Answering) 
         period_s=p.auto_probe_every_s,
         window_s=p.auto_probe_s,
         fill_min=p.auto_fill_min,
+        busy_min=p.auto_busy_min,
     )
     return AutoMode(ring, answering, policy)
 

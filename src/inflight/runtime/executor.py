@@ -185,8 +185,13 @@ class ExecutorStats:
     )
     auto_inline: int = _stat(
         "auto: batches answered in-band, the sync mode's path, because the measured overlap bound is under "
-        "``auto_bound_min`` (or not measured yet), or the instance was not saturated (``AutoPolicy.fill_min``).",
+        "``auto_bound_min`` (or not measured yet).",
         "inflight_auto_inline_batches_total",
+    )
+    auto_unsaturated: int = _stat(
+        "auto: batches answered in-band because the period's reference window found the instance unsaturated "
+        "(its busy share under ``auto_busy_min`` and its batch fill under ``auto_fill_min``; ``AutoPolicy``).",
+        "inflight_auto_unsaturated_batches_total",
     )
     auto_reference: int = _stat(
         "auto: batches answered in-band in a reference window (the start of each probe period; ``AutoPolicy``).",
@@ -209,6 +214,13 @@ class ExecutorStats:
     auto_gain: float = _stat(
         "auto: the last probe's gain, the execute thread's cycle per request in-band over deferred (0: none yet).",
         "inflight_auto_gain",
+        "gauge",
+        default=0.0,
+    )
+    auto_busy: float = _stat(
+        "auto: the last reference window's busy share, the execute thread's time in ``execute()`` over its cycle "
+        "(0: none yet; ``AutoPolicy``).",
+        "inflight_auto_busy_share",
         "gauge",
         default=0.0,
     )
@@ -903,15 +915,21 @@ class _Tally:
     """What one window of ``AutoPolicy`` measured (its first quarter left out)."""
 
     cycle_s: float = 0.0
+    execute_s: float = 0.0  # the part of cycle_s inside execute() (the rest: the gaps between them)
     requests: int = 0
     batches: int = 0
     fill: float = 0.0  # summed over the batches (the reference window's in-band ones)
 
-    def add(self, cycle_s: float, requests: int, fill: float) -> None:
+    def add(self, cycle_s: float, execute_s: float, requests: int, fill: float) -> None:
         self.cycle_s += cycle_s
+        self.execute_s += execute_s
         self.requests += requests
         self.batches += 1
         self.fill += fill
+
+    def busy(self) -> float:
+        """The share of the measured cycles spent inside ``execute()``."""
+        return self.execute_s / self.cycle_s if self.cycle_s > 0 else 0.0
 
     def per_request_s(self) -> float:
         return self.cycle_s / self.requests
@@ -950,9 +968,13 @@ class AutoPolicy:
       about a quarter of the periods; ``gain_min`` 1.15 keeps that noise from deferring, and one
       bert-small instance's measured 1.39x (pipelined over sync) passes it. A probe also costs
       latency where deferring is slower (that CPU host: p99 33 ms against sync's 12 with probes
-      in an eighth of the time), so an instance probes only when saturated: its reference
-      window's batches filled at least ``fill_min`` of the largest batch on average (Triton's
-      dynamic batcher fills them from a queue; idle, they hold a request or two).
+      in an eighth of the time), so an instance probes only when saturated, by its reference
+      window: the execute thread spent at least ``busy_min`` of its cycle inside ``execute()``
+      (idle, it waits between batches for requests to arrive), or the batches filled at least
+      ``fill_min`` of the largest batch on average (Triton's dynamic batcher fills them from a
+      queue; idle, they hold a request or two). Fill alone misses a saturated instance of a
+      GPU-heavy model: one bert-small instance at its capacity fills 0.32 (13 requests x 50
+      items of 2,048) and never probed (``results/modes/20261126-h200-regime-heads``).
 
     The periods follow the host's clock (``time.time``), so every instance of every ``auto``
     model on the server probes in the same windows: a probe measures what deferring costs when
@@ -969,26 +991,29 @@ class AutoPolicy:
         min_batches: Batches each window must measure for a decision to defer (4: a model whose
             full batch takes 90 ms still gives that many in the measured 0.375 s of a window).
         fill_min: Mean batch fill (items over the largest batch) of the reference window from
-            which the instance counts as saturated and probes. Too strict for some saturated
-            instances: one bert-small instance at its capacity fills 0.32 (13 requests x 50 items
-            of 2,048) and so never probes (``results/modes/20261126-h200-regime-heads``).
+            which the instance counts as saturated and probes.
+        busy_min: Share of the reference window's cycles spent inside ``execute()`` from which
+            the instance counts as saturated and probes (either this or ``fill_min`` will do).
         alpha: Weight of a new measurement in the bound's moving average.
         clock: Wall-clock seconds (the same on every process of the host).
         bound: The measured overlap bound (moving average); None until an in-band batch measured it.
         gain: The last period's measured gain; None until one was measured.
+        busy: The last reference window's busy share; None until one was judged.
         gap_s: The gap before the current ``execute()`` (``between``).
     """
 
     bound_min: float = 1.25
     gain_min: float = 1.15
-    period_s: float = 30.0
+    period_s: float = 10.0
     window_s: float = 0.5
     min_batches: int = 4
     fill_min: float = 0.5
+    busy_min: float = 0.7
     alpha: float = 0.1
     clock: Callable[[], float] = time.time
     bound: float | None = None
     gain: float | None = None
+    busy: float | None = None
     gap_s: float = 0.0
     _period: int = -1
     _window: str = ""
@@ -1029,7 +1054,7 @@ class AutoPolicy:
         Returns:
             The decision and its reason: in-band ``reference`` (the period's reference window),
             ``unmeasured``, ``inline`` (bound under ``bound_min``), ``unsaturated`` (the reference
-            window's batches under ``fill_min``) or ``no_gain`` (the probe did not gain
+            window under ``busy_min`` and ``fill_min``) or ``no_gain`` (the probe did not gain
             ``gain_min``, or measured too few batches); deferred ``probe`` or ``deferred``.
         """
         self._window = self._where()
@@ -1043,7 +1068,9 @@ class AutoPolicy:
             return True, "deferred"
         if self._saturated is None:
             ref = self._tallies["reference"]
-            self._saturated = ref.batches >= self.min_batches and ref.fill >= self.fill_min * ref.batches
+            self.busy = ref.busy()
+            full = ref.fill >= self.fill_min * ref.batches
+            self._saturated = ref.batches >= self.min_batches and (full or self.busy >= self.busy_min)
         if not self._saturated:
             return False, "unsaturated"
         if self._window == "probe":
@@ -1060,9 +1087,9 @@ class AutoPolicy:
         self.gain = ref.per_request_s() / probe.per_request_s()
         return self.gain >= self.gain_min
 
-    def _count(self, window: str, cycle_s: float, requests: int, fill: float) -> None:
+    def _count(self, window: str, cycle_s: float, execute_s: float, requests: int, fill: float) -> None:
         if self._counts and self._window == window and requests > 0:
-            self._tallies[window].add(cycle_s, requests, fill)
+            self._tallies[window].add(cycle_s, execute_s, requests, fill)
 
     def ran(self, execute_s: float, wait_s: float, requests: int = 1, fill: float = 1.0) -> None:
         """An in-band ``execute()`` of ``requests`` took ``execute_s``, ``wait_s`` of it waiting for the device.
@@ -1074,11 +1101,11 @@ class AutoPolicy:
             return
         sample = cycle / max(cycle - min(wait_s, cycle), 1e-9)
         self.bound = sample if self.bound is None else self.bound + self.alpha * (sample - self.bound)
-        self._count("reference", cycle, requests, fill)
+        self._count("reference", cycle, execute_s, requests, fill)
 
     def deferred(self, execute_s: float, requests: int) -> None:
         """A deferring ``execute()`` of ``requests`` returned after ``execute_s``."""
-        self._count("probe", self.gap_s + execute_s, requests, 0.0)
+        self._count("probe", self.gap_s + execute_s, execute_s, requests, 0.0)
 
 
 #: Builds the response object of one request from its outputs, or from an error message.

@@ -429,6 +429,7 @@ class AutoMode(Mode[PipelinedExecutor]):
         defer, why = self.policy.decide()
         st = self.executor.stats
         st.auto_gain = self.policy.gain or 0.0
+        st.auto_busy = self.policy.busy or 0.0
         t0 = time.perf_counter()
         if defer:
             st.auto_deferred += 1
@@ -441,6 +442,8 @@ class AutoMode(Mode[PipelinedExecutor]):
             st.auto_reference += 1
         elif why == "no_gain":
             st.auto_no_gain += 1
+        elif why == "unsaturated":
+            st.auto_unsaturated += 1
         else:
             st.auto_inline += 1
         self._current = self._in_band
