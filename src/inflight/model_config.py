@@ -56,6 +56,9 @@ class BackendParameters:
             are deferred; below it they are answered in-band (1: defer once measured; 0, the
             default: 1.25 on a GPU instance, in-band always on a CPU instance, whose compute
             shares the server's cores).
+        auto_bound_high: ``auto``: the overlap bound from which a saturated instance defers unless
+            its probe measured a loss (a gain under ``1 / auto_gain_min``); below it, only when the
+            probe measured a gain of ``auto_gain_min``.
         auto_gain_min: ``auto``: the gain a probe must measure (the execute thread's cycle per
             request in-band over deferred) for the rest of the period to be deferred (0: defer
             whenever the bound allows).
@@ -128,6 +131,7 @@ class BackendParameters:
     chunk_items: int = 512
     max_chunks: int = 8
     auto_bound_min: float = 0.0
+    auto_bound_high: float = 1.5
     auto_gain_min: float = 1.15
     auto_probe_every_s: float = 10.0
     auto_probe_s: float = 0.5
@@ -242,13 +246,15 @@ class BackendParameters:
                 f"chunk_items={self.chunk_items}, max_chunks={self.max_chunks}: use chunk_items >= 1 and "
                 "max_chunks 1..64"
             )
-        bound_ok = self.auto_bound_min == 0.0 or self.auto_bound_min >= 1.0
+        bound_ok = (self.auto_bound_min == 0.0 or self.auto_bound_min >= 1.0) and self.auto_bound_high >= 1.0
         windows_ok = self.auto_probe_s > 0 and 2 * self.auto_probe_s <= self.auto_probe_every_s
         if not bound_ok or self.auto_gain_min < 0 or not windows_ok:
             raise ConfigError(
-                f"auto_bound_min={self.auto_bound_min}, auto_gain_min={self.auto_gain_min}, "
+                f"auto_bound_min={self.auto_bound_min}, auto_bound_high={self.auto_bound_high}, "
+                f"auto_gain_min={self.auto_gain_min}, "
                 f"auto_probe_every_s={self.auto_probe_every_s}, auto_probe_s={self.auto_probe_s}: use a bound >= 1 "
-                "(or 0: by device), a gain >= 0, and a period that holds its two windows (period >= 2 x window > 0)"
+                "(or 0: by device), a high bound >= 1, a gain >= 0, and a period that holds its two windows "
+                "(period >= 2 x window > 0)"
             )
         if not 0.0 <= self.auto_fill_min <= 1.0:
             raise ConfigError(

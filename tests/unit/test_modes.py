@@ -279,6 +279,40 @@ def test_auto_policy_probes_a_busy_instance_whose_batches_are_small() -> None:
         BackendParameters.from_parameters({"auto_busy_min": "2"})
 
 
+@pytest.mark.parametrize(
+    ("wait_s", "deferred_cycle_s", "want"),
+    [
+        (0.004, 0.0060, "deferred"),  # bound 2.6: a gain of 1.08 (under gain_min) is no loss, so it defers
+        (0.004, 0.0090, "no_gain"),  # bound 2.6: deferring measured 0.72x, a loss: in-band
+        (0.0015, 0.0060, "no_gain"),  # bound 1.3: under bound_high a gain of 1.08 is not enough
+        (0.0015, 0.0050, "deferred"),  # bound 1.3: a gain of 1.3 is
+    ],
+)
+def test_auto_policy_from_the_high_bound_defers_unless_the_probe_measured_a_loss(
+    wait_s: float, deferred_cycle_s: float, want: str
+) -> None:
+    """Under load the in-band path keeps up with, the probe can only measure arrivals: no gain to see.
+
+    One bert-small instance (bound 1.90) measured gains of about 1.11 where its pipelined path held 1.6x
+    sync's capacity (``results/modes/20261126b-h200-regime-busy``), so from ``bound_high`` the probe
+    only has to show no loss.
+    """
+    clock = Clock()
+    p = AutoPolicy(bound_min=1.25, bound_high=1.5, gain_min=1.15, period_s=10.0, window_s=1.0, clock=clock)
+    reasons = []
+    for i in range(300):
+        clock.t = i * 0.01
+        defer, why = p.decide()
+        reasons.append(why)
+        p.between(0.0005)
+        if defer:
+            p.deferred(deferred_cycle_s - 0.0005, 13)
+        else:
+            p.ran(0.006, wait_s, 13, fill=0.3)
+    assert set(reasons[100:200]) == {"probe"} and set(reasons[200:]) == {want}
+    assert p.gain == pytest.approx(0.0065 / deferred_cycle_s)
+
+
 def test_instances_on_one_host_probe_in_the_same_windows() -> None:
     clock = Clock()
     a, b = (AutoPolicy(period_s=30.0, window_s=0.5, clock=clock, bound=2.0) for _ in range(2))

@@ -224,6 +224,7 @@ def build_mode(params: BackendParameters, runner: Runner, answering: Answering) 
         return PipelinedMode(ring, answering)
     policy = AutoPolicy(
         bound_min=auto_bound_min(p, on_device=isinstance(runner, CudaRunner)),
+        bound_high=p.auto_bound_high,
         gain_min=p.auto_gain_min,
         period_s=p.auto_probe_every_s,
         window_s=p.auto_probe_s,

@@ -198,7 +198,8 @@ class ExecutorStats:
         "inflight_auto_reference_batches_total",
     )
     auto_no_gain: int = _stat(
-        "auto: batches answered in-band because the period's probe did not gain ``auto_gain_min`` by deferring.",
+        "auto: batches answered in-band because the period's probe did not gain ``auto_gain_min`` by deferring "
+        "(from ``auto_bound_high``: measured a loss).",
         "inflight_auto_no_gain_batches_total",
     )
     auto_deferred: int = _stat(
@@ -965,8 +966,13 @@ class AutoPolicy:
       bound allows). Without enough batches in either window (``min_batches``) it stays in-band.
       Below saturation the cycle per request is the arrival gap, so the gain is the ratio of two
       windows' arrival counts: on the CPU host at 400 req/s to one instance it passed 1.05 in
-      about a quarter of the periods; ``gain_min`` 1.15 keeps that noise from deferring, and one
-      bert-small instance's measured 1.39x (pipelined over sync) passes it. A probe also costs
+      about a quarter of the periods; ``gain_min`` 1.15 keeps that noise from deferring.
+      The same arrival-bound measure hides a gain until the in-band path is overloaded by more than
+      ``gain_min``: one bert-small instance (bound 1.90) whose pipelined path held >= 4,000 req/s
+      measured gains of about 1.11 and held sync's 2,469 (``results/modes/20261126b-h200-regime-busy``).
+      So from ``bound_high`` (a device wait of a third of the cycle or more; every loss measured so
+      far came at bounds of 1.29 or less) the burden of proof turns: the rest of the period is
+      deferred unless the probe measured a **loss** (``gain < 1 / gain_min``). A probe also costs
       latency where deferring is slower (that CPU host: p99 33 ms against sync's 12 with probes
       in an eighth of the time), so an instance probes only when saturated, by its reference
       window: the execute thread spent at least ``busy_min`` of its cycle inside ``execute()``
@@ -984,6 +990,8 @@ class AutoPolicy:
 
     Attributes:
         bound_min: The overlap bound from which deferring is considered (1: as soon as measured).
+        bound_high: The overlap bound from which a saturated instance defers unless its probe
+            measured a loss (below it, only when the probe measured a gain).
         gain_min: The measured gain from which the rest of a period is deferred (0: no probe, and
             no saturation, needed: deferred whenever the bound allows).
         period_s: Length of a period (reference window, probe window, then the decision).
@@ -1003,6 +1011,7 @@ class AutoPolicy:
     """
 
     bound_min: float = 1.25
+    bound_high: float = 1.5
     gain_min: float = 1.15
     period_s: float = 10.0
     window_s: float = 0.5
@@ -1055,7 +1064,7 @@ class AutoPolicy:
             The decision and its reason: in-band ``reference`` (the period's reference window),
             ``unmeasured``, ``inline`` (bound under ``bound_min``), ``unsaturated`` (the reference
             window under ``busy_min`` and ``fill_min``) or ``no_gain`` (the probe did not gain
-            ``gain_min``, or measured too few batches); deferred ``probe`` or ``deferred``.
+            ``gain_min``, or from ``bound_high`` measured a loss); deferred ``probe`` or ``deferred``.
         """
         self._window = self._where()
         if self._window == "reference":
@@ -1080,12 +1089,14 @@ class AutoPolicy:
         return (True, "deferred") if self._defer_rest else (False, "no_gain")
 
     def _judge(self) -> bool:
+        """Whether the rest of the period is deferred: a gain of ``gain_min`` under ``bound_high``, no loss from it."""
+        high = self.bound is not None and self.bound >= self.bound_high
         ref, probe = self._tallies["reference"], self._tallies["probe"]
         measured = ref.requests and probe.requests and probe.cycle_s
         if min(ref.batches, probe.batches) < self.min_batches or not measured:
-            return False
+            return high
         self.gain = ref.per_request_s() / probe.per_request_s()
-        return self.gain >= self.gain_min
+        return self.gain >= (1.0 / self.gain_min if high else self.gain_min)
 
     def _count(self, window: str, cycle_s: float, execute_s: float, requests: int, fill: float) -> None:
         if self._counts and self._window == window and requests > 0:
