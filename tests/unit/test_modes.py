@@ -313,6 +313,29 @@ def test_auto_policy_from_the_high_bound_defers_unless_the_probe_measured_a_loss
     assert p.gain == pytest.approx(0.0065 / deferred_cycle_s)
 
 
+def test_auto_policy_a_high_bound_deferral_probes_ever_less_often_until_a_loss() -> None:
+    """Each deferring period skips the windows of the next 1, 2, 4 ... (in-band reference windows above the
+    in-band capacity cost the p99); a measured loss brings the windows back every period."""
+    clock = Clock()
+    p = AutoPolicy(bound_min=1.25, bound_high=1.5, gain_min=1.15, period_s=1.0, window_s=0.1, max_skip=8, clock=clock)
+    probed: list[int] = []
+    for i in range(4000):
+        t = i * 0.01
+        clock.t = t
+        defer, why = p.decide()
+        if why == "reference" and (not probed or probed[-1] != int(t)):
+            probed.append(int(t))
+        p.between(0.0005)
+        slow = t >= 19.0  # from the period of 19 s on, deferring costs twice the in-band cycle
+        if defer:
+            p.deferred(0.013 if slow else 0.003, 13)
+        else:
+            p.ran(0.006, 0.004, 13, fill=0.3)
+    # periods judged: 0, then skip 1 -> 2, skip 2 -> 5, skip 4 -> 10, skip 8 (max) -> 19: a loss, every period again
+    assert probed[:6] == [0, 2, 5, 10, 19, 20] and probed[-1] == 39 and len(probed) == 25
+    assert p.gain is not None and p.gain < 1 / 1.15
+
+
 def test_instances_on_one_host_probe_in_the_same_windows() -> None:
     clock = Clock()
     a, b = (AutoPolicy(period_s=30.0, window_s=0.5, clock=clock, bound=2.0) for _ in range(2))

@@ -972,7 +972,13 @@ class AutoPolicy:
       measured gains of about 1.11 and held sync's 2,469 (``results/modes/20261126b-h200-regime-busy``).
       So from ``bound_high`` (a device wait of a third of the cycle or more; every loss measured so
       far came at bounds of 1.29 or less) the burden of proof turns: the rest of the period is
-      deferred unless the probe measured a **loss** (``gain < 1 / gain_min``). A probe also costs
+      deferred unless the probe measured a **loss** (``gain < 1 / gain_min``). A reference window
+      is in-band, so above the in-band path's capacity it builds a queue: bert-small deferred from
+      the high bound held 2,906 req/s at p99 <= 50 ms where pipelined held >= 4,000, p99 55.8 ms at
+      3,125 with p50 9.5 (``results/modes/20261126c-h200-regime-high``). So each such deferring
+      period skips the windows of the next 1, 2, 4 ... ``max_skip`` periods (deferred throughout),
+      and at the most one period in ``max_skip + 1`` probes again (0.5 s in 330 with the defaults:
+      under the 1% of the time a p99 sees); any other decision starts the count again. A probe also costs
       latency where deferring is slower (that CPU host: p99 33 ms against sync's 12 with probes
       in an eighth of the time), so an instance probes only when saturated, by its reference
       window: the execute thread spent at least ``busy_min`` of its cycle inside ``execute()``
@@ -1002,6 +1008,7 @@ class AutoPolicy:
             which the instance counts as saturated and probes.
         busy_min: Share of the reference window's cycles spent inside ``execute()`` from which
             the instance counts as saturated and probes (either this or ``fill_min`` will do).
+        max_skip: Most periods a high-bound deferral skips the windows of (see above).
         alpha: Weight of a new measurement in the bound's moving average.
         clock: Wall-clock seconds (the same on every process of the host).
         bound: The measured overlap bound (moving average); None until an in-band batch measured it.
@@ -1018,6 +1025,7 @@ class AutoPolicy:
     min_batches: int = 4
     fill_min: float = 0.5
     busy_min: float = 0.7
+    max_skip: int = 32
     alpha: float = 0.1
     clock: Callable[[], float] = time.time
     bound: float | None = None
@@ -1030,6 +1038,8 @@ class AutoPolicy:
     _tallies: dict[str, _Tally] = field(default_factory=dict)
     _defer_rest: bool | None = None
     _saturated: bool | None = None
+    _streak: int = 0
+    _skip_until: int = -1
 
     def __post_init__(self) -> None:
         if self.period_s < 2 * self.window_s or self.window_s <= 0:
@@ -1043,7 +1053,7 @@ class AutoPolicy:
         self.gap_s = max(0.0, gap_s)
 
     def _where(self) -> str:
-        """Which window the clock is in (``reference``, ``probe`` or ``rest``); a new period resets the sums."""
+        """Which window the clock is in (``reference``, ``probe``, ``rest``, ``skip``); a new period resets the sums."""
         t = self.clock()
         period = int(t // self.period_s)
         at = t - period * self.period_s
@@ -1052,6 +1062,9 @@ class AutoPolicy:
             self._tallies = {"reference": _Tally(), "probe": _Tally()}
             self._defer_rest = None
             self._saturated = None
+        if period < self._skip_until:
+            self._counts = False
+            return "skip"
         window = "reference" if at < self.window_s else "probe" if at < 2 * self.window_s else "rest"
         start = 0.0 if window == "reference" else self.window_s
         self._counts = window != "rest" and at - start >= self.window_s / 4
@@ -1067,6 +1080,8 @@ class AutoPolicy:
             ``gain_min``, or from ``bound_high`` measured a loss); deferred ``probe`` or ``deferred``.
         """
         self._window = self._where()
+        if self._window == "skip":
+            return True, "deferred"
         if self._window == "reference":
             return False, "reference"
         if self.bound is None:
@@ -1081,6 +1096,7 @@ class AutoPolicy:
             full = ref.fill >= self.fill_min * ref.batches
             self._saturated = ref.batches >= self.min_batches and (full or self.busy >= self.busy_min)
         if not self._saturated:
+            self._streak = 0
             return False, "unsaturated"
         if self._window == "probe":
             return True, "probe"
@@ -1094,9 +1110,15 @@ class AutoPolicy:
         ref, probe = self._tallies["reference"], self._tallies["probe"]
         measured = ref.requests and probe.requests and probe.cycle_s
         if min(ref.batches, probe.batches) < self.min_batches or not measured:
-            return high
-        self.gain = ref.per_request_s() / probe.per_request_s()
-        return self.gain >= (1.0 / self.gain_min if high else self.gain_min)
+            defer = high
+        else:
+            self.gain = ref.per_request_s() / probe.per_request_s()
+            defer = self.gain >= (1.0 / self.gain_min if high else self.gain_min)
+        # from the high bound, a deferring period skips the windows of the next ones: 1, 2, 4 ... max_skip
+        self._streak = self._streak + 1 if defer and high else 0
+        if self._streak:
+            self._skip_until = self._period + 1 + min(2 ** (self._streak - 1), self.max_skip)
+        return defer
 
     def _count(self, window: str, cycle_s: float, execute_s: float, requests: int, fill: float) -> None:
         if self._counts and self._window == window and requests > 0:
