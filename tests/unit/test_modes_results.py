@@ -175,3 +175,20 @@ def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
     assert modes_results.headline_rows({"regime": reg}) == [
         ["one pipelined instance / one sync instance (m, GPU)", "1.25x", ">= 1.3x", "**missed**"]
     ]
+
+
+def test_auto_is_read_from_its_newest_sitting_with_its_fixed_rate_p99s() -> None:
+    """Each sitting measured the auto rule of its day's code, so the newest one stands, not the best figure."""
+    c = modes_results.collect(ROOT)
+    es = c["regimes"][("NVIDIA H200", "bert_small")]
+    a = modes_results.newest_auto(es)
+    assert a is not None and a["sitting"].name == "20261126-h200-bert_small-skip"
+    assert (a["sync"].capacity, a["auto"].capacity) == (2_875.0, 3_187.5)
+    # the fixed part's rates (20/50/80% of that sync capacity), not the searches' own windows
+    assert list(a["p99_ratios"]) == [580.0, 1400.0, 2300.0]
+    # an older sitting's auto (the busy gate alone, 2,469 req/s) is not taken, nor a sitting without sync
+    older = [e for e in es if modes_results.sitting_of(e).name == "20261126-h200-regime-busy"]
+    assert modes_results.newest_auto(older)["auto"].capacity == 2_468.75  # type: ignore[index]
+    assert modes_results.newest_auto([e for e in es if e.mode == "auto"]) is None
+    reg = json.loads((ROOT / "results/summary.json").read_text())["modes"]["regime"]
+    assert reg["auto_one_instance_ratio"] == a["ratio"] and reg["auto_p99_ratio_max"] == max(a["p99_ratios"].values())

@@ -201,22 +201,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
     pipe = _best(e for e in es if _is_pipelined(e) and _search_ran(e))
     if sync is None or pipe is None:
         return None
-    ratios: dict[float, float] = {}
-    # every file of the sitting that ran sync and the best pipelined variant at the same rates: the pipelined
-    # variant's p99 over the sync one's, per rate
-    for path in {e.path for e in es}:
-        here = [e for e in es if e.path == path]
-        s = next((e for e in here if _is_sync(e) and e.summary["spec"] == sync.summary["spec"]), None)
-        p = next((e for e in here if e.summary["spec"] == pipe.summary["spec"]), None)
-        if s is None or p is None:
-            continue
-        s99, p99 = p99_by_rate(s), p99_by_rate(p)
-        for rate in sorted(set(s99) & set(p99)):
-            ratios[rate] = p99[rate] / s99[rate]
-    if not ratios:  # the two searches' own windows at the rates both visited
-        s99, p99 = p99_by_rate(sync), p99_by_rate(pipe)
-        ratios = {rate: p99[rate] / s99[rate] for rate in sorted(set(s99) & set(p99))}
-    ratios = dict(sorted(ratios.items()))
+    ratios = p99_ratios(es, sync, pipe)
     default = _best(e for e in es if _is_default(e) and _search_ran(e))
     plain = plain_for(every, es)
     return {
@@ -244,8 +229,58 @@ def needed_instances(es: list[Entry], sync: bool, target: float) -> Entry | None
     return min(enough, key=lambda e: (instances(e), -(e.capacity or 0.0))) if enough else None
 
 
+def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, float]:
+    """``other``'s p99 over ``sync``'s per rate, from every file of ``es`` that ran both specs at the same rates.
+
+    Where no file did (no fixed-rate part), from the two searches' own windows at the rates both visited.
+    """
+    es = list(es)
+    ratios: dict[float, float] = {}
+    for path in {e.path for e in es}:
+        here = [e for e in es if e.path == path]
+        s = next((e for e in here if _is_sync(e) and e.summary["spec"] == sync.summary["spec"]), None)
+        p = next((e for e in here if e.summary["spec"] == other.summary["spec"]), None)
+        if s is None or p is None:
+            continue
+        s99, p99 = p99_by_rate(s), p99_by_rate(p)
+        for rate in sorted(set(s99) & set(p99)):
+            ratios[rate] = p99[rate] / s99[rate]
+    if not ratios:
+        s99, p99 = p99_by_rate(sync), p99_by_rate(other)
+        ratios = {rate: p99[rate] / s99[rate] for rate in sorted(set(s99) & set(p99))}
+    return dict(sorted(ratios.items()))
+
+
+def newest_auto(es: list[Entry]) -> dict[str, Any] | None:
+    """One ``auto`` instance against one sync instance, from the newest sitting that searched both.
+
+    Newest, not best: each sitting measured the rule of its day's code (``AutoPolicy``), so the figures of
+    the rule as it is come from the latest sitting; the p99 ratios from that sitting's fixed-rate files.
+    """
+    one = [e for e in es if instances(e) == 1 and _search_ran(e) and e.capacity is not None]
+    by_sitting: dict[Path, list[Entry]] = {}
+    for e in one:
+        by_sitting.setdefault(sitting_of(e), []).append(e)
+    both = [g for g in by_sitting.values() if any(e.mode == "auto" for e in g) and any(_is_sync(e) for e in g)]
+    if not both:
+        return None
+    group = max(both, key=lambda g: max(_started(e) for e in g))
+    auto = max((e for e in group if e.mode == "auto"), key=_started)
+    sync = max((e for e in group if _is_sync(e)), key=_started)
+    assert auto.capacity is not None and sync.capacity
+    return {
+        "auto": auto,
+        "sync": sync,
+        "sitting": sitting_of(auto),
+        "ratio": auto.capacity / sync.capacity,
+        "is_lower_bound": not _searched(auto),
+        "p99_ratios": p99_ratios([e for e in es if sitting_of(e) == sitting_of(auto)], sync, auto),
+    }
+
+
 def regime(es: list[Entry]) -> dict[str, Any] | None:
     """One model's regime figures: one instance of each mode, instances and GPU memory at 95% of best."""
+    every = es
     es = [e for e in es if _search_ran(e)]
     one_sync = _best(e for e in es if _is_sync(e) and instances(e) == 1)
     one_pipe = _best(e for e in es if _is_pipelined(e) and instances(e) == 1)
@@ -273,6 +308,7 @@ def regime(es: list[Entry]) -> dict[str, Any] | None:
         if need_pipe is not None and need_sync is not None
         else None,
         "target_rps": target,
+        "auto": newest_auto(every),
         "one_sync": one_sync,
         "one_pipelined": one_pipe,
         "needed_sync": need_sync,
@@ -345,7 +381,20 @@ def summary(root: Path) -> dict[str, Any] | None:
             "one_instance_ratio_is_lower_bound": reg["one_instance_ratio_is_lower_bound"],
             "instances_ratio": reg["instances_ratio"],
             "gpu_memory_ratio": reg["gpu_memory_ratio"],
+            # what `auto` itself chose there: one instance of it over one sync instance, newest sitting
+            **_auto_keys(reg["auto"], root),
         },
+    }
+
+
+def _auto_keys(a: dict[str, Any] | None, root: Path) -> dict[str, Any]:
+    if a is None:
+        return {"auto_one_instance_ratio": None}
+    return {
+        "auto_one_instance_ratio": a["ratio"],
+        "auto_one_instance_ratio_is_lower_bound": a["is_lower_bound"],
+        "auto_p99_ratio_max": max(a["p99_ratios"].values()) if a["p99_ratios"] else None,
+        "auto_sitting": str(a["sitting"].relative_to(root)),
     }
 
 
@@ -587,6 +636,7 @@ def section(root: Path) -> list[str]:
     ]
     rows = []
     current: set[Path] = set()  # the sittings the core-budget table reads
+    shown: set[Path] = set()  # and the newest sittings of auto on the regime models
     for (dev, cores), es in sorted(c["budgets"].items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         b = core_budget(es)
         if b is None:
@@ -649,6 +699,25 @@ def section(root: Path) -> list[str]:
                 fmt(r["gpu_memory_ratio"], ".2f") if r["gpu_memory_ratio"] is not None else "n/a",
             ]
         )
+    auto_rows = []
+    for (_dev, _m), es in sorted(c["regimes"].items()):
+        a = newest_auto(es)
+        if a is None:
+            continue
+        shown.add(a["sitting"])
+        ex = a["auto"].summary.get("executor") or {}
+        auto_rows.append(
+            [
+                device(a["auto"]),
+                model(a["auto"]),
+                f"`{a['sitting'].name}`",
+                _capacity(a["sync"]),
+                _capacity(a["auto"]),
+                ("" if not a["is_lower_bound"] else ">= ") + fmt(a["ratio"], ".2f"),
+                ", ".join(f"{fmt(r, ',.0f')}: {fmt(v, '.2f')}" for r, v in a["p99_ratios"].items()) or "n/a",
+                f"{int(ex.get('auto_deferred') or 0):,} / {sum(int(ex.get(k) or 0) for k in _IN_BAND):,}",
+            ]
+        )
     if reg_rows:
         lines += [
             "### Where pipelining could win: models with more device time per batch",
@@ -668,12 +737,34 @@ def section(root: Path) -> list[str]:
             ),
             "",
         ]
+    if auto_rows:
+        lines += [
+            "#### What `auto` chose there: one `<model>_inflight` instance (`mode=auto`), newest sitting",
+            "",
+            "Sync and auto from one sitting (the rule of that day's code); p99 ratios auto / sync at the sitting's "
+            "fixed rates (else the searches' common rates); batches from the whole search.",
+            "",
+            *markdown_table(
+                [
+                    "device",
+                    "model",
+                    "sitting",
+                    "1 sync instance req/s",
+                    "1 auto instance req/s",
+                    "ratio",
+                    "p99 auto / sync by req/s",
+                    "batches deferred / in-band",
+                ],
+                auto_rows,
+            ),
+            "",
+        ]
     ex_rows = []
     for e in c["entries"]:
         ex = e.summary.get("executor") or {}
         # only files of one variant: the runner matches executor blocks to variants from the server log, and a
         # file of several variants whose log lacks one variant's finalize lines can misattribute them
-        if not ex or e.kind == "null" or len(e.doc.get("variants", [])) != 1:
+        if not ex or e.kind == "null" or len(e.doc.get("variants", [])) != 1 or sitting_of(e) not in current | shown:
             continue
         ex_rows.append(
             [
@@ -695,7 +786,7 @@ def section(root: Path) -> list[str]:
         lines += [
             "### Where each instance's time goes (per batch, means over the variant's windows)",
             "",
-            "From the capacity searches (one variant per file).",
+            "From the capacity searches (one variant per file) of the core-budget sittings and auto's newest ones.",
             "",
             "The overlap bound is the most pipelining could add to one instance: cycle / (cycle - device wait), "
             "cycle = time in `execute()` + time between calls (the Python stub receiving the next batch).",
