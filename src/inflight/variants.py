@@ -173,10 +173,11 @@ def inflight_deployment(server_cpus: int, params: BackendParameters, gpus: int =
       in those sittings is also one instance per core.
     * **``mode=auto``.** Each instance answers a batch in-band, on the sync mode's path, unless
       the overlap bound its in-band batches measure reaches ``auto_bound_min`` (1.25) and a probe
-      of the saturated instance measured a gain of ``auto_gain_min`` (``AutoPolicy``): then it
-      defers batches as the pipelined mode does. bert-tiny's bound at capacity was 1.07-1.11
-      (sync wins there, and auto stays in-band); bert-small's 1.51 (one pipelined instance
-      served 1.39x one sync instance). Slots and response threads keep their defaults.
+      of the saturated instance measured a gain of ``auto_gain_min`` (from ``auto_bound_high``,
+      1.5: no loss; ``AutoPolicy``): then it defers batches as the pipelined mode does.
+      bert-tiny's bound at capacity was 1.07-1.24 (sync wins there, and auto stays in-band);
+      bert-small's 1.7-3.0 (one instance: pipelined 1.65x sync, auto 1.11x). Slots and response
+      threads keep their defaults.
 
     * **split over the GPUs.** Triton places an instance group's ``count`` on *each* GPU the server
       sees, so with ``gpus`` GPUs the count is the cores divided among them (at least one per GPU):
