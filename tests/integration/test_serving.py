@@ -252,6 +252,67 @@ def test_auto_answers_in_band_then_defers_through_the_response_sender(server: An
         unload(server.http_url, name)
 
 
+def test_auto_probes_a_saturated_instance_and_from_the_high_bound_defers_without_a_gain(
+    server: Any, repository: Any, kind: str
+) -> None:
+    """The probe rule end to end, under a steady stream: reference window, probe, deferral, skipped windows.
+
+    ``auto_busy_min=0`` counts the instance as saturated whenever its reference window measured
+    enough batches, ``auto_bound_high=1`` puts it in the high tier, and ``auto_gain_min=1000`` makes a
+    loss (a gain under 1/1000) impossible: so each period's probe must end in deferral, which then
+    skips the next periods' windows. Every answer must be its own request's, every batch counted once.
+    """
+    from inflight.build import add_variant
+
+    base = (
+        "bert_tiny_inflight@mode=auto,auto_bound_min=1,auto_bound_high=1,auto_gain_min=1000,auto_busy_min=0,"
+        "auto_probe_every_s=1,auto_probe_s=0.2"
+    )
+    add_variant(repository, base, "probe")
+    name = "bert_tiny_inflight_probe"
+    # a short batching delay: each window must see several batches (DELAY_US's 50 ms would leave two or three)
+    overrides = {"kind": kind, "delay_us": "1000", "instances": "1"}
+    load_variant(server.http_url, variant_config(repository, name, overrides))
+    try:
+        spec = MODELS["bert_tiny"]
+        work = [spec.example_inputs(2, seq_len=16, rng=np.random.default_rng(500 + i)) for i in range(8)]
+        wrong: list[int] = []
+        stop = time.monotonic() + 5.0  # five periods: the first probes, later ones are skipped or probe again
+
+        def stream(i: int) -> int:
+            sent = 0
+            with httpclient.InferenceServerClient(server.http_url) as c:
+                while time.monotonic() < stop:
+                    x = work[(i + sent) % len(work)]
+                    y = c.infer(name, http_inputs(x)).as_numpy("cls")
+                    if relative_error(y, reference_outputs(repository, "bert_tiny", x)) > error_bound(kind == "gpu"):
+                        wrong.append(i)
+                    sent += 1
+            return sent
+
+        with cf.ThreadPoolExecutor(4) as pool:
+            sent = sum(pool.map(stream, range(4)))
+        assert sent > 40 and not wrong, (sent, wrong)
+        time.sleep(0.2)  # the metrics are published from the next execute(), at most every 100 ms
+        with httpclient.InferenceServerClient(server.http_url) as c:
+            c.infer(name, http_inputs(work[0]))
+
+        def metric(family: str) -> float:
+            return _metric_sum(server.metrics_url, family, name)
+
+        counts = {
+            k: metric(f"inflight_auto_{k}_batches_total")
+            for k in ("inline", "reference", "unsaturated", "no_gain", "deferred")
+        }
+        assert counts["reference"] >= 4 and counts["deferred"] >= 4, counts
+        assert counts["no_gain"] == 0, counts  # no loss is possible with auto_gain_min=1000
+        assert sum(counts.values()) == metric("inflight_batches_total"), counts
+        # a reference window was judged (busy share published) and a probe measured a gain
+        assert metric("inflight_auto_busy_share") > 0 and metric("inflight_auto_gain") > 0, counts
+    finally:
+        unload(server.http_url, name)
+
+
 def test_server_log_says_which_engine_and_device_serve(server: Any, kind: str) -> None:
     log = server.log_path.read_text(errors="replace")
     device = "CPU" if kind == "cpu" else "GPU"
