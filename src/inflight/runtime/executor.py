@@ -1115,7 +1115,7 @@ class AutoPolicy:
             self.gain = ref.per_request_s() / probe.per_request_s()
             defer = self.gain >= (1.0 / self.gain_min if high else self.gain_min)
         # from the high bound, a deferring period skips the windows of the next ones: 1, 2, 4 ... max_skip
-        self._streak = self._streak + 1 if defer and high else 0
+        self._streak = min(self._streak + 1, 64) if defer and high else 0  # kept small: max_skip caps the skip anyway
         if self._streak:
             self._skip_until = self._period + 1 + min(2 ** (self._streak - 1), self.max_skip)
         return defer
