@@ -251,7 +251,17 @@ def test_auto_policy_probes_a_busy_instance_whose_batches_are_small() -> None:
     fill with long gaps (an idle instance) it stays in-band.
     """
     clock = Clock()
-    p = AutoPolicy(bound_min=1.25, gain_min=1.15, period_s=10.0, window_s=1.0, fill_min=0.5, busy_min=0.7, clock=clock)
+    # bound_high out of reach: the deferral below must come from the measured gain, not the high bound's rule
+    p = AutoPolicy(
+        bound_min=1.25,
+        bound_high=10.0,
+        gain_min=1.15,
+        period_s=10.0,
+        window_s=1.0,
+        fill_min=0.5,
+        busy_min=0.7,
+        clock=clock,
+    )
     reasons = []
     for i in range(300):
         clock.t = i * 0.01
@@ -294,7 +304,7 @@ def test_auto_policy_from_the_high_bound_defers_unless_the_probe_measured_a_loss
     """Under load the in-band path keeps up with, the probe can only measure arrivals: no gain to see.
 
     One bert-small instance (bound 1.90) measured gains of about 1.11 where its pipelined path held 1.6x
-    sync's capacity (``results/modes/20261126b-h200-regime-busy``), so from ``bound_high`` the probe
+    sync's capacity (``results/modes/20261126-h200-regime-busy``), so from ``bound_high`` the probe
     only has to show no loss.
     """
     clock = Clock()
@@ -326,14 +336,34 @@ def test_auto_policy_a_high_bound_deferral_probes_ever_less_often_until_a_loss()
         if why == "reference" and (not probed or probed[-1] != int(t)):
             probed.append(int(t))
         p.between(0.0005)
-        slow = t >= 19.0  # from the period of 19 s on, deferring costs twice the in-band cycle
+        slow = t >= 28.0  # from the period of 28 s on, deferring costs twice the in-band cycle
         if defer:
             p.deferred(0.013 if slow else 0.003, 13)
         else:
             p.ran(0.006, 0.004, 13, fill=0.3)
-    # periods judged: 0, then skip 1 -> 2, skip 2 -> 5, skip 4 -> 10, skip 8 (max) -> 19: a loss, every period again
-    assert probed[:6] == [0, 2, 5, 10, 19, 20] and probed[-1] == 39 and len(probed) == 25
+    # periods judged: 0, then skip 1 -> 2, skip 2 -> 5, skip 4 -> 10, skip 8 -> 19, skip 8 (max_skip, not 16)
+    # -> 28: a loss, every period again
+    assert probed[:7] == [0, 2, 5, 10, 19, 28, 29] and probed[-1] == 39 and len(probed) == 17
     assert p.gain is not None and p.gain < 1 / 1.15
+    # the clock stepped back an hour: no skip stretched by it, the next period probes
+    clock.t = 40.0 - 3600.0
+    assert p.decide() == (False, "reference")
+
+
+def test_auto_policy_from_the_high_bound_a_probe_that_finished_no_batch_is_a_loss() -> None:
+    """A deferred path too slow to finish a batch in the probe window is not taken for "no loss measured"."""
+    clock = Clock()
+    p = AutoPolicy(bound_min=1.25, bound_high=1.5, gain_min=1.15, period_s=10.0, window_s=1.0, clock=clock)
+    reasons = []
+    for i in range(300):
+        clock.t = i * 0.01
+        defer, why = p.decide()
+        reasons.append(why)
+        p.between(0.0005)
+        if not defer:
+            p.ran(0.006, 0.004, 13, fill=0.3)  # in-band: bound 2.6, busy
+        # deferred: every execute() of the probe window blocked for a slot past its end (none measured)
+    assert set(reasons[100:200]) == {"probe"} and set(reasons[200:]) == {"no_gain"} and p.gain is None
 
 
 def test_instances_on_one_host_probe_in_the_same_windows() -> None:

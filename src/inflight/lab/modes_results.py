@@ -236,7 +236,7 @@ def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, fl
     """
     es = list(es)
     ratios: dict[float, float] = {}
-    for path in {e.path for e in es}:
+    for path in sorted({e.path for e in es}):  # in file order: where two files ran a rate, the later one stands
         here = [e for e in es if e.path == path]
         s = next((e for e in here if _is_sync(e) and e.summary["spec"] == sync.summary["spec"]), None)
         p = next((e for e in here if e.summary["spec"] == other.summary["spec"]), None)
@@ -257,17 +257,30 @@ def newest_auto(es: list[Entry]) -> dict[str, Any] | None:
     Newest, not best: each sitting measured the rule of its day's code (``AutoPolicy``), so the figures of
     the rule as it is come from the latest sitting; the p99 ratios from that sitting's fixed-rate files.
     """
-    one = [e for e in es if instances(e) == 1 and _search_ran(e) and e.capacity is not None]
+    one = [e for e in es if instances(e) == 1 and _search_ran(e) and e.capacity]
+
+    def is_auto(e: Entry) -> bool:
+        return e.mode == "auto"
+
+    def is_sync(e: Entry) -> bool:  # a bracketed search: a lower bound would make the ratio neither bound
+        return _is_sync(e) and _searched(e)
+
     by_sitting: dict[Path, list[Entry]] = {}
     for e in one:
         by_sitting.setdefault(sitting_of(e), []).append(e)
-    both = [g for g in by_sitting.values() if any(e.mode == "auto" for e in g) and any(_is_sync(e) for e in g)]
+    both = [g for g in by_sitting.values() if any(map(is_auto, g)) and any(map(is_sync, g))]
     if not both:
         return None
     group = max(both, key=lambda g: max(_started(e) for e in g))
-    auto = max((e for e in group if e.mode == "auto"), key=_started)
-    sync = max((e for e in group if _is_sync(e)), key=_started)
-    assert auto.capacity is not None and sync.capacity
+    autos = [e for e in group if is_auto(e)]
+
+    # the repository's own auto where the sitting ran it (only placement and instances overridden), else the newest
+    def as_built(e: Entry) -> bool:
+        return parse_variant_arg(str(e.summary.get("spec") or ""))[1].keys() <= _DEPLOYMENT_NEUTRAL | {"instances"}
+
+    auto = max([e for e in autos if as_built(e)] or autos, key=_started)
+    sync = max((e for e in group if is_sync(e)), key=_started)
+    assert auto.capacity and sync.capacity
     return {
         "auto": auto,
         "sync": sync,
@@ -389,7 +402,9 @@ def summary(root: Path) -> dict[str, Any] | None:
 
 def _auto_keys(a: dict[str, Any] | None, root: Path) -> dict[str, Any]:
     if a is None:
-        return {"auto_one_instance_ratio": None}
+        return dict.fromkeys(
+            ("auto_one_instance_ratio", "auto_one_instance_ratio_is_lower_bound", "auto_p99_ratio_max", "auto_sitting")
+        )
     return {
         "auto_one_instance_ratio": a["ratio"],
         "auto_one_instance_ratio_is_lower_bound": a["is_lower_bound"],

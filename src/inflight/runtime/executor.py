@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import queue
 import threading
 import time
@@ -963,22 +964,26 @@ class AutoPolicy:
       of ``window_s`` deferred; the execute thread's cycle per request in each (after the first
       quarter, where the previous window's batches drain) gives ``gain = reference / probe``. The
       rest of the period is deferred only when ``gain >= gain_min`` (``gain_min`` 0: whenever the
-      bound allows). Without enough batches in either window (``min_batches``) it stays in-band.
+      bound allows). Without enough batches in either window (``min_batches``; from ``bound_high``
+      one probe batch will do) it stays in-band.
       Below saturation the cycle per request is the arrival gap, so the gain is the ratio of two
       windows' arrival counts: on the CPU host at 400 req/s to one instance it passed 1.05 in
       about a quarter of the periods; ``gain_min`` 1.15 keeps that noise from deferring.
       The same arrival-bound measure hides a gain until the in-band path is overloaded by more than
       ``gain_min``: one bert-small instance (bound 1.90) whose pipelined path held >= 4,000 req/s
-      measured gains of about 1.11 and held sync's 2,469 (``results/modes/20261126b-h200-regime-busy``).
+      measured gains of about 1.11 and held sync's 2,469 (``results/modes/20261126-h200-regime-busy``).
       So from ``bound_high`` (a device wait of a third of the cycle or more; every loss measured so
       far came at bounds of 1.29 or less) the burden of proof turns: the rest of the period is
       deferred unless the probe measured a **loss** (``gain < 1 / gain_min``). A reference window
       is in-band, so above the in-band path's capacity it builds a queue: bert-small deferred from
       the high bound held 2,906 req/s at p99 <= 50 ms where pipelined held >= 4,000, p99 55.8 ms at
-      3,125 with p50 9.5 (``results/modes/20261126c-h200-regime-high``). So each such deferring
+      3,125 with p50 9.5 (``results/modes/20261126-h200-regime-high``). So each such deferring
       period skips the windows of the next 1, 2, 4 ... ``max_skip`` periods (deferred throughout),
-      and at the most one period in ``max_skip + 1`` probes again (0.5 s in 330 with the defaults:
-      under the 1% of the time a p99 sees); any other decision starts the count again. A probe also costs
+      and at least one period in ``max_skip + 1`` probes again (0.5 s in 330 with the defaults:
+      under the 1% of the time a p99 sees); any other decision starts the count again. While it
+      skips, nothing is measured: a load that falls keeps deferring until the next probe (at most
+      ``max_skip`` periods), and instances whose counts differ probe in different periods (the
+      windows stay on the host's clock). A probe also costs
       latency where deferring is slower (that CPU host: p99 33 ms against sync's 12 with probes
       in an eighth of the time), so an instance probes only when saturated, by its reference
       window: the execute thread spent at least ``busy_min`` of its cycle inside ``execute()``
@@ -1039,7 +1044,7 @@ class AutoPolicy:
     _defer_rest: bool | None = None
     _saturated: bool | None = None
     _streak: int = 0
-    _skip_until: int = -1
+    _skip_until: float = -math.inf  # the first period that probes again after a skip
 
     def __post_init__(self) -> None:
         if self.period_s < 2 * self.window_s or self.window_s <= 0:
@@ -1058,6 +1063,8 @@ class AutoPolicy:
         period = int(t // self.period_s)
         at = t - period * self.period_s
         if period != self._period:
+            if period < self._period:  # the clock stepped back: forget the skip it would stretch
+                self._skip_until, self._streak = -math.inf, 0
             self._period = period
             self._tallies = {"reference": _Tally(), "probe": _Tally()}
             self._defer_rest = None
@@ -1077,7 +1084,8 @@ class AutoPolicy:
             The decision and its reason: in-band ``reference`` (the period's reference window),
             ``unmeasured``, ``inline`` (bound under ``bound_min``), ``unsaturated`` (the reference
             window under ``busy_min`` and ``fill_min``) or ``no_gain`` (the probe did not gain
-            ``gain_min``, or from ``bound_high`` measured a loss); deferred ``probe`` or ``deferred``.
+            ``gain_min``, or from ``bound_high`` measured a loss, or measured too few batches);
+            deferred ``probe`` or ``deferred`` (also every batch of a skipped period).
         """
         self._window = self._where()
         if self._window == "skip":
@@ -1094,7 +1102,8 @@ class AutoPolicy:
             ref = self._tallies["reference"]
             self.busy = ref.busy()
             full = ref.fill >= self.fill_min * ref.batches
-            self._saturated = ref.batches >= self.min_batches and (full or self.busy >= self.busy_min)
+            busy = self.busy_min < 1.0 and self.busy >= self.busy_min  # busy_min 1: by fill alone
+            self._saturated = ref.batches >= self.min_batches and (full or busy)
         if not self._saturated:
             self._streak = 0
             return False, "unsaturated"
@@ -1109,13 +1118,19 @@ class AutoPolicy:
         high = self.bound is not None and self.bound >= self.bound_high
         ref, probe = self._tallies["reference"], self._tallies["probe"]
         measured = ref.requests and probe.requests and probe.cycle_s
-        if min(ref.batches, probe.batches) < self.min_batches or not measured:
-            defer = high
+        # the probe's batches a decision needs: min_batches below the high bound; from it one will do (a
+        # deferred path too slow to finish min_batches in the window is the loss the rule looks for)
+        enough = ref.batches >= self.min_batches and probe.batches >= (1 if high else self.min_batches)
+        if not enough or not measured:
+            defer = False
         else:
             self.gain = ref.per_request_s() / probe.per_request_s()
-            defer = self.gain >= (1.0 / self.gain_min if high else self.gain_min)
-        # from the high bound, a deferring period skips the windows of the next ones: 1, 2, 4 ... max_skip
-        self._streak = min(self._streak + 1, 64) if defer and high else 0  # kept small: max_skip caps the skip anyway
+            # a loss is a gain under 1 / gain_min (with gain_min under 1: under gain_min)
+            defer = self.gain >= (min(self.gain_min, 1.0 / self.gain_min) if high else self.gain_min)
+        # from the high bound, a deferring period skips the windows of the next ones: 1, 2, 4 ... max_skip;
+        # the count goes on only from the period its last skip ended at (not across idle or in-band ones)
+        follows = self._period == self._skip_until
+        self._streak = min(self._streak + 1 if follows else 1, 64) if defer and high else 0
         if self._streak:
             self._skip_until = self._period + 1 + min(2 ** (self._streak - 1), self.max_skip)
         return defer
