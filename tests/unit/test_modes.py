@@ -152,27 +152,43 @@ def _rest_policy(**kw: Any) -> AutoPolicy:
 
 
 def _period(
-    p: AutoPolicy, clock: Clock, probe_cycle_s: float, *, step_s: float = 0.01, gap_s: float = 0.003
+    p: AutoPolicy,
+    clock: Clock,
+    probe_cycle_s: float | None,
+    *,
+    seconds: float = 10.0,
+    step_s: float = 0.01,
+    gap_s: float = 0.003,
+    execute_s: float = 0.002,
+    wait_s: float = 0.001,
+    requests: int = 4,
+    fill: float = 1.0,
 ) -> list[str]:
-    """Drive one period of ``p`` (10 s, windows of 1 s) with batches of 4 requests every ``step_s``.
+    """Drive ``p`` for ``seconds`` (one period of 10 s by default) with a batch of ``requests`` every ``step_s``.
 
-    In-band batches take 2 ms, 1 ms of it the device wait, after a gap of ``gap_s``; deferred ones
-    return at once after a gap that makes their cycle ``probe_cycle_s``. Returns the reasons in order.
+    In-band batches take ``execute_s``, ``wait_s`` of it the device wait, after a gap of ``gap_s``;
+    deferred ones return at once after a gap that makes their cycle ``probe_cycle_s`` (None: none
+    returns, so none is measured). Returns the reasons in order.
     """
     reasons = []
     start = round(clock.t)
-    for i in range(round(10.0 / step_s)):
+    for i in range(round(seconds / step_s)):
         clock.t = start + i * step_s
         defer, why = p.decide()
         reasons.append(why)
-        if defer:
-            p.between(probe_cycle_s)
-            p.deferred(0.0, 4)
-        else:
+        if not defer:
             p.between(gap_s)
-            p.ran(0.002, 0.001, 4)
-    clock.t = start + 10.0
+            p.ran(execute_s, wait_s, requests, fill)
+        elif probe_cycle_s is not None:
+            p.between(probe_cycle_s)
+            p.deferred(0.0, requests)
+    clock.t = start + seconds
     return reasons
+
+
+#: A GPU-heavy instance's batches (bert-small-like): 13 requests in 6 ms, most of it the device wait, the next
+#: batch waiting (0.5 ms gap), small batches (fill 0.3); the overlap bound 6.5 / 2.5 = 2.6.
+_HEAVY = {"gap_s": 0.0005, "execute_s": 0.006, "wait_s": 0.004, "requests": 13, "fill": 0.3}
 
 
 def test_auto_policy_defers_the_rest_of_a_period_only_after_a_probe_that_gained() -> None:
@@ -262,26 +278,16 @@ def test_auto_policy_probes_a_busy_instance_whose_batches_are_small() -> None:
         busy_min=0.7,
         clock=clock,
     )
-    reasons = []
-    for i in range(300):
-        clock.t = i * 0.01
-        defer, why = p.decide()
-        reasons.append(why)
-        p.between(0.0005)  # the next batch was waiting
-        if defer:
-            p.deferred(0.003, 13)  # deferring: the execute thread's cycle 3.5 ms, not 6.5
-        else:
-            p.ran(0.006, 0.004, 13, fill=0.32)
+    # deferring: the execute thread's cycle 3.5 ms, not 6.5
+    reasons = _period(p, clock, 0.0035, seconds=3.0, **{**_HEAVY, "fill": 0.32})
     assert p.busy == pytest.approx(0.006 / 0.0065)
     assert set(reasons[:100]) == {"reference"} and set(reasons[100:200]) == {"probe"}
     assert set(reasons[200:]) == {"deferred"} and p.gain == pytest.approx(6.5 / 3.5)
     idle = AutoPolicy(bound_min=1.25, gain_min=1.15, period_s=10.0, window_s=1.0, busy_min=0.7, clock=clock)
-    for i in range(300):
-        clock.t = 10.0 + i * 0.01
-        defer, why = idle.decide()
-        assert not defer and why == ("reference" if i < 100 else "unsaturated")
-        idle.between(0.008)  # waiting for requests
-        idle.ran(0.006, 0.004, 2, fill=0.05)
+    clock.t = 10.0
+    # waiting 8 ms for requests between batches of two
+    reasons = _period(idle, clock, None, seconds=3.0, **{**_HEAVY, "gap_s": 0.008, "requests": 2, "fill": 0.05})
+    assert reasons == ["reference"] * 100 + ["unsaturated"] * 200
     assert idle.busy == pytest.approx(0.006 / 0.014)
     from inflight.model_config import BackendParameters
 
@@ -309,16 +315,7 @@ def test_auto_policy_from_the_high_bound_defers_unless_the_probe_measured_a_loss
     """
     clock = Clock()
     p = AutoPolicy(bound_min=1.25, bound_high=1.5, gain_min=1.15, period_s=10.0, window_s=1.0, clock=clock)
-    reasons = []
-    for i in range(300):
-        clock.t = i * 0.01
-        defer, why = p.decide()
-        reasons.append(why)
-        p.between(0.0005)
-        if defer:
-            p.deferred(deferred_cycle_s - 0.0005, 13)
-        else:
-            p.ran(0.006, wait_s, 13, fill=0.3)
+    reasons = _period(p, clock, deferred_cycle_s, seconds=3.0, **{**_HEAVY, "wait_s": wait_s})
     assert set(reasons[100:200]) == {"probe"} and set(reasons[200:]) == {want}
     assert p.gain == pytest.approx(0.0065 / deferred_cycle_s)
 
@@ -328,19 +325,9 @@ def test_auto_policy_a_high_bound_deferral_probes_ever_less_often_until_a_loss()
     in-band capacity cost the p99); a measured loss brings the windows back every period."""
     clock = Clock()
     p = AutoPolicy(bound_min=1.25, bound_high=1.5, gain_min=1.15, period_s=1.0, window_s=0.1, max_skip=8, clock=clock)
-    probed: list[int] = []
-    for i in range(4000):
-        t = i * 0.01
-        clock.t = t
-        defer, why = p.decide()
-        if why == "reference" and (not probed or probed[-1] != int(t)):
-            probed.append(int(t))
-        p.between(0.0005)
-        slow = t >= 28.0  # from the period of 28 s on, deferring costs twice the in-band cycle
-        if defer:
-            p.deferred(0.013 if slow else 0.003, 13)
-        else:
-            p.ran(0.006, 0.004, 13, fill=0.3)
+    # from the period of 28 s on, deferring costs twice the in-band cycle
+    reasons = _period(p, clock, 0.0035, seconds=28.0, **_HEAVY) + _period(p, clock, 0.0135, seconds=12.0, **_HEAVY)
+    probed = sorted({i // 100 for i, why in enumerate(reasons) if why == "reference"})  # 100 batches a period
     # periods judged: 0, then skip 1 -> 2, skip 2 -> 5, skip 4 -> 10, skip 8 -> 19, skip 8 (max_skip, not 16)
     # -> 28: a loss, every period again
     assert probed[:7] == [0, 2, 5, 10, 19, 28, 29] and probed[-1] == 39 and len(probed) == 17
@@ -354,15 +341,8 @@ def test_auto_policy_from_the_high_bound_a_probe_that_finished_no_batch_is_a_los
     """A deferred path too slow to finish a batch in the probe window is not taken for "no loss measured"."""
     clock = Clock()
     p = AutoPolicy(bound_min=1.25, bound_high=1.5, gain_min=1.15, period_s=10.0, window_s=1.0, clock=clock)
-    reasons = []
-    for i in range(300):
-        clock.t = i * 0.01
-        defer, why = p.decide()
-        reasons.append(why)
-        p.between(0.0005)
-        if not defer:
-            p.ran(0.006, 0.004, 13, fill=0.3)  # in-band: bound 2.6, busy
-        # deferred: every execute() of the probe window blocked for a slot past its end (none measured)
+    # deferred: every execute() of the probe window blocked for a slot past its end (none measured)
+    reasons = _period(p, clock, None, seconds=3.0, **_HEAVY)
     assert set(reasons[100:200]) == {"probe"} and set(reasons[200:]) == {"no_gain"} and p.gain is None
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +124,13 @@ _DEPLOYMENT_NEUTRAL = frozenset({"gpus", "capture_at_load", "kind"})
 
 def _is_default(e: Entry) -> bool:
     """Whether this is ``<model>_inflight`` as ``inflight build-models`` wrote it for the server's cores."""
+    return _overrides_only(e, _DEPLOYMENT_NEUTRAL)
+
+
+def _overrides_only(e: Entry, allowed: frozenset[str]) -> bool:
+    """Whether this is ``<model>_inflight`` measured with no overrides but ``allowed``."""
     name, overrides = parse_variant_arg(str(e.summary.get("spec") or ""))
-    return name.endswith("_inflight") and overrides.keys() <= _DEPLOYMENT_NEUTRAL
+    return name.endswith("_inflight") and overrides.keys() <= allowed
 
 
 def _is_plain(e: Entry) -> bool:
@@ -165,11 +170,16 @@ def newest_comparison(es: list[Entry]) -> list[Entry]:
     Ratios hold within one sitting only (one host, one day, one rule of the code measured), so a core
     budget's figures come from its newest complete sitting, not from the best of every sitting.
     """
+    return _newest_sitting(es, _compares)
+
+
+def _newest_sitting(es: Iterable[Entry], complete: Callable[[list[Entry]], bool]) -> list[Entry]:
+    """The entries of ``es`` in the newest sitting whose entries are ``complete`` (``[]`` when none are)."""
     by_sitting: dict[Path, list[Entry]] = {}
     for e in es:
         by_sitting.setdefault(sitting_of(e), []).append(e)
-    complete = [group for group in by_sitting.values() if _compares(group)]
-    return max(complete, key=lambda g: max(map(_started, g))) if complete else []
+    groups = [group for group in by_sitting.values() if complete(group)]
+    return max(groups, key=lambda g: max(map(_started, g))) if groups else []
 
 
 def plain_for(every: list[Entry], here: list[Entry]) -> Entry | None:
@@ -265,20 +275,12 @@ def newest_auto(es: list[Entry]) -> dict[str, Any] | None:
     def is_sync(e: Entry) -> bool:  # a bracketed search: a lower bound would make the ratio neither bound
         return _is_sync(e) and _searched(e)
 
-    by_sitting: dict[Path, list[Entry]] = {}
-    for e in one:
-        by_sitting.setdefault(sitting_of(e), []).append(e)
-    both = [g for g in by_sitting.values() if any(map(is_auto, g)) and any(map(is_sync, g))]
-    if not both:
+    group = _newest_sitting(one, lambda g: any(map(is_auto, g)) and any(map(is_sync, g)))
+    if not group:
         return None
-    group = max(both, key=lambda g: max(_started(e) for e in g))
     autos = [e for e in group if is_auto(e)]
-
     # the repository's own auto where the sitting ran it (only placement and instances overridden), else the newest
-    def as_built(e: Entry) -> bool:
-        return parse_variant_arg(str(e.summary.get("spec") or ""))[1].keys() <= _DEPLOYMENT_NEUTRAL | {"instances"}
-
-    auto = max([e for e in autos if as_built(e)] or autos, key=_started)
+    auto = max([e for e in autos if _overrides_only(e, _DEPLOYMENT_NEUTRAL | {"instances"})] or autos, key=_started)
     sync = max((e for e in group if is_sync(e)), key=_started)
     assert auto.capacity and sync.capacity
     return {
@@ -697,7 +699,7 @@ def section(root: Path) -> list[str]:
             ),
             "",
         ]
-    reg_rows = []
+    reg_rows, auto_rows = [], []
     for (_dev, _m), es in sorted(c["regimes"].items()):
         r = regime(es)
         if r is None:
@@ -714,9 +716,7 @@ def section(root: Path) -> list[str]:
                 fmt(r["gpu_memory_ratio"], ".2f") if r["gpu_memory_ratio"] is not None else "n/a",
             ]
         )
-    auto_rows = []
-    for (_dev, _m), es in sorted(c["regimes"].items()):
-        a = newest_auto(es)
+        a = r["auto"]  # a model with an auto and a sync search has a regime row
         if a is None:
             continue
         shown.add(a["sitting"])

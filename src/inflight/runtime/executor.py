@@ -1104,8 +1104,9 @@ class AutoPolicy:
             full = ref.fill >= self.fill_min * ref.batches
             busy = self.busy_min < 1.0 and self.busy >= self.busy_min  # busy_min 1: by fill alone
             self._saturated = ref.batches >= self.min_batches and (full or busy)
+            if not self._saturated:
+                self._streak = 0
         if not self._saturated:
-            self._streak = 0
             return False, "unsaturated"
         if self._window == "probe":
             return True, "probe"
