@@ -983,7 +983,14 @@ class AutoPolicy:
       under the 1% of the time a p99 sees); any other decision starts the count again. While it
       skips, nothing is measured: a load that falls keeps deferring until the next probe (at most
       ``max_skip`` periods), and instances whose counts differ probe in different periods (the
-      windows stay on the host's clock). A probe also costs
+      windows stay on the host's clock). For the same reason, from the high bound (no loss measured
+      by the last probe) a reference window ends as soon as it has measured a saturated instance
+      (``min_batches`` after its first quarter), its probe window following at once; and an
+      unsaturated period whose load rises defers its rest once ``window_s`` of in-band batches shows
+      a saturated instance (unmeasured: the next period's probe judges it). Both were seen on one
+      bert-small instance: a window at 3,500 req/s after one at 1,000 stayed in-band for the rest of
+      a period judged at the lower load, p50 449 ms where pipelined's was 9.4
+      (``results/modes/20261126-h200-bert_small-skip``). A probe also costs
       latency where deferring is slower (that CPU host: p99 33 ms against sync's 12 with probes
       in an eighth of the time), so an instance probes only when saturated, by its reference
       window: the execute thread spent at least ``busy_min`` of its cycle inside ``execute()``
@@ -1045,6 +1052,10 @@ class AutoPolicy:
     _saturated: bool | None = None
     _streak: int = 0
     _skip_until: float = -math.inf  # the first period that probes again after a skip
+    _at: float = 0.0  # where in its period the clock was at the last decision
+    _probe_at: float = 0.0  # where in the period the probe window starts (window_s, or earlier from the high bound)
+    _watch: _Tally = field(default_factory=_Tally)  # an unsaturated period's in-band batches since _watch_from
+    _watch_from: float = 0.0
 
     def __post_init__(self) -> None:
         if self.period_s < 2 * self.window_s or self.window_s <= 0:
@@ -1062,6 +1073,7 @@ class AutoPolicy:
         t = self.clock()
         period = int(t // self.period_s)
         at = t - period * self.period_s
+        self._at = at
         if period != self._period:
             if period < self._period:  # the clock stepped back: forget the skip it would stretch
                 self._skip_until, self._streak = -math.inf, 0
@@ -1069,13 +1081,27 @@ class AutoPolicy:
             self._tallies = {"reference": _Tally(), "probe": _Tally()}
             self._defer_rest = None
             self._saturated = None
+            self._probe_at = self.window_s
+            self._watch = _Tally()
         if period < self._skip_until:
             self._counts = False
             return "skip"
-        window = "reference" if at < self.window_s else "probe" if at < 2 * self.window_s else "rest"
-        start = 0.0 if window == "reference" else self.window_s
+        window = "reference" if at < self._probe_at else "probe" if at < self._probe_at + self.window_s else "rest"
+        start = 0.0 if window == "reference" else self._probe_at
         self._counts = window != "rest" and at - start >= self.window_s / 4
         return window
+
+    def _saturated_by(self, tally: _Tally) -> bool:
+        """Whether a window's in-band batches show a saturated instance (``busy_min`` or ``fill_min``)."""
+        full = tally.fill >= self.fill_min * tally.batches
+        busy = self.busy_min < 1.0 and tally.busy() >= self.busy_min  # busy_min 1: by fill alone
+        return tally.batches >= self.min_batches and (full or busy)
+
+    def _high_and_no_loss(self) -> bool:
+        """From ``bound_high``, with no loss measured by the last probe (the rule that defers by default)."""
+        if self.bound is None or self.bound < self.bound_high or self.gain_min <= 0:
+            return False
+        return self.gain is None or self.gain >= min(self.gain_min, 1.0 / self.gain_min)
 
     def decide(self) -> tuple[bool, str]:
         """Whether to defer the next batch.
@@ -1101,14 +1127,12 @@ class AutoPolicy:
         if self._saturated is None:
             ref = self._tallies["reference"]
             self.busy = ref.busy()
-            full = ref.fill >= self.fill_min * ref.batches
-            busy = self.busy_min < 1.0 and self.busy >= self.busy_min  # busy_min 1: by fill alone
-            self._saturated = ref.batches >= self.min_batches and (full or busy)
+            self._saturated = self._saturated_by(ref)
             if not self._saturated:
                 self._streak = 0
         if not self._saturated:
             return False, "unsaturated"
-        if self._window == "probe":
+        if self._window == "probe" and self._defer_rest is None:
             return True, "probe"
         if self._defer_rest is None:
             self._defer_rest = self._judge()
@@ -1151,6 +1175,24 @@ class AutoPolicy:
         sample = cycle / max(cycle - min(wait_s, cycle), 1e-9)
         self.bound = sample if self.bound is None else self.bound + self.alpha * (sample - self.bound)
         self._count("reference", cycle, execute_s, requests, fill)
+        if self._window == "skip" or not self._high_and_no_loss():
+            return
+        w = self.window_s
+        if self._window == "reference":
+            # from the high bound an in-band reference window above the in-band capacity builds a queue: it
+            # ends once it has measured a saturated instance (min_batches after its first quarter)
+            if self._probe_at == w and self._counts and self._saturated_by(self._tallies["reference"]):
+                self._probe_at = max(self._at, w / 4)
+        elif self._saturated is False and requests > 0:
+            # an unsaturated period whose load rose: the rest is deferred once window_s of in-band batches
+            # shows a saturated instance (the next period's probe measures the gain)
+            if self._watch.batches == 0:
+                self._watch_from = self._at
+            self._watch.add(cycle, execute_s, requests, fill)
+            if self._at - self._watch_from >= w:
+                if self._saturated_by(self._watch):
+                    self._saturated, self._defer_rest, self.busy = True, True, self._watch.busy()
+                self._watch = _Tally()
 
     def deferred(self, execute_s: float, requests: int) -> None:
         """A deferring ``execute()`` of ``requests`` returned after ``execute_s``."""
