@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from inflight.lab import modes_results
 from inflight.lab.open_loop_results import Entry, entries
 
@@ -182,13 +184,32 @@ def test_auto_is_read_from_its_newest_sitting_with_its_fixed_rate_p99s() -> None
     c = modes_results.collect(ROOT)
     es = c["regimes"][("NVIDIA H200", "bert_small")]
     a = modes_results.newest_auto(es)
-    assert a is not None and a["sitting"].name == "20261126-h200-bert_small-skip"
-    assert (a["sync"].capacity, a["auto"].capacity) == (2_875.0, 3_187.5)
-    # the fixed part's rates (20/50/80% of that sync capacity), not the searches' own windows
+    assert a is not None and a["sitting"].name == "20261126-h200-bert_small-early"
+    assert (a["sync"].capacity, a["auto"].capacity) == (2_875.0, 4_750.0)
+    # the fixed parts' rates (20/50/80% of sync's capacity; the auto-only file at 4,300 has no sync to divide by),
+    # not the searches' own windows
     assert list(a["p99_ratios"]) == [580.0, 1400.0, 2300.0]
-    # an older sitting's auto (the busy gate alone, 2,469 req/s) is not taken, nor a sitting without sync
-    older = [e for e in es if modes_results.sitting_of(e).name == "20261126-h200-regime-busy"]
-    assert modes_results.newest_auto(older)["auto"].capacity == 2_468.75  # type: ignore[index]
+    # older sittings' auto (the busy gate alone: 2,469 req/s; skipped windows without the early reference end:
+    # 3,188) are not taken, nor a sitting without sync
+    for name, capacity in (("20261126-h200-regime-busy", 2_468.75), ("20261126-h200-bert_small-skip", 3_187.5)):
+        older = [e for e in es if modes_results.sitting_of(e).name == name]
+        assert modes_results.newest_auto(older)["auto"].capacity == capacity  # type: ignore[index]
     assert modes_results.newest_auto([e for e in es if e.mode == "auto"]) is None
     reg = json.loads((ROOT / "results/summary.json").read_text())["modes"]["regime"]
     assert reg["auto_one_instance_ratio"] == a["ratio"] and reg["auto_p99_ratio_max"] == max(a["p99_ratios"].values())
+
+
+def test_sync_against_itself_gives_the_noise_a_p99_ratio_is_read_against() -> None:
+    """Sync's own p99s over interleaved rounds at one rate: the largest max / min of the sitting (its noise)."""
+    c = modes_results.collect(ROOT)
+    b = modes_results.core_budget(c["budgets"][("NVIDIA H200", 4)])
+    assert b is not None and b["sitting"].name == "20261126-h200-4cores-rounds"
+    # sync's four rounds at 13,400 req/s: p99 8.52, 11.88, 22.29, 17.62 ms (the default's: 13.10 .. 19.53)
+    assert b["p99_sync_spread"] == pytest.approx(22.29 / 8.52, rel=1e-3)
+    assert b["p99_sync_spread"] > max(b["p99_ratios"].values())
+    rows = json.loads((ROOT / "results/summary.json").read_text())["modes"]["capacity"]
+    row = next(r for r in rows if r["device"] == "NVIDIA H200" and r["server_cpus"] == 4)
+    assert row["p99_sync_spread_max"] == b["p99_sync_spread"]
+    # a sitting of one round per rate has no spread to give
+    one = modes_results.core_budget(c["budgets"][("NVIDIA H100 80GB HBM3", 8)])
+    assert one is not None and one["p99_sync_spread"] is None

@@ -229,6 +229,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         "plain_rps": plain.capacity if plain is not None else None,
         "plain_sitting": sitting_of(plain) if plain is not None else None,
         "p99_ratios": ratios,
+        "p99_sync_spread": p99_spread(es, sync.summary["spec"]),
     }
 
 
@@ -259,6 +260,24 @@ def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, fl
         s99, p99 = p99_by_rate(sync), p99_by_rate(other)
         ratios = {rate: p99[rate] / s99[rate] for rate in sorted(set(s99) & set(p99))}
     return dict(sorted(ratios.items()))
+
+
+def p99_spread(es: Iterable[Entry], spec: str) -> float | None:
+    """The largest max / min of one variant's own p99s over the rounds it ran at one rate (None: no repeated rate).
+
+    What two windows of the same variant at the same rate differ by: a p99 ratio between two variants
+    under it is within that sitting's noise.
+    """
+    spreads = []
+    for e in es:
+        if e.summary.get("spec") != spec:
+            continue
+        by_rate: dict[float, list[float]] = {}
+        for w in e.summary.get("sweep") or []:
+            if w.get("valid") and not w.get("generator_limited") and w.get("p99_ms"):
+                by_rate.setdefault(float(w["offered_rps"]), []).append(float(w["p99_ms"]))
+        spreads += [max(v) / min(v) for v in by_rate.values() if len(v) > 1]
+    return max(spreads) if spreads else None
 
 
 def newest_auto(es: list[Entry]) -> dict[str, Any] | None:
@@ -381,6 +400,8 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "best_pipelined": b["best_pipelined"].summary["spec"],
                 "best_pipelined_is_lower_bound": b["best_pipelined_is_lower_bound"],
                 "p99_ratio_max": max(b["p99_ratios"].values()) if b["p99_ratios"] else None,
+                # sync against itself: its own p99s over rounds at one rate, largest max / min (the noise)
+                "p99_sync_spread_max": b["p99_sync_spread"],
                 "sitting": str(b["sitting"].relative_to(root)),
                 "file": str(b["best_pipelined"].path.relative_to(root)),
             }
@@ -581,8 +602,9 @@ def replace_block(text: str, block: list[str]) -> str:
 
 
 def _fixed_part(e: Entry) -> bool:
-    """Whether the file is ``modes_budget.sh``'s fixed part: sync, the default and at most the null model, no search."""
-    return 2 <= len(e.doc.get("variants", [])) <= 3 and not _search_ran(e)
+    """Whether the file is a fixed part: sync, the default and at most the null model (or the null model alone)."""
+    n = len(e.doc.get("variants", []))
+    return (2 <= n <= 3 or (n == 1 and e.kind == "null")) and not _search_ran(e)
 
 
 def _over_rounds(rs: list[Mapping[str, Any]], path: tuple[str, ...], how: str) -> float | None:
@@ -671,6 +693,7 @@ def section(root: Path) -> list[str]:
                 at_least + fmt((b["best_pipelined_rps"] or 0) / (b["best_sync_rps"] or math.nan), ".2f"),
                 ", ".join(f"{r / 1e3:g}k: {v:.2f}" for r, v in b["p99_ratios"].items()) or "n/a",
                 fmt(worst, ".2f"),
+                fmt(b["p99_sync_spread"], ".2f") if b["p99_sync_spread"] is not None else "one round",
                 _spec(b["best_pipelined"]),
                 _cap_of(b["default"]),
                 _cap_of(b["plain"])
@@ -691,6 +714,7 @@ def section(root: Path) -> list[str]:
                     "pipelined / sync",
                     "p99 pipelined / sync by rate",
                     "worst p99 ratio",
+                    "sync against itself: p99 max / min over rounds",
                     "best pipelined",
                     "default (as built) req/s",
                     "plain Python backend req/s",

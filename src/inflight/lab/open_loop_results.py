@@ -591,13 +591,21 @@ def section(root: Path) -> list[str]:
             f"{cap('two_gpu')} | {cap('null_model')} | {fmt(b.get('engine_bound_rps'))} | "
             f"{'n/a' if over is None else f'{over:.2f}x'} |"
         )
-    lines += ["", "Every open-loop run, with its latency-against-rate table and plot, one line per sitting:", ""]
+    lines += [
+        "",
+        "Every open-loop run, with its latency-against-rate table and plot, one line per kind of result "
+        "(its sittings separated by semicolons):",
+        "",
+    ]
     by_sitting: dict[Path, list[Path]] = {}
     for p in open_loop_files(root / "results"):
         md = report_file(p).relative_to(root)
         by_sitting.setdefault(md.parents[1] if len(md.parents) > 3 else md.parent, []).append(md)
+    by_kind: dict[Path, list[str]] = {}
     for sitting, mds in by_sitting.items():
         links = ", ".join(f"[{md.parent.name if md.parent != sitting else md.stem}](../{md})" for md in mds)
-        lines.append(f"- `{sitting}`: {links}")
+        kind = Path(*sitting.parts[:2])
+        by_kind.setdefault(kind, []).append(links if sitting == kind else f"`{sitting.name}`: {links}")
+    lines += [f"- `{kind}`: {'; '.join(parts)}" for kind, parts in by_kind.items()]
     lines.append("")
     return lines
