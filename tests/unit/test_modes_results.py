@@ -171,6 +171,11 @@ def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
     (four, eight) = modes_results.headline_rows(block)
     assert four[1] == "1.14x; 1.43; 100%" and four[3] == "**missed** (p99)"
     assert eight[1].startswith(">= 1.14x") and eight[3] == "met"
+    # a p99 ratio under sync's own spread over rounds is still missed, and says so
+    noisy = modes_results.headline_rows({"capacity": [{**row, "p99_sync_spread_max": 2.62}]})[0]
+    assert noisy[3] == "**missed** (p99); p99 ratio within sync's own spread over rounds (2.62)"
+    calm = modes_results.headline_rows({"capacity": [{**row, "p99_sync_spread_max": 1.2}]})[0]
+    assert calm[3] == "**missed** (p99)"
     slow = {**row, "best_pipelined_rps": 13_000.0, "default_rps": 12_000.0}
     assert modes_results.headline_rows({"capacity": [slow]})[0][3] == "**missed** (capacity, p99, default)"
     reg = {"model": "m", "device": "GPU", "one_instance_ratio": 1.25, "one_instance_ratio_is_lower_bound": False}
@@ -213,3 +218,12 @@ def test_sync_against_itself_gives_the_noise_a_p99_ratio_is_read_against() -> No
     # a sitting of one round per rate has no spread to give
     one = modes_results.core_budget(c["budgets"][("NVIDIA H100 80GB HBM3", 8)])
     assert one is not None and one["p99_sync_spread"] is None
+
+
+def test_the_request_time_table_takes_a_null_model_file_of_its_own() -> None:
+    """A fixed part may run the null model in its own file (one variant): it is the floor the table shows."""
+    c = modes_results.collect(ROOT)
+    es = [e for e in c["entries"] if e.path.parent.parent.name == "20261126-h200-4cores-rounds"]
+    rows = modes_results.request_time_rows(es)
+    null = [r for r in rows if "bert_tiny_null" in r[2]]
+    assert [r[3] for r in null] == ["2,800", "7,000", "11,200"]
