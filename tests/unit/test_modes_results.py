@@ -182,6 +182,13 @@ def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
     assert modes_results.headline_rows({"regime": reg}) == [
         ["one pipelined instance / one sync instance (m, GPU)", "1.25x", ">= 1.3x", "**missed**"]
     ]
+    with_auto = {**reg, "auto_one_instance_ratio": 1.65, "auto_one_instance_ratio_is_lower_bound": False}
+    assert modes_results.headline_rows({"regime": with_auto})[1] == [
+        "one `m_inflight` instance as built (`auto`) / one sync instance (m, GPU)",
+        "1.65x",
+        ">= 1.3x",
+        "met",
+    ]
 
 
 def test_auto_is_read_from_its_newest_sitting_with_its_fixed_rate_p99s() -> None:

@@ -343,10 +343,11 @@ def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> No
         + len(rr.engine_targets(engine, eb.get("mixed_length_token_ratio")))
         + len(d["cpu_per_request"]["targets"])
         + len(rr.closed_loop_rows(d))
-        + len(rr.modes_results.headline_rows(d.get("modes")))  # a row per core budget, one for the regime
+        + len(rr.modes_results.headline_rows(d.get("modes")))  # a row per core budget, two for the regime
     )
     assert len(rows) == want
-    assert len(rr.modes_results.headline_rows(d.get("modes"))) == len(d["modes"]["capacity"]) + 1
+    # the regime: one pipelined instance, and one instance of the repository as built (auto)
+    assert len(rr.modes_results.headline_rows(d.get("modes"))) == len(d["modes"]["capacity"]) + 2
     for t in d["open_loop"]["targets"] + d["cpu_per_request"]["targets"]:
         verdict = "met" if t["met"] else "**missed**"
         if t.get("bound") is not None and not t["met"]:
