@@ -1097,11 +1097,19 @@ class AutoPolicy:
         busy = self.busy_min < 1.0 and tally.busy() >= self.busy_min  # busy_min 1: by fill alone
         return tally.batches >= self.min_batches and (full or busy)
 
+    def _is_high(self) -> bool:
+        """Whether the measured bound reached ``bound_high``."""
+        return self.bound is not None and self.bound >= self.bound_high
+
+    def _loss_under(self) -> float:
+        """The gain under which a probe measured a loss: 1 / ``gain_min`` (with ``gain_min`` under 1: ``gain_min``)."""
+        return min(self.gain_min, 1.0 / self.gain_min)
+
     def _high_and_no_loss(self) -> bool:
         """From ``bound_high``, with no loss measured by the last probe (the rule that defers by default)."""
-        if self.bound is None or self.bound < self.bound_high or self.gain_min <= 0:
+        if not self._is_high() or self.gain_min <= 0:
             return False
-        return self.gain is None or self.gain >= min(self.gain_min, 1.0 / self.gain_min)
+        return self.gain is None or self.gain >= self._loss_under()
 
     def decide(self) -> tuple[bool, str]:
         """Whether to defer the next batch.
@@ -1140,7 +1148,7 @@ class AutoPolicy:
 
     def _judge(self) -> bool:
         """Whether the rest of the period is deferred: a gain of ``gain_min`` under ``bound_high``, no loss from it."""
-        high = self.bound is not None and self.bound >= self.bound_high
+        high = self._is_high()
         ref, probe = self._tallies["reference"], self._tallies["probe"]
         measured = ref.requests and probe.requests and probe.cycle_s
         # the probe's batches a decision needs: min_batches below the high bound; from it one will do (a
@@ -1150,8 +1158,7 @@ class AutoPolicy:
             defer = False
         else:
             self.gain = ref.per_request_s() / probe.per_request_s()
-            # a loss is a gain under 1 / gain_min (with gain_min under 1: under gain_min)
-            defer = self.gain >= (min(self.gain_min, 1.0 / self.gain_min) if high else self.gain_min)
+            defer = self.gain >= (self._loss_under() if high else self.gain_min)
         # from the high bound, a deferring period skips the windows of the next ones: 1, 2, 4 ... max_skip;
         # the count goes on only from the period its last skip ended at (not across idle or in-band ones)
         follows = self._period == self._skip_until
