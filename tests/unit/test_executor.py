@@ -547,6 +547,22 @@ def test_pipelined_run_is_the_sync_path_on_a_slot_of_the_ring() -> None:
     assert sync.stats.inline_wait_s == sync.stats.device_wait_s
 
 
+def test_in_band_batches_all_run_on_the_slot_released_last() -> None:
+    """auto's in-band path touches one slot's buffers, as the sync mode's one slot, not each slot of the ring in turn."""
+    rng = np.random.default_rng(8)
+    with PipelinedExecutor(_runner(ToyEngine()), Sink(), slots=4, response_threads=1) as ring:
+        for b in range(6):
+            item = _item(b, 2, 5, rng)
+            np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+        assert sorted(s.generation for s in ring.slots) == [0, 0, 0, 6]
+        # a deferred batch takes that slot too (the one released last); the next in-band one gets another while
+        # it is busy
+        ring.submit(Batch([_item(10, 2, 5, rng)]))
+        item = _item(11, 2, 5, rng)
+        np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+    assert sum(s.generation for s in ring.slots) == 8
+
+
 def test_the_ring_starts_its_threads_with_the_first_deferred_batch_only() -> None:
     """An auto instance that answers in-band holds no more threads than a sync one; closing one that never
     deferred, or one that did, leaves no thread behind."""

@@ -114,6 +114,31 @@ def test_p99_at_a_rate_of_several_rounds_is_their_median_without_limited_windows
     assert modes_results.p99_by_rate(E()) == {1000.0: 7.0, 2000.0: 9.0}  # type: ignore[arg-type]
 
 
+def _fixed(call: str, kind: str, p99s: list[float]) -> Entry:
+    """One variant of a fixed-rate file (one device call) of the sitting ``s``: its rounds' p99s at 1,000 req/s."""
+    return Entry(
+        path=Path("results/modes/s") / call / "ab.json",
+        doc={},
+        summary={
+            "spec": f"bert_tiny_{kind}",
+            "sweep": [{"offered_rps": 1000.0, "p99_ms": v, "valid": True, "generator_limited": False} for v in p99s],
+        },
+        variant={"variant": "sync" if kind == "sync" else "inflight"},
+    )
+
+
+def test_p99_ratios_pool_the_rounds_of_every_fixed_file_of_a_sitting() -> None:
+    """Two device calls of one sitting at the same rate: each side's p99 is its median over all six rounds."""
+    first = [_fixed("call-1", "sync", [4.0, 30.0, 5.0]), _fixed("call-1", "inflight", [6.0, 6.5, 40.0])]
+    second = [_fixed("call-2", "sync", [6.0, 7.0, 5.5]), _fixed("call-2", "inflight", [5.0, 6.2, 5.8])]
+    es = first + second
+    got = modes_results.p99_ratios(es, first[0], first[1])
+    # sync's six: 4, 5, 5.5, 6, 7, 30 -> 5.75; the other's: 5, 5.8, 6, 6.2, 6.5, 40 -> 6.1 (not the last file's alone)
+    assert got == {1000.0: pytest.approx(6.1 / 5.75)}
+    assert modes_results.p99_rounds(es, "bert_tiny_sync") == {1000.0: [4.0, 30.0, 5.0, 6.0, 7.0, 5.5]}
+    assert modes_results.p99_spread(es, "bert_tiny_sync") == pytest.approx(30.0 / 4.0)
+
+
 def _entry(sitting: str, kind: str, capacity: float, bounded: bool, started: str) -> Entry:
     """A capacity search's entry in ``results/modes/<sitting>/<run>/ab.json``."""
     return Entry(

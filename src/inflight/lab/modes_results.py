@@ -217,6 +217,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
     if sync is None or pipe is None:
         return None
     ratios = p99_ratios(es, sync, pipe)
+    sync_rounds = p99_rounds(es, sync.summary["spec"])
     default = _best(e for e in es if _is_default(e) and _search_ran(e))
     plain = plain_for(every, es)
     return {
@@ -235,6 +236,8 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         "plain_sitting": sitting_of(plain) if plain is not None else None,
         "p99_ratios": ratios,
         "p99_sync_spread": p99_spread(es, sync.summary["spec"]),
+        # the fewest of sync's rounds behind one of the ratios (each side's p99 is its median over them)
+        "p99_rounds": min((len(sync_rounds.get(r, [])) for r in ratios), default=0),
     }
 
 
@@ -246,40 +249,52 @@ def needed_instances(es: list[Entry], sync: bool, target: float) -> Entry | None
 
 
 def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, float]:
-    """``other``'s p99 over ``sync``'s per rate, from every file of ``es`` that ran both specs at the same rates.
+    """``other``'s p99 over ``sync``'s per rate, pooled over every file of ``es`` that ran both specs at that rate.
 
-    Where no file did (no fixed-rate part), from the two searches' own windows at the rates both visited.
+    Each side's p99 at a rate is the median over every round of it in those files (a sitting's fixed parts
+    may come from several device calls, each of a few interleaved rounds). Where no file ran both (no
+    fixed-rate part), from the two searches' own windows at the rates both visited.
     """
     es = list(es)
-    ratios: dict[float, float] = {}
-    for path in sorted({e.path for e in es}):  # in file order: where two files ran a rate, the later one stands
+    rounds: dict[float, tuple[list[float], list[float]]] = {}
+    for path in sorted({e.path for e in es}):
         here = [e for e in es if e.path == path]
         s = next((e for e in here if _is_sync(e) and e.summary["spec"] == sync.summary["spec"]), None)
         p = next((e for e in here if e.summary["spec"] == other.summary["spec"]), None)
         if s is None or p is None:
             continue
-        s99, p99 = p99_by_rate(s), p99_by_rate(p)
-        for rate in sorted(set(s99) & set(p99)):
-            ratios[rate] = p99[rate] / s99[rate]
-    if not ratios:
-        s99, p99 = p99_by_rate(sync), p99_by_rate(other)
-        ratios = {rate: p99[rate] / s99[rate] for rate in sorted(set(s99) & set(p99))}
-    return dict(sorted(ratios.items()))
+        s99, p99 = _p99s_by_rate(s), _p99s_by_rate(p)
+        for rate in set(s99) & set(p99):
+            mine, theirs = rounds.setdefault(rate, ([], []))
+            mine.extend(s99[rate])
+            theirs.extend(p99[rate])
+    if rounds:
+        return {rate: statistics.median(p) / statistics.median(s) for rate, (s, p) in sorted(rounds.items())}
+    s99m, p99m = p99_by_rate(sync), p99_by_rate(other)
+    return {rate: p99m[rate] / s99m[rate] for rate in sorted(set(s99m) & set(p99m))}
+
+
+def p99_rounds(es: Iterable[Entry], spec: str) -> dict[float, list[float]]:
+    """One variant's p99s by offered rate over every file of ``es`` (one per round), for the spread and the count."""
+    by_rate: dict[float, list[float]] = {}
+    for e in es:
+        if e.summary.get("spec") == spec:
+            for rate, p99s in _p99s_by_rate(e).items():
+                by_rate.setdefault(rate, []).extend(p99s)
+    return dict(sorted(by_rate.items()))
 
 
 def p99_spread(es: Iterable[Entry], spec: str) -> float | None:
     """The largest max / min of one variant's own p99s over the rounds it ran at one rate (None: no repeated rate).
 
     What two windows of the same variant at the same rate differ by: a p99 ratio between two variants
-    under it is within that sitting's noise.
+    under it is within that sitting's noise. Rounds at one rate are pooled over the sitting's files.
     """
     spreads = []
-    for e in es:
-        if e.summary.get("spec") == spec:
-            for p99s in _p99s_by_rate(e).values():
-                v = [x for x in p99s if x > 0]
-                if len(v) > 1:
-                    spreads.append(max(v) / min(v))
+    for p99s in p99_rounds(es, spec).values():
+        v = [x for x in p99s if x > 0]
+        if len(v) > 1:
+            spreads.append(max(v) / min(v))
     return max(spreads) if spreads else None
 
 
@@ -405,6 +420,7 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "p99_ratio_max": max(b["p99_ratios"].values()) if b["p99_ratios"] else None,
                 # sync against itself: its own p99s over rounds at one rate, largest max / min (the noise)
                 "p99_sync_spread_max": b["p99_sync_spread"],
+                "p99_rounds": b["p99_rounds"],
                 "sitting": str(b["sitting"].relative_to(root)),
                 "file": str(b["best_pipelined"].path.relative_to(root)),
             }
@@ -706,7 +722,11 @@ def section(root: Path) -> list[str]:
                 at_least + fmt((b["best_pipelined_rps"] or 0) / (b["best_sync_rps"] or math.nan), ".2f"),
                 ", ".join(f"{r / 1e3:g}k: {v:.2f}" for r, v in b["p99_ratios"].items()) or "n/a",
                 fmt(worst, ".2f"),
-                fmt(b["p99_sync_spread"], ".2f") if b["p99_sync_spread"] is not None else "one round",
+                (
+                    f"{b['p99_sync_spread']:.2f} ({b['p99_rounds']} rounds)"
+                    if b["p99_sync_spread"] is not None
+                    else "one round"
+                ),
                 _spec(b["best_pipelined"]),
                 _cap_of(b["default"]),
                 _cap_of(b["plain"])
@@ -727,7 +747,7 @@ def section(root: Path) -> list[str]:
                     "pipelined / sync",
                     "p99 pipelined / sync by rate",
                     "worst p99 ratio",
-                    "sync against itself: p99 max / min over rounds",
+                    "sync against itself: p99 max / min over rounds (fewest rounds at a rate)",
                     "best pipelined",
                     "default (as built) req/s",
                     "plain Python backend req/s",

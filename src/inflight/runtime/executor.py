@@ -420,10 +420,11 @@ class SyncExecutor(_Base):
 
 
 class SlotRing:
-    """The slots of a ring: the free ones in launch order, the busy ones, and back-pressure.
+    """The slots of a ring: the free ones, the busy ones, and back-pressure.
 
-    ``acquire`` takes a free slot, waiting for one when every slot is busy (counted in
-    ``slot_waits``); ``release`` returns one; ``drain`` waits for the busy ones at close and marks
+    ``acquire`` takes the free slot released last (its buffers the warmest in the host's caches: ``auto``'s
+    in-band batches, each released before the next is taken, all run on one slot as the sync mode's do),
+    waiting for one when every slot is busy (counted in ``slot_waits``); ``release`` returns one; ``drain`` waits for the busy ones at close and marks
     those still busy abandoned, so that their late completion frees nothing.
 
     Args:
@@ -473,7 +474,7 @@ class SlotRing:
                 self.stats.slot_wait_s += time.perf_counter() - t0
             if self._closing:
                 raise ShuttingDownError("the model is being unloaded; retry on another instance or after reload")
-            slot = self._free.popleft()
+            slot = self._free.pop()  # the one released last
             self._busy.add(slot.index)
             depth = len(self._busy)
             self.stats.depth_launches[min(depth, 64)] += 1
