@@ -548,7 +548,7 @@ def test_pipelined_run_is_the_sync_path_on_a_slot_of_the_ring() -> None:
 
 
 def test_in_band_batches_all_run_on_the_slot_released_last() -> None:
-    """auto's in-band path touches one slot's buffers, as the sync mode's one slot, not each slot of the ring in turn."""
+    """auto's in-band path touches one slot's buffers, as sync's one slot, not each slot of the ring in turn."""
     rng = np.random.default_rng(8)
     with PipelinedExecutor(_runner(ToyEngine()), Sink(), slots=4, response_threads=1) as ring:
         for b in range(6):

@@ -339,6 +339,33 @@ def test_auto_policy_a_high_bound_deferral_probes_ever_less_often_until_a_loss()
     assert p.decide() == (False, "reference")
 
 
+def test_auto_policy_under_the_high_bound_probes_ever_less_often_after_a_loss() -> None:
+    """Each probe that loses costs its window and the queue it leaves; under ``bound_high`` (bert-tiny's 1.2: at
+    most a 1.2x gain to find) a loss quiets the next 1, 2, 4 ... ``max_skip`` periods, in-band, sync's path.
+
+    One H200 with 4 server cores: the default's probe at overload measured deferring 0.28x as fast
+    (``results/modes/20261126-h200-4cores-pooled``), and it probed again every 10 s.
+    """
+    clock = Clock()
+    p = AutoPolicy(bound_min=1.25, bound_high=1.5, gain_min=1.15, period_s=1.0, window_s=0.1, max_skip=8, clock=clock)
+    # bound 5 / 4 = 1.25; deferring costs 8 ms a batch against 5 in-band (a loss) until 28 s, then 3 ms (a gain)
+    reasons = _period(p, clock, 0.008, seconds=28.0) + _period(p, clock, 0.003, seconds=4.0)
+    probed = sorted({i // 100 for i, why in enumerate(reasons) if why == "probe"})  # 100 batches a period
+    # judged: 0, then quiet 1 -> 2, quiet 2 -> 5, quiet 4 -> 10, quiet 8 -> 19, quiet 8 (max_skip) -> 28: a gain,
+    # so no quiet, and every period defers after its probe
+    assert probed == [0, 2, 5, 10, 19, 28, 29, 30, 31]
+    assert set(reasons[100:200]) == {"no_gain"} and set(reasons[2900:3000]) == {"probe", "deferred", "reference"}
+    assert p.gain == pytest.approx(5 / 3)
+    # quiet periods never defer; a bound that reaches bound_high ends the quiet (the high bound's rule applies)
+    q = AutoPolicy(bound_min=1.25, bound_high=1.5, gain_min=1.15, period_s=1.0, window_s=0.1, clock=clock)
+    clock.t = 100.0
+    _period(q, clock, 0.008, seconds=1.0)
+    assert q.decide() == (False, "no_gain")
+    q.bound = 2.0
+    clock.t = 101.05
+    assert q.decide() == (False, "reference")
+
+
 def test_auto_policy_from_the_high_bound_a_probe_that_finished_no_batch_is_a_loss() -> None:
     """A deferred path too slow to finish a batch in the probe window is not taken for "no loss measured"."""
     clock = Clock()

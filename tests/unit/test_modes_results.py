@@ -239,14 +239,20 @@ def test_auto_is_read_from_its_newest_sitting_with_its_fixed_rate_p99s() -> None
 def test_sync_against_itself_gives_the_noise_a_p99_ratio_is_read_against() -> None:
     """Sync's own p99s over interleaved rounds at one rate: the largest max / min of the sitting (its noise)."""
     c = modes_results.collect(ROOT)
-    b = modes_results.core_budget(c["budgets"][("NVIDIA H200", 4)])
+    budget = c["budgets"][("NVIDIA H200", 4)]
+    rounds = [e for e in budget if modes_results.sitting_of(e).name == "20261126-h200-4cores-rounds"]
+    b = modes_results.core_budget(rounds)
     assert b is not None and b["sitting"].name == "20261126-h200-4cores-rounds"
     # sync's four rounds at 13,400 req/s: p99 8.52, 11.88, 22.29, 17.62 ms (the default's: 13.10 .. 19.53)
     assert b["p99_sync_spread"] == pytest.approx(22.29 / 8.52, rel=1e-3)
     assert b["p99_sync_spread"] > max(b["p99_ratios"].values())
+    # the newest sitting of that budget: three fixed files of two rounds each, pooled per rate (six rounds)
+    newest = modes_results.core_budget(budget)
+    assert newest is not None and newest["sitting"].name == "20261126-h200-4cores-pooled"
+    assert newest["p99_rounds"] == 6 and list(newest["p99_ratios"]) == [2000.0, 5250.0, 8500.0]
     rows = json.loads((ROOT / "results/summary.json").read_text())["modes"]["capacity"]
     row = next(r for r in rows if r["device"] == "NVIDIA H200" and r["server_cpus"] == 4)
-    assert row["p99_sync_spread_max"] == b["p99_sync_spread"]
+    assert row["p99_sync_spread_max"] == newest["p99_sync_spread"] and row["p99_rounds"] == 6
     # a sitting of one round per rate has no spread to give
     one = modes_results.core_budget(c["budgets"][("NVIDIA H100 80GB HBM3", 8)])
     assert one is not None and one["p99_sync_spread"] is None

@@ -424,8 +424,9 @@ class SlotRing:
 
     ``acquire`` takes the free slot released last (its buffers the warmest in the host's caches: ``auto``'s
     in-band batches, each released before the next is taken, all run on one slot as the sync mode's do),
-    waiting for one when every slot is busy (counted in ``slot_waits``); ``release`` returns one; ``drain`` waits for the busy ones at close and marks
-    those still busy abandoned, so that their late completion frees nothing.
+    waiting for one when every slot is busy (counted in ``slot_waits``); ``release`` returns one;
+    ``drain`` waits for the busy ones at close and marks those still busy abandoned, so that their late
+    completion frees nothing.
 
     Args:
         slots: The slots (made once by the runner).
@@ -991,7 +992,13 @@ class AutoPolicy:
       a saturated instance (unmeasured: the next period's probe judges it). Both were seen on one
       bert-small instance: a window at 3,500 req/s after one at 1,000 stayed in-band for the rest of
       a period judged at the lower load, p50 449 ms where pipelined's was 9.4
-      (``results/modes/20261126-h200-bert_small-skip``). A probe also costs
+      (``results/modes/20261126-h200-bert_small-skip``). Under ``bound_high`` a probe that measured a
+      loss quiets the next 1, 2, 4 ... ``max_skip`` periods (in-band, no window): there deferring can
+      gain little (at most the bound), and each losing probe costs its window's batches and the queue
+      they leave; one H200 with 4 server cores measured bert-tiny's default deferring at 0.28x the
+      in-band rate in a probe at overload (bound 1.19), repeated every period
+      (``results/modes/20261126-h200-4cores-pooled``). From the high bound a loss keeps the windows
+      in every period, so a load at which deferring gains again is found within one. A probe also costs
       latency where deferring is slower (that CPU host: p99 33 ms against sync's 12 with probes
       in an eighth of the time), so an instance probes only when saturated, by its reference
       window: the execute thread spent at least ``busy_min`` of its cycle inside ``execute()``
@@ -1021,7 +1028,8 @@ class AutoPolicy:
             which the instance counts as saturated and probes.
         busy_min: Share of the reference window's cycles spent inside ``execute()`` from which
             the instance counts as saturated and probes (either this or ``fill_min`` will do).
-        max_skip: Most periods a high-bound deferral skips the windows of (see above).
+        max_skip: Most periods a high-bound deferral skips the windows of, and a loss under the high
+            bound quiets (see above).
         alpha: Weight of a new measurement in the bound's moving average.
         clock: Wall-clock seconds (the same on every process of the host).
         bound: The measured overlap bound (moving average); None until an in-band batch measured it.
@@ -1053,6 +1061,8 @@ class AutoPolicy:
     _saturated: bool | None = None
     _streak: int = 0
     _skip_until: float = -math.inf  # the first period that probes again after a skip
+    _quiet_streak: int = 0
+    _quiet_until: float = -math.inf  # under bound_high, the first period that probes again after a measured loss
     _at: float = 0.0  # where in its period the clock was at the last decision
     _probe_at: float = 0.0  # where in the period the probe window starts (window_s, or earlier from the high bound)
     _watch: _Tally = field(default_factory=_Tally)  # an unsaturated period's in-band batches since _watch_from
@@ -1076,8 +1086,9 @@ class AutoPolicy:
         at = t - period * self.period_s
         self._at = at
         if period != self._period:
-            if period < self._period:  # the clock stepped back: forget the skip it would stretch
+            if period < self._period:  # the clock stepped back: forget the skips it would stretch
                 self._skip_until, self._streak = -math.inf, 0
+                self._quiet_until, self._quiet_streak = -math.inf, 0
             self._period = period
             self._tallies = {"reference": _Tally(), "probe": _Tally()}
             self._defer_rest = None
@@ -1119,12 +1130,15 @@ class AutoPolicy:
             The decision and its reason: in-band ``reference`` (the period's reference window),
             ``unmeasured``, ``inline`` (bound under ``bound_min``), ``unsaturated`` (the reference
             window under ``busy_min`` and ``fill_min``) or ``no_gain`` (the probe did not gain
-            ``gain_min``, or from ``bound_high`` measured a loss, or measured too few batches);
+            ``gain_min``, or from ``bound_high`` measured a loss, or measured too few batches; or a
+            period quieted by a loss under ``bound_high``);
             deferred ``probe`` or ``deferred`` (also every batch of a skipped period).
         """
         self._window = self._where()
         if self._window == "skip":
             return True, "deferred"
+        if self._period < self._quiet_until and not self._is_high():
+            return False, "no_gain"  # a probe under bound_high measured a loss: in-band, no window, for a while
         if self._window == "reference":
             return False, "reference"
         if self.bound is None:
@@ -1166,6 +1180,13 @@ class AutoPolicy:
         self._streak = min(self._streak + 1 if follows else 1, 64) if defer and high else 0
         if self._streak:
             self._skip_until = self._period + 1 + min(2 ** (self._streak - 1), self.max_skip)
+        # under the high bound, a measured loss quiets the next 1, 2, 4 ... max_skip periods (in-band, no window):
+        # each probe that loses costs its window's batches and the queue they leave behind
+        lost = not high and self.gain is not None and bool(enough and measured) and self.gain < self._loss_under()
+        follows = self._period == self._quiet_until
+        self._quiet_streak = min(self._quiet_streak + 1 if follows else 1, 64) if lost else 0
+        if self._quiet_streak:
+            self._quiet_until = self._period + 1 + min(2 ** (self._quiet_streak - 1), self.max_skip)
         return defer
 
     def _count(self, window: str, cycle_s: float, execute_s: float, requests: int, fill: float) -> None:
