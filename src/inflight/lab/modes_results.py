@@ -657,16 +657,19 @@ def request_time_rows(es: Iterable[Entry]) -> list[list[str]]:
     the null model as the request path's floor where it ran): latency from the generator, Triton's
     per-request queue and ``compute_infer`` time (the whole ``execute()`` a request rode in), the
     server's CPU per request, its stubs' threads and the cores their Python threads used. Where
-    several rounds ran at a rate, p50 and p99 are their medians and the rest their means.
+    several rounds ran at a rate (in one file or in several fixed files of a sitting, pooled as the p99 ratios
+    are), p50 and p99 are their medians and the rest their means.
     """
     rows = []
+    groups: dict[tuple[Path, str], tuple[Entry, dict[float, list[Mapping[str, Any]]]]] = {}
     for e in es:
         if not _fixed_part(e):
             continue
-        by_rate: dict[float, list[Mapping[str, Any]]] = {}
+        _, by_rate = groups.setdefault((sitting_of(e), e.summary.get("spec", "")), (e, {}))
         for run in _runs(e):
             if run.get("rate") is not None:
                 by_rate.setdefault(float(run["rate"]), []).append(run)
+    for e, by_rate in groups.values():
         for rate, rs in sorted(by_rate.items()):
             stub_threads = _over_rounds(rs, ("cpu", "threads", "count", "stub"), "mean")
             rows.append(
