@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
+from inflight.runtime.metrics import PUBLISH_INTERVAL_S
 from inflight.server.control import inference_stats, load_variant, unload, variant_config
 
 pytestmark = pytest.mark.integration
@@ -181,7 +182,7 @@ def test_bad_request_fails_alone_inside_a_batch(server: Any, repository: Any, ki
     assert executions < len(goods) + 1, "the requests were not batched together; the test proves nothing"
     assert requests >= len(goods)
     # Triton counts the rejected request as a success; the backend's own counter says what it was
-    time.sleep(0.2)  # the metrics are published from the next execute(), at most every 100 ms
+    time.sleep(PUBLISH_INTERVAL_S + 0.1)  # the metrics are published from the next execute(), once per interval
     call(goods[0])
     with urllib.request.urlopen(server.metrics_url, timeout=10) as r:
         text = r.read().decode()
@@ -236,7 +237,7 @@ def test_auto_answers_in_band_then_defers_through_the_response_sender(server: An
                 results += list(pool.map(call, work[lo : lo + 9]))
         for x, y in zip(work, results, strict=True):
             assert relative_error(y, reference_outputs(repository, "bert_tiny", x)) <= error_bound(kind == "gpu")
-        time.sleep(0.2)  # the metrics are published from the next execute(), at most every 100 ms
+        time.sleep(PUBLISH_INTERVAL_S + 0.1)  # the metrics are published from the next execute(), once per interval
         call(work[0])
         deferred = _metric_sum(server.metrics_url, "inflight_auto_deferred_batches_total", name)
         requests = _metric_sum(server.metrics_url, "inflight_deferred_requests_total", name)
@@ -295,7 +296,7 @@ def test_auto_probes_a_saturated_instance_and_from_the_high_bound_defers_without
         with cf.ThreadPoolExecutor(4) as pool:
             sent = sum(pool.map(stream, range(4)))
         assert sent > 40 and not wrong, (sent, wrong)
-        time.sleep(0.2)  # the metrics are published from the next execute(), at most every 100 ms
+        time.sleep(PUBLISH_INTERVAL_S + 0.1)  # the metrics are published from the next execute(), once per interval
         with httpclient.InferenceServerClient(server.http_url) as c:
             c.infer(name, http_inputs(work[0]))
 

@@ -7,22 +7,28 @@ from types import SimpleNamespace
 from typing import Any
 
 from inflight.runtime.executor import ExecutorStats
-from inflight.runtime.metrics import MetricsPublisher
+from inflight.runtime.metrics import HISTOGRAM_SAMPLE, MetricsPublisher
 
 
 class _Metric:
     def __init__(self, labels: dict[str, str]) -> None:
         self.labels = labels
         self.value = 0.0
+        self.calls = 0  # each call is a round trip to the server process in Triton's Python backend
+        self.observed: list[float] = []
 
     def increment(self, delta: float) -> None:
+        self.calls += 1
         self.value += delta
 
     def set(self, value: float) -> None:
+        self.calls += 1
         self.value = value
 
     def observe(self, value: float) -> None:
+        self.calls += 1
         self.value += 1
+        self.observed.append(value)
 
 
 class _Family:
@@ -68,3 +74,39 @@ def test_rejected_requests_are_published_by_reason() -> None:
     (empty,) = _rejected("empty_batch")
     assert dtype.value == 3 and empty.value == 1
     assert dtype.labels["model"] == "bert_tiny_sync" and "pid" in dtype.labels
+
+
+def test_a_publication_costs_a_bounded_number_of_calls_whatever_the_batches_since_the_last() -> None:
+    """Every metric call is a round trip (44-71 us on the CPU host): 10,000 batches must not cost 20,000.
+
+    The histograms take a uniform sample of at most ``HISTOGRAM_SAMPLE`` batches (their mean stands), and a
+    gauge unchanged since the last publication is not set again.
+    """
+    _Family.made = []
+    stats = ExecutorStats()
+    pub = MetricsPublisher(
+        SimpleNamespace(MetricFamily=_Family), model="m", instance="m_0", stats=stats, in_flight=lambda: 1, slots=4
+    )
+    pub.publish(force=True)
+    before = sum(m.calls for _, m in _Family.made)
+    for i in range(10_000):
+        stats.batches += 1
+        stats.depth_launches[1 + i % 4] += 1  # depths 1, 2, 3, 4 alike
+        stats.batch_sizes.append(100 if i % 2 else 300)  # mean 200
+    pub.publish(force=True)
+    by_name = {n: m for n, m in _Family.made}
+    depth, size = by_name["inflight_launch_depth"], by_name["inflight_batch_size"]
+    assert depth.calls == size.calls == HISTOGRAM_SAMPLE
+    assert set(depth.observed) <= {1.0, 2.0, 3.0, 4.0} and set(size.observed) <= {100.0, 300.0}
+    assert by_name["inflight_batches_total"].value == 10_000  # the counters stay exact
+    calls = sum(m.calls for _, m in _Family.made) - before
+    assert calls <= 2 * HISTOGRAM_SAMPLE + 4, calls  # the two samples, the counters that moved, nothing else
+    # nothing moved: no call at all
+    before = sum(m.calls for _, m in _Family.made)
+    pub.publish(force=True)
+    assert sum(m.calls for _, m in _Family.made) == before
+    # a few batches: each is observed (no sampling below the bound)
+    stats.depth_launches[2] += 3
+    stats.batch_sizes.extend([7, 8, 9])
+    pub.publish(force=True)
+    assert depth.observed[-3:] == [2.0, 2.0, 2.0] and size.observed[-3:] == [7.0, 8.0, 9.0]

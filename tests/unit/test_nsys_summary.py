@@ -827,25 +827,34 @@ def test_live_gauges_absent_are_reported_with_the_servers_reason(tmp_path: Path)
 def test_live_counters_give_batches_and_items_per_batch_between_first_and_last_scrape(tmp_path: Path):
     from inflight.profiling.nsys_summary import read_live_metrics
 
-    def page(count: int, total: int) -> str:
-        return (
-            f'inflight_batch_size_count{{model="m",instance="0"}} {count}\n'
-            f'inflight_batch_size_sum{{model="m",instance="0"}} {total}\n'
-            f'inflight_batch_size_count{{model="m",instance="1"}} {count}\n'
-            f'inflight_batch_size_sum{{model="m",instance="1"}} {total}\n'
-            f'inflight_slot_waits_total{{model="m",instance="0"}} {count // 10}\n'
+    def page(count: int, total: int, counters: bool) -> str:
+        # the histogram holds a sample (a tenth here); the counters are exact and, where present, decide
+        text = "".join(
+            f'inflight_batch_size_count{{model="m",instance="{i}"}} {count // 10 if counters else count}\n'
+            f'inflight_batch_size_sum{{model="m",instance="{i}"}} {total // 5 if counters else total}\n'
+            for i in (0, 1)
         )
+        if counters:
+            text += "".join(
+                f'inflight_batches_total{{model="m",instance="{i}"}} {count}\n'
+                f'inflight_items_total{{model="m",instance="{i}"}} {total}\n'
+                for i in (0, 1)
+            )
+        return text + f'inflight_slot_waits_total{{model="m",instance="0"}} {count // 10}\n'
 
-    lines = [page(100, 200_000), page(150, 300_000), page(300, 600_000)]
-    f = tmp_path / "live_metrics.jsonl"
-    f.write_text(
-        "".join(
-            json.dumps({"unix": i, "since_start_s": i, "text": t, "error": None}) + "\n" for i, t in enumerate(lines)
+    for counters in (True, False):  # False: a scrape from before the counters (the histogram was exact then)
+        lines = [page(100, 200_000, counters), page(150, 300_000, counters), page(300, 600_000, counters)]
+        f = tmp_path / "live_metrics.jsonl"
+        f.write_text(
+            "".join(
+                json.dumps({"unix": i, "since_start_s": i, "text": t, "error": None}) + "\n"
+                for i, t in enumerate(lines)
+            )
         )
-    )
-    live = read_live_metrics(f)
-    assert live is not None
-    assert live["batches"] == 400 and live["mean_batch_items"] == pytest.approx(2000) and live["slot_waits"] == 20
+        live = read_live_metrics(f)
+        assert live is not None
+        assert live["batches"] == 400 and live["mean_batch_items"] == pytest.approx(2000)
+        assert live["slot_waits"] == 20
 
 
 def test_module_entry_point_is_the_inflight_command(capsys: pytest.CaptureFixture[str]) -> None:

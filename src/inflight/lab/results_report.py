@@ -501,7 +501,7 @@ def live_window_section(path: Path, root: Path) -> list[str]:
         ["sync share, live (backend CUPTI gauge)", *[gauge(live, "sync_share") for _, live, _ in cols]],
         ["batches between first and last scrape (backend counter)",
          *[_fmt(live.get("batches")) for _, live, _ in cols]],
-        ["items per batch (backend histogram)", *[_fmt(live.get("mean_batch_items")) for _, live, _ in cols]],
+        ["items per batch (backend counters)", *[_fmt(live.get("mean_batch_items")) for _, live, _ in cols]],
         ["regime (nsys)", *[(f["summary"].get("verdict") or {}).get("regime", "n/a") for f, _, _ in cols]],
     ]  # fmt: skip
     lines += markdown_table(["figure", *[f["label"] for f, _, _ in cols]], rows)

@@ -512,7 +512,11 @@ def read_live_metrics(path: str | Path) -> dict[str, Any] | None:
         scraped = [sum(v) for v in (metric_values(t, metric, None) for t in texts if t) if v]
         return scraped[-1] - scraped[0] if len(scraped) >= 2 else None
 
-    items, batches = delta("inflight_batch_size_sum"), delta("inflight_batch_size_count")
+    # the counters (exact); the batch-size histogram holds a sample of the batches since 2026-11-26, so only
+    # scrapes from before the counters existed fall back to it
+    batches, items = delta("inflight_batches_total"), delta("inflight_items_total")
+    if batches is None or items is None:
+        items, batches = delta("inflight_batch_size_sum"), delta("inflight_batch_size_count")
     out["batches"] = batches
     out["mean_batch_items"] = items / batches if items is not None and batches else None
     out["slot_waits"] = delta("inflight_slot_waits_total")

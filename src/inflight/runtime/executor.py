@@ -140,7 +140,8 @@ class ExecutorStats:
     depth_launches: list[int] = field(
         default_factory=lambda: [0] * 65,
         metadata=_meta(
-            "How many launches found k batches in flight (index k = depth incl. itself).",
+            "How many launches found k batches in flight (index k = depth incl. itself); published as a uniform "
+            "sample of at most 32 launches per publication.",
             "inflight_launch_depth",
             "histogram",
         ),
@@ -229,7 +230,9 @@ class ExecutorStats:
     batch_sizes: deque[int] = field(
         default_factory=lambda: deque(maxlen=100_000),
         metadata=_meta(
-            "Items per executed batch, before padding (recent batches, bounded; drained by the metrics publisher).",
+            "Items per executed batch, before padding (recent batches, bounded; drained by the metrics publisher, "
+            "which publishes a uniform sample of at most 32 of them per publication: exact totals are "
+            "inflight_batches_total and inflight_items_total).",
             "inflight_batch_size",
             "histogram",
         ),
