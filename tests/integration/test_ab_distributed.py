@@ -116,10 +116,14 @@ def test_master_and_worker(server: Any, inflight_model: str, tmp_path: Path) -> 
     lat = st.read_raw_latencies(raw)
     assert lat.size == figures["requests"]
     # Locust keeps response times to about 2 significant digits (1 ms below 100 ms, 10 ms to 1 s, 100 ms to 10 s:
-    # locust.stats.bucket_response_time), so its p50 is the exact one to within that step
-    exact = st.exact_percentiles(lat)["p50"]
-    step = 1.0 if exact < 100 else 10.0 if exact < 1000 else 100.0
-    assert exact == pytest.approx(figures["p50_ms"], abs=step)
+    # locust.stats.bucket_response_time) and picks its percentile by its own rank rule, so its p50 is one of the
+    # requests' latencies within a rank or two of the median, to within that step (a CI run of 2026-11-26: exact
+    # p50 85.3 ms, Locust's 87, a neighbour's rounded value on a sparse distribution)
+    ranked = np.sort(lat)
+    mid = lat.size // 2
+    lo, hi = ranked[max(0, mid - 2)], ranked[min(lat.size - 1, mid + 2)]
+    step = 1.0 if hi < 100 else 10.0 if hi < 1000 else 100.0
+    assert lo - step <= figures["p50_ms"] <= hi + step, (lo, hi, figures["p50_ms"])
 
 
 def test_check_reports_wrong_outputs(server: Any, inflight_model: str, tmp_path: Path, repository: Path) -> None:
