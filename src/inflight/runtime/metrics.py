@@ -154,13 +154,13 @@ class MetricsPublisher:
         s = self.stats
         self._push_counters(self.m_counters)
         counts = list(s.depth_launches)
-        deltas = [n - seen for n, seen in zip(counts, self._depth_seen, strict=True)]
+        depths = [d for d, (n, seen) in enumerate(zip(counts, self._depth_seen, strict=True)) for _ in range(n - seen)]
         self._depth_seen = counts
-        for depth in self._sampled(range(len(deltas)), deltas):
+        for depth in self._sampled(depths):
             self.m_depth.observe(float(depth))
-        sizes = s.batch_sizes
-        drained = [sizes.popleft() for _ in range(len(sizes))]
-        for size in self._sampled(drained, None):
+        sizes = list(s.batch_sizes)  # appended by this (the execute) thread only
+        s.batch_sizes.clear()
+        for size in self._sampled(sizes):
             self.m_batch.observe(float(size))
         self._push_rejected()
         for attr, metric in self.m_gauges.items():
@@ -173,15 +173,9 @@ class MetricsPublisher:
                     if key in figures:
                         self._set(key, metric, float(figures[key]))
 
-    def _sampled(self, values: Any, weights: list[int] | None) -> list[Any]:
-        """``values`` (each ``weights`` times) if at most ``HISTOGRAM_SAMPLE`` in all, else a uniform sample of them."""
-        if weights is None:
-            values = list(values)
-            return values if len(values) <= HISTOGRAM_SAMPLE else self._sample.sample(values, HISTOGRAM_SAMPLE)
-        total = sum(weights)
-        if total <= HISTOGRAM_SAMPLE:
-            return [v for v, w in zip(values, weights, strict=True) for _ in range(w)]
-        return self._sample.choices(list(values), weights=weights, k=HISTOGRAM_SAMPLE)
+    def _sampled(self, values: list[int]) -> list[int]:
+        """``values`` if at most ``HISTOGRAM_SAMPLE``, else a uniform sample of that many of them."""
+        return values if len(values) <= HISTOGRAM_SAMPLE else self._sample.sample(values, HISTOGRAM_SAMPLE)
 
     def _set(self, key: str, metric: Any, value: float) -> None:
         """Set a gauge when its value changed (each call is a round trip)."""
