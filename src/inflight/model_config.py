@@ -115,6 +115,8 @@ class BackendParameters:
         artifact: Torch artifact, relative to the model version folder.
         plan: TensorRT plan, relative to the model version folder.
         metrics: Export live metrics at Triton's metrics endpoint.
+        metric_calls_per_execute: Metric calls one ``execute()`` makes at most; a publication (every
+            0.5 s at most) is spread over the calls that follow it (0: all of it in one ``execute()``).
         cupti: Measure GPU temporal activity and sync share live with CUPTI.
         nvtx: Emit NVTX ranges (free when no profiler is attached).
         gil_probe: Diagnostics: sample how long a sleeping thread waits for the GIL (finalize log).
@@ -156,6 +158,7 @@ class BackendParameters:
     artifact: str = "model.pt2"
     plan: str = "model.plan"
     metrics: bool = True
+    metric_calls_per_execute: int = 4
     cupti: bool = False
     nvtx: bool = True
     gil_probe: bool = False
@@ -234,6 +237,11 @@ class BackendParameters:
         Raises:
             ConfigError: naming the parameter and the accepted range.
         """
+        if self.metric_calls_per_execute < 0:
+            raise ConfigError(
+                f"metric_calls_per_execute={self.metric_calls_per_execute}: use 0 (no bound) or a number of calls "
+                "per execute()"
+            )
         if self.slots < 1 or self.slots > 64:
             raise ConfigError(f"slots={self.slots}: use 1..64 batches in flight per instance")
         if self.mode == "overlap" and self.slots < 2:

@@ -217,7 +217,11 @@ def test_auto_answers_in_band_then_defers_through_the_response_sender(server: An
     """
     from inflight.build import add_variant
 
-    base = "bert_tiny_inflight@mode=auto,auto_bound_min=1,auto_gain_min=0,auto_probe_every_s=1,auto_probe_s=0.01"
+    # metric_calls_per_execute=0: the one execute() after the interval publishes all of it (the test reads it then)
+    base = (
+        "bert_tiny_inflight@mode=auto,auto_bound_min=1,auto_gain_min=0,auto_probe_every_s=1,auto_probe_s=0.01,"
+        "metric_calls_per_execute=0"
+    )
     add_variant(repository, base, "defer")
     name = "bert_tiny_inflight_defer"
     # one instance, that sees every batch (the built variant has one per core of this host)
@@ -267,7 +271,7 @@ def test_auto_probes_a_saturated_instance_and_from_the_high_bound_defers_without
 
     base = (
         "bert_tiny_inflight@mode=auto,auto_bound_min=1,auto_bound_high=1,auto_gain_min=1000,auto_busy_min=0,"
-        "auto_probe_every_s=1,auto_probe_s=0.2"
+        "auto_probe_every_s=1,auto_probe_s=0.2,metric_calls_per_execute=0"
     )
     add_variant(repository, base, "probe")
     name = "bert_tiny_inflight_probe"

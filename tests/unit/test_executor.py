@@ -170,6 +170,10 @@ def test_sync_executor_is_exact() -> None:
     for item, out in zip(items, outs, strict=True):
         np.testing.assert_array_equal(out["y"], _expect(item))
     assert ex.stats.max_depth == 1 and ex.stats.batches == 1
+    # each step's longest of one batch (one batch: its own times), where an execute() over 10 ms went
+    st = ex.stats
+    assert st.gather_max_s == st.gather_s > 0 and st.launch_max_s == st.launch_s > 0
+    assert st.wait_max_s == st.device_wait_s >= 0
     assert ex.close()
 
 

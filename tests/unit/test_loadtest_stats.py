@@ -385,6 +385,24 @@ def test_executor_breakdown_takes_the_longest_stall_over_instances_and_sums_the_
         del old["stats"][k]
     got = st.executor_breakdown([old])  # records of an older backend: the keys are None
     assert got is not None and got["execute_max_ms"] is None and got["gc_ms_per_execute"] is None
+    assert got["wait_max_ms"] is None and got["publish_max_ms"] is None and got["metric_calls_per_execute"] is None
+
+
+def test_executor_breakdown_gives_each_steps_longest_and_the_metrics_cost() -> None:
+    """Where an execute() over 10 ms went: each step's longest over the instances, and the publications' share."""
+
+    def record(parse: float, launch: float, publish_max: float) -> dict[str, Any]:
+        stats = {"batches": 10, "requests": 20, "executes": 10, "parse_max_s": parse, "launch_max_s": launch}
+        stats |= {"gather_max_s": 0.001, "wait_max_s": 0.002, "build_max_s": 0.0005}
+        stats |= {"metric_calls": 6, "publish_s": 0.004, "publish_max_ms": publish_max}
+        return {"model": "m", "instance": "i", "drained": True, "stats": stats}
+
+    got = st.executor_breakdown([record(0.0105, 0.004, 7.7), record(0.003, 0.0147, 2.5)])
+    assert got is not None
+    assert got["parse_max_ms"] == pytest.approx(10.5) and got["launch_max_ms"] == pytest.approx(14.7)
+    assert got["gather_max_ms"] == pytest.approx(1.0) and got["build_max_ms"] == pytest.approx(0.5)
+    assert got["publish_max_ms"] == 7.7
+    assert got["metric_calls_per_execute"] == pytest.approx(12 / 20) and got["publish_ms_per_execute"] == 0.4
 
 
 def test_executor_breakdown_sums_auto_choices_and_averages_its_gauges() -> None:

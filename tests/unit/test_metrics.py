@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from inflight.runtime.executor import ExecutorStats
-from inflight.runtime.metrics import HISTOGRAM_SAMPLE, MetricsPublisher
+from inflight.runtime.metrics import CALLS_PER_EXECUTE, HISTOGRAM_SAMPLE, MetricsPublisher
 
 
 class _Metric:
@@ -110,3 +110,61 @@ def test_a_publication_costs_a_bounded_number_of_calls_whatever_the_batches_sinc
     stats.batch_sizes.extend([7, 8, 9])
     pub.publish(force=True)
     assert depth.observed[-3:] == [2.0, 2.0, 2.0] and size.observed[-3:] == [7.0, 8.0, 9.0]
+
+
+def _calls() -> int:
+    return sum(m.calls for _, m in _Family.made)
+
+
+def test_a_publication_is_spread_over_the_executes_after_it_counters_first() -> None:
+    """No batch waits for a whole publication: each ``publish()`` makes at most ``calls_per_execute`` calls."""
+    _Family.made = []
+    stats = ExecutorStats()
+    pub = MetricsPublisher(
+        SimpleNamespace(MetricFamily=_Family), model="m", instance="m_0", stats=stats, in_flight=lambda: 1, slots=4
+    )
+    assert pub.calls_per_execute == CALLS_PER_EXECUTE == 4
+    for i in range(100):
+        stats.batches += 1
+        stats.items += 50
+        stats.launches += 1
+        stats.depth_launches[1] += 1
+        stats.batch_sizes.append(50 + i)
+    stats.auto_gain = 1.5
+    by_name = {n: m for n, m in _Family.made}
+    pub.publish()  # the first publication: begins at once
+    made = [_calls()]
+    # the counters go first: the three that moved are current after this first call
+    counters = ("inflight_batches_total", "inflight_items_total", "inflight_launches_total")
+    assert [by_name[n].value for n in counters] == [100, 5000, 100] and made == [4]
+    while pub._pending:
+        pub.publish()  # not forced, and within the interval: only the rest of the publication
+        made.append(_calls())
+    steps = [b - a for a, b in zip([0, *made], made, strict=False)]
+    assert all(0 < n <= 4 for n in steps), steps
+    assert by_name["inflight_batch_size"].calls == HISTOGRAM_SAMPLE
+    # 3 counters, 4 gauges (the three of auto, first seen, and in-flight), the two histograms' samples
+    assert made[-1] == 3 + 4 + 2 * HISTOGRAM_SAMPLE
+    figures = pub.figures
+    assert figures["publications"] == 1 and figures["metric_calls"] == made[-1] and figures["publish_max_ms"] > 0
+    # the interval has not passed: nothing more
+    stats.batches += 1
+    pub.publish()
+    assert _calls() == made[-1]
+
+
+def test_a_failing_metric_call_drops_that_update_and_never_fails_the_batch() -> None:
+    _Family.made = []
+    stats = ExecutorStats()
+    pub = MetricsPublisher(
+        SimpleNamespace(MetricFamily=_Family), model="m", instance="m_0", stats=stats, in_flight=lambda: 0, slots=1
+    )
+    by_name = {n: m for n, m in _Family.made}
+
+    def broken(delta: float) -> None:
+        raise RuntimeError("the server refused it")
+
+    by_name["inflight_batches_total"].increment = broken  # type: ignore[method-assign]
+    stats.batches, stats.items = 3, 30
+    pub.publish(force=True)
+    assert by_name["inflight_items_total"].value == 30 and not pub._pending

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -175,6 +176,40 @@ def test_a_core_budget_takes_its_newest_sitting_that_searched_both_modes() -> No
     assert (b["best_sync_rps"], b["best_pipelined_rps"]) == (26_375.0, 28_000.0)
     assert b["sitting"] == Path("results/modes/b-new") and b["best_pipelined_is_lower_bound"]
     assert modes_results.newest_comparison(newest_but_one_mode) == []
+
+
+def test_a_sitting_that_searched_each_side_several_times_is_judged_by_the_medians() -> None:
+    """One search moves with the host: the medians of interleaved searches are compared, not the two best."""
+
+    def search(kind: str, capacity: float, minute: int, bounded: bool = True) -> Entry:
+        e = _entry("abba", kind, capacity, bounded, f"2026-11-27T10:{minute:02d}:00")
+        return dataclasses.replace(e, path=e.path.parent.with_name(f"{minute:02d}-cap-{kind}") / "ab.json")
+
+    es = [
+        search("sync", 10_000.0, 1),
+        search("inflight", 13_000.0, 2),
+        search("inflight", 9_000.0, 3),
+        search("sync", 11_000.0, 4),
+        search("sync", 10_500.0, 5),
+        search("inflight", 9_500.0, 6),
+    ]
+    b = modes_results.core_budget(es)
+    assert b is not None
+    assert b["sync_searches_rps"] == [10_000.0, 11_000.0, 10_500.0]
+    assert b["pipelined_searches_rps"] == [13_000.0, 9_000.0, 9_500.0]
+    # the best of each (13,000 / 11,000 = 1.18) would pass; the medians (9,500 / 10,500) do not
+    assert (b["best_sync_rps"], b["best_pipelined_rps"]) == (11_000.0, 13_000.0)
+    assert b["capacity_ratio"] == pytest.approx(9_500 / 10_500)
+    row = {**b, "best_pipelined_is_lower_bound": False, "p99_ratio_max": 1.0, "default_rps": None}
+    (head,) = modes_results.headline_rows({"capacity": [{**row, "device": "GPU"}]})
+    assert "(medians of 3 and 3 searches)" in head[0] and head[1].startswith("0.90x") and "capacity" in head[3]
+    # one search a side: the two searches themselves
+    assert modes_results.capacity_ratio([10_000.0], [9_000.0, 12_000.0]) == 1.2
+    # the default against the better mode, read the same way
+    assert modes_results.default_share([10.0, 12.0], [9.0, 13.0], [9.0, 13.0]) == 1.0
+    assert modes_results.default_share([10.0, 12.0], [9.0, 13.0], [8.0, 10.0]) == pytest.approx(9 / 11)
+    assert modes_results.default_share([10.0], [9.0], [8.0, 10.0]) == 1.0
+    assert modes_results.capacity_ratio([], [1.0]) is None and modes_results.default_share([1.0], [1.0], []) is None
 
 
 def test_the_plain_baseline_comes_from_the_rows_sitting_else_the_newest_that_searched_it() -> None:

@@ -397,6 +397,29 @@ def test_executor_counters_of_several_servers_logs_go_to_the_right_runs() -> Non
     assert joined["runs"][0]["executor"]["batches"] == 100  # one record: server 0's run 1 alone
 
 
+def test_the_runs_one_load_served_share_its_records_whatever_the_model_names() -> None:
+    """A fixed-rate round serves every rate from one load: three variants of one model name, two rates each.
+
+    Taking records run by run gave the second rate of the first variant the second variant's load (the same
+    model name), and every later run the records of a load after its own.
+    """
+    log = "\n".join(_finalize_line("bert_tiny_sync", "bert_tiny_sync_0_0", n) for n in (100, 200, 300, 400))
+    runs = [
+        {"variant": v, "model_name": "bert_tiny_sync", "round": r, "rate": rate, "load_s": load_s}
+        for v, r, load_s in (("A", 1, 40.0), ("B", 1, 21.0), ("C", 1, 17.0), ("A", 2, 18.0))
+        for rate in (850.0, 2100.0)
+    ]
+    doc: dict[str, Any] = {
+        "variants": [{"label": v, "config": {"instance_group": [{"count": 1}]}} for v in "ABC"],
+        "runs": runs,
+        "summary": [{"variant": v} for v in "ABC"],
+    }
+    assert st.attach_executor_stats(doc, log) == 8
+    assert [r["executor"]["batches"] for r in doc["runs"]] == [100, 100, 200, 200, 300, 300, 400, 400]
+    a, b, c = (s["executor"] for s in doc["summary"])
+    assert (a["batches"], b["batches"], c["batches"]) == (250.0, 200, 300)  # A: its two loads, each once
+
+
 def _sleeper_with_a_stub(tmp_path: Path, burn_s: float) -> subprocess.Popen[bytes]:
     """A "server": burns ``burn_s`` of CPU, with a child named like Triton's stub; both then sleep."""
     stub = tmp_path / cpu.STUB_NAME

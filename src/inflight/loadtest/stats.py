@@ -444,7 +444,10 @@ def executor_stats_from_log(text: str) -> list[dict[str, Any]]:
 
 
 #: Counters of the ``finalized`` record that are maxima: a run takes the largest over its instances.
-_PEAK_KEYS = frozenset({"execute_max_ms", "gc_max_ms"})
+_PEAK_KEYS = frozenset(
+    {"execute_max_ms", "gc_max_ms", "publish_max_ms"}
+    | {f"{step}_max_s" for step in ("parse", "gather", "launch", "wait", "build")}
+)
 
 
 def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -525,6 +528,16 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "gc_max_ms": peak.get("gc_max_ms"),
         "gc_gen2": int(tot["gc_gen2"]) if "gc_gen2" in tot else None,
         "gc_ms_per_execute": tot["gc_s"] / executes * 1e3 if "gc_s" in tot else None,
+        # the live metrics' calls on the execute thread (each a round trip to the server): per execute, and the
+        # longest time one execute() spent publishing
+        "metric_calls_per_execute": tot["metric_calls"] / executes if "metric_calls" in tot else None,
+        "publish_ms_per_execute": tot["publish_s"] / executes * 1e3 if "publish_s" in tot else None,
+        "publish_max_ms": peak.get("publish_max_ms"),
+        # the longest of each step of one batch, over every instance: where the executes over 10 ms went
+        **{
+            f"{step}_max_ms": peak[f"{step}_max_s"] * 1e3 if f"{step}_max_s" in peak else None
+            for step in ("parse", "gather", "launch", "wait", "build")
+        },
     }
 
 
@@ -543,6 +556,10 @@ def attach_executor_stats(doc: dict[str, Any], log_text: str | Sequence[str]) ->
     into one text: the first server's records of every run would come before the second's, and
     a run would take the records of the next run on the same server instead of its other server's).
 
+    Runs that one load served (the rates of a fixed-rate round, the steps of a search: consecutive runs of one
+    variant and round with the same ``load_s``) take that load's records together and share the breakdown
+    (the counters cover the load's whole life); the variant's summary takes each load once.
+
     Returns:
         Runs that got a breakdown.
     """
@@ -551,29 +568,50 @@ def attach_executor_stats(doc: dict[str, Any], log_text: str | Sequence[str]) ->
     # instances per variant and server, from the config it was loaded with (overrides already applied)
     instances = {v["label"]: config_instances(v.get("config", {})) for v in doc.get("variants", [])}
     got = 0
-    for run in doc.get("runs", []):
-        n = instances.get(run["variant"], 1)
+    by_variant: dict[str, list[dict[str, Any]]] = {}
+    for load in _loads(doc.get("runs", [])):
+        first = load[0]
+        n = instances.get(first["variant"], 1)
         taken = []
         for records in logs:
             mine = []
             for i, r in enumerate(records):
-                if r["model"] == run["model_name"]:
+                if r["model"] == first["model_name"]:
                     mine.append(i)
                     if len(mine) == n:
                         break
             taken += [records[i] for i in mine]
             for i in reversed(mine):
                 records.pop(i)
-        run["executor"] = executor_breakdown(taken) if taken else None
-        got += run["executor"] is not None
-    by_variant: dict[str, list[dict[str, Any]]] = {}
-    for run in doc.get("runs", []):
-        if run.get("executor"):
-            by_variant.setdefault(run["variant"], []).append(run["executor"])
+        breakdown = executor_breakdown(taken) if taken else None
+        for run in load:
+            run["executor"] = breakdown
+            got += breakdown is not None
+        if breakdown is not None:
+            by_variant.setdefault(first["variant"], []).append(breakdown)
     for s in doc.get("summary", []):
         runs = by_variant.get(s["variant"], [])
         s["executor"] = runs[-1] if len(runs) == 1 else (_mean_breakdown(runs) if runs else None)
     return got
+
+
+def _loads(runs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The runs grouped by the load that served them: consecutive runs of one variant, round and ``load_s``.
+
+    A run without ``load_s`` (files before the fixed-rate rounds) is a load of its own.
+    """
+    loads: list[list[dict[str, Any]]] = []
+    for run in runs:
+        key = (run.get("variant"), run.get("round"), run.get("load_s"))
+        if loads and run.get("load_s") is not None and key == _load_key(loads[-1][0]):
+            loads[-1].append(run)
+        else:
+            loads.append([run])
+    return loads
+
+
+def _load_key(run: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    return run.get("variant"), run.get("round"), run.get("load_s")
 
 
 def _mean_breakdown(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -141,7 +141,7 @@ class ExecutorStats:
         default_factory=lambda: [0] * 65,
         metadata=_meta(
             "How many launches found k batches in flight (index k = depth incl. itself); published as a uniform "
-            "sample of at most 32 launches per publication.",
+            "sample of at most 8 launches per publication.",
             "inflight_launch_depth",
             "histogram",
         ),
@@ -153,6 +153,12 @@ class ExecutorStats:
     )
     gather_s: float = _stat("Issue-path time copying request inputs into slots.", default=0.0)
     launch_s: float = _stat("Issue-path time enqueueing copies and compute.", default=0.0)
+    # the longest of each step of one batch (where an execute() over 10 ms spent it)
+    parse_max_s: float = _stat("Longest reading of one batch's requests (``Mode.take``).", default=0.0)
+    gather_max_s: float = _stat("Longest gather of one batch.", default=0.0)
+    launch_max_s: float = _stat("Longest launch of one batch.", default=0.0)
+    wait_max_s: float = _stat("Longest in-band wait for the device of one batch.", default=0.0)
+    build_max_s: float = _stat("Longest building of one in-band batch's responses.", default=0.0)
     send_s: float = _stat(
         "Time spent in response ``send()`` calls (summed over sender threads).",
         "inflight_send_seconds_total",
@@ -231,7 +237,7 @@ class ExecutorStats:
         default_factory=lambda: deque(maxlen=100_000),
         metadata=_meta(
             "Items per executed batch, before padding (recent batches, bounded; drained by the metrics publisher, "
-            "which publishes a uniform sample of at most 32 of them per publication: exact totals are "
+            "which publishes a uniform sample of at most 8 of them per publication: exact totals are "
             "inflight_batches_total and inflight_items_total).",
             "inflight_batch_size",
             "histogram",
@@ -312,9 +318,11 @@ class _Base:
                 gather(self.layout, self.runner.buckets, slot, batch)
             except ValueError as e:  # validated requests never get here; a bug if they do
                 raise EngineError(f"batch does not fit the instance's buffers: {e}") from e
+        took = time.perf_counter() - t0
         with self._lock:
             st = self.stats
-            st.gather_s += time.perf_counter() - t0
+            st.gather_s += took
+            st.gather_max_s = max(st.gather_max_s, took)
             st.batches += 1
             st.requests += len(batch.items)
             st.items += slot.rows
@@ -337,6 +345,7 @@ class _Base:
         seconds = time.perf_counter() - t0
         with self._lock:
             self.stats.launch_s += seconds
+            self.stats.launch_max_s = max(self.stats.launch_max_s, seconds)
             if self.runner.replays_graphs:
                 self.stats.graph_replays += replays
                 self.stats.eager_launches += len(slot.groups) - replays
@@ -358,6 +367,7 @@ class _Base:
         with self._lock:
             self.stats.device_wait_s += waited
             self.stats.inline_wait_s += waited
+            self.stats.wait_max_s = max(self.stats.wait_max_s, waited)
         return outputs_for(self.layout, slot)
 
     def _collect(self, slot: Slot, range_name: str) -> tuple[dict[str, np.ndarray] | None, str | None, float]:

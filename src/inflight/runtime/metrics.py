@@ -23,11 +23,15 @@ Two hazards of the 2.51 custom-metrics API shape this module:
 Every metric call is that round trip: 44-71 us each on the 2-CPU host (Triton 2.51; a Python model
 timing 5,000 ``observe``/``increment``/``set`` calls in its ``execute()``,
 ``scripts/lab/metric_call_cost.py``, ``results/diagnostics/20261126-metric-call-cost``), all of it on the
-execute thread. So a publication is bounded, not proportional to the batches since the last one: each
-histogram takes a uniform sample of at most ``HISTOGRAM_SAMPLE`` of them (their mean and shape stand;
-their ``_count`` is the sample's), a gauge is set only when its value changed, and publications are
-``PUBLISH_INTERVAL_S`` (0.5 s) apart at least. Before, every batch cost two histogram calls (about
-100 us) and every gauge was set each 0.1 s.
+execute thread, and longer where the server's cores are busy. So a publication is bounded, not
+proportional to the batches since the last one: each histogram takes a uniform sample of at most
+``HISTOGRAM_SAMPLE`` of them (their mean and shape stand; their ``_count`` is the sample's), a gauge is
+set only when its value changed, and publications are ``PUBLISH_INTERVAL_S`` (0.5 s) apart at least.
+And a publication is spread over the ``execute()`` calls that follow it: each makes at most
+``calls_per_execute`` of its calls (counters first, then gauges, then the histograms' samples), so no
+batch carries a whole publication. On four busy server cores one publication made at once took up to
+11.6 ms (about 24 calls); the executes over 10 ms there were not the metrics' doing, though: they were
+as many with ``metrics=false`` (LAB.md, "Four server cores: the tail is the host's scheduling").
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import logging
 import os
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,7 +55,10 @@ FAILURE_COUNTERS = ("error_responses", "failed_batches")
 PUBLISH_INTERVAL_S = 0.5
 
 #: Observations each histogram takes per publication at most (a uniform sample of the batches since the last).
-HISTOGRAM_SAMPLE = 32
+HISTOGRAM_SAMPLE = 8
+
+#: Metric calls one ``execute()`` makes at most (the rest of a publication goes to the next ones; 0: no bound).
+CALLS_PER_EXECUTE = 4
 
 #: A provider of live GPU figures: returns ``{"gpu_activity": f, "sync_share": f}`` or None.
 GpuFigures = Callable[[], "dict[str, float] | None"]
@@ -68,6 +76,7 @@ class MetricsPublisher:
         slots: Ring size (histogram buckets of the in-flight depth).
         gpu_figures: Live GPU activity / sync share (CUPTI), or None.
         interval_s: Minimum time between two publications.
+        calls_per_execute: Metric calls one ``publish()`` makes at most (0: the whole publication at once).
         rejected: Requests answered with INVALID_ARG, by reason (the model's counter); published as
             ``inflight_rejected_requests_total{reason=...}``, a series per reason from its first
             rejection on (Triton counts these requests as successes).
@@ -84,6 +93,7 @@ class MetricsPublisher:
         slots: int,
         gpu_figures: GpuFigures | None = None,
         interval_s: float = PUBLISH_INTERVAL_S,
+        calls_per_execute: int = CALLS_PER_EXECUTE,
         rejected: Mapping[str, int] | None = None,
     ) -> None:
         mf = pb_utils.MetricFamily
@@ -92,6 +102,12 @@ class MetricsPublisher:
         self.in_flight = in_flight
         self.gpu_figures = gpu_figures
         self.interval_s = interval_s
+        self.calls_per_execute = calls_per_execute
+        #: the calls of the current publication not made yet: (the metric's method, its argument)
+        self._pending: deque[tuple[Callable[[float], Any], float]] = deque()
+        #: for the finalize log: publications begun, metric calls made, seconds in ``publish()`` and its longest
+        self.figures: dict[str, float] = {"publications": 0, "metric_calls": 0, "publish_s": 0.0, "publish_max_ms": 0.0}
+        self._failed_logged = False
         self._last = 0.0
         self._seen: dict[str, float] = {}
         self._depth_seen = [0] * len(stats.depth_launches)
@@ -146,22 +162,40 @@ class MetricsPublisher:
             }
 
     def publish(self, force: bool = False) -> None:
-        """Push the change since the last call (execute thread only)."""
-        now = time.monotonic()
-        if not force and now - self._last < self.interval_s:
-            return
-        self._last = now
+        """Make the next calls of the publication under way, or begin one after ``interval_s`` (execute thread only).
+
+        At most ``calls_per_execute`` calls per ``publish()``; ``force`` begins a publication now and makes all of it.
+        """
+        t0 = time.perf_counter()
+        if not self._pending:
+            now = time.monotonic()
+            if not force and now - self._last < self.interval_s:
+                return
+            self._last = now
+            self._begin()
+        budget = len(self._pending) if force or self.calls_per_execute <= 0 else self.calls_per_execute
+        calls = 0
+        while self._pending and calls < budget:
+            call, value = self._pending.popleft()
+            calls += 1
+            try:
+                call(value)
+            except Exception as e:  # metrics must not fail the batch: the update is dropped, once logged
+                if not self._failed_logged:
+                    LOGGER.warning("a metric update failed (%s: %s); later ones are not logged", type(e).__name__, e)
+                    self._failed_logged = True
+        took = time.perf_counter() - t0
+        f = self.figures
+        f["metric_calls"] += calls
+        f["publish_s"] += took
+        f["publish_max_ms"] = max(f["publish_max_ms"], took * 1e3)
+
+    def _begin(self) -> None:
+        """Queue a publication: the change since the last one, counters first, then gauges, then the histograms."""
+        self.figures["publications"] += 1
         s = self.stats
+        queue = self._pending
         self._push_counters(self.m_counters)
-        counts = list(s.depth_launches)
-        depths = [d for d, (n, seen) in enumerate(zip(counts, self._depth_seen, strict=True)) for _ in range(n - seen)]
-        self._depth_seen = counts
-        for depth in self._sampled(depths):
-            self.m_depth.observe(float(depth))
-        sizes = list(s.batch_sizes)  # appended by this (the execute) thread only
-        s.batch_sizes.clear()
-        for size in self._sampled(sizes):
-            self.m_batch.observe(float(size))
         self._push_rejected()
         for attr, metric in self.m_gauges.items():
             self._set(attr, metric, float(getattr(s, attr)))
@@ -172,32 +206,48 @@ class MetricsPublisher:
                 for key, metric in self.m_gpu.items():
                     if key in figures:
                         self._set(key, metric, float(figures[key]))
+        counts = list(s.depth_launches)
+        depths = [d for d, (n, seen) in enumerate(zip(counts, self._depth_seen, strict=True)) for _ in range(n - seen)]
+        self._depth_seen = counts
+        queue.extend((self.m_depth.observe, float(d)) for d in self._sampled(depths))
+        sizes = list(s.batch_sizes)  # appended by this (the execute) thread only
+        s.batch_sizes.clear()
+        queue.extend((self.m_batch.observe, float(n)) for n in self._sampled(sizes))
 
     def _sampled(self, values: list[int]) -> list[int]:
         """``values`` if at most ``HISTOGRAM_SAMPLE``, else a uniform sample of that many of them."""
         return values if len(values) <= HISTOGRAM_SAMPLE else self._sample.sample(values, HISTOGRAM_SAMPLE)
 
     def _set(self, key: str, metric: Any, value: float) -> None:
-        """Set a gauge when its value changed (each call is a round trip)."""
+        """Queue setting a gauge when its value changed (each call is a round trip)."""
         if self._gauge_seen.get(key) != value:
-            metric.set(value)
+            self._pending.append((metric.set, value))
             self._gauge_seen[key] = value
 
     def publish_failures(self) -> None:
-        """Push the refusals and errors counted since the last call at once (execute thread only).
+        """Push the refusals and errors counted since they were last queued, at once (execute thread only).
 
         Called at the end of an ``execute()`` that counted some, so they are current on an idle
-        server; only the families that moved cost a round trip.
+        server; only the families that moved cost a round trip (a few, and only on an ``execute()`` that refused
+        or failed something).
         """
-        self._push_counters({attr: self.m_counters[attr] for attr in FAILURE_COUNTERS})
-        self._push_rejected()
+        queue, self._pending = self._pending, deque()
+        try:
+            self._push_counters({attr: self.m_counters[attr] for attr in FAILURE_COUNTERS})
+            self._push_rejected()
+            while self._pending:
+                call, value = self._pending.popleft()
+                call(value)
+                self.figures["metric_calls"] += 1
+        finally:
+            self._pending = queue
 
     def _push_counters(self, metrics: Mapping[str, Any]) -> None:
         for attr, metric in metrics.items():
             value = float(getattr(self.stats, attr))
             delta = value - self._seen.get(attr, 0.0)
             if delta > 0:
-                metric.increment(delta)
+                self._pending.append((metric.increment, delta))
                 self._seen[attr] = value
 
     def _push_rejected(self) -> None:
@@ -206,7 +256,7 @@ class MetricsPublisher:
             if delta > 0:
                 if reason not in self.m_rejected:
                     self.m_rejected[reason] = self.f_rejected.Metric(labels={**self._labels, "reason": reason})
-                self.m_rejected[reason].increment(float(delta))
+                self._pending.append((self.m_rejected[reason].increment, float(delta)))
                 self._rejected_seen[reason] = n
 
     def close(self) -> None:

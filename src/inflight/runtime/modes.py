@@ -265,7 +265,10 @@ class Mode(ABC, Generic[X]):
         taken.items = good
         taken.index = [position[id(item)] for item in good]
         taken.bad.extend((position[id(item)], item.handle, e) for item, e in bad)
-        self.answering.parse_s += time.perf_counter() - t0
+        took = time.perf_counter() - t0
+        self.answering.parse_s += took
+        st = self.executor.stats
+        st.parse_max_s = max(st.parse_max_s, took)
         return taken
 
 
@@ -318,7 +321,10 @@ class SyncMode(Returning[InBand]):
             t0 = time.perf_counter()
             for item, out in zip(taken.items, outs, strict=True):
                 responses[item.handle] = self.sink.response(out, None)
-            self.sink.build_s += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            self.sink.build_s += took
+            st = self.executor.stats
+            st.build_max_s = max(st.build_max_s, took)
         return responses
 
 

@@ -110,6 +110,7 @@ class InflightModel:
                 in_flight=self.mode.in_flight,
                 slots=self.mode.slots,
                 gpu_figures=gpu_figures,
+                calls_per_execute=self.params.metric_calls_per_execute,
                 rejected=self.rejections.counts,
             )
         except Exception as e:  # metrics must not stop the model from serving
@@ -206,4 +207,6 @@ class InflightModel:
         if self._gil_probe is not None:
             stats.update(self._gil_probe.stop())
         stats.update(self._gc.stop())
+        if self.metrics is not None:
+            stats.update(self.metrics.figures)
         return stats
