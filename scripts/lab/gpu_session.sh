@@ -67,7 +67,7 @@ olab() {
   $PY -m inflight.cli ab "$@" --window "${WINDOW:-8}" --warmup "${WARMUP:-3}" --processes "${PROCS:-15}" \
       --generator "${GENERATOR:-locust}" ${OLAB_CPUS:-} ${OLAB_ARGS:-} \
       --out "${OL_ROOT:-results/open-loop}/$(date +%Y%m%d-%H%M)-$name" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" \
-      | tee "$OUT/openloop-$name.log" | grep --line-buffered -E " offered |capacity|soak|CPU sets|INVALID|CAVEAT|rror"
+      | tee "${OLAB_LOGS:-$OUT}/openloop-$name.log" | grep --line-buffered -E " offered |capacity|soak|CPU sets|INVALID|CAVEAT|rror"
 }
 SEARCH_OPTS=${SEARCH_OPTS:---search-steps 4 --search-tolerance 0.08}
 # one folder per sitting: the open-loop summary and its ratios come from the newest one
@@ -104,6 +104,10 @@ case "$STEP" in
              #   perserver (one tritonserver per GPU, each on half of the server cores: the null model at PS_NULL_RATES,
              #   sync@8 per GPU by search), perserver1 (one server on GPU 0 with half of the server cores, PS1_CPUS)
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
+    # the step's logs go into the sitting (packed with it, ignored by git), not loose into $OUT: the device tool
+    # brings back at most eight files from $OUT, and a ninth once cost a sitting its JSON
+    export OLAB_LOGS=${OLAB_LOGS:-$OL_ROOT/logs}
+    mkdir -p "$OLAB_LOGS"
     export GENERATOR=${GENERATOR:-asyncio} PROCS=${PROCS:-11}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-19} --client-cpus ${CLIENT_CPUS:-20-31}"
     mkdir -p "$OL_ROOT"
@@ -193,13 +197,17 @@ case "$STEP" in
            # gen may run on its own CPU sets (GEN_SERVER_CPUS, GEN_CLIENT_CPUS, GEN_PROCS); GEN_PLACEMENT (",gpus=0")
            # places the null model (empty on a host without GPUs).
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
+    # the step's logs go into the sitting (packed with it, ignored by git), not loose into $OUT: the device tool
+    # brings back at most eight files from $OUT, and a ninth once cost a sitting its JSON
+    export OLAB_LOGS=${OLAB_LOGS:-$OL_ROOT/logs}
+    mkdir -p "$OLAB_LOGS"
     export GENERATOR=asyncio PROCS=${PROCS:-7}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-7} --client-cpus ${CLIENT_CPUS:-8-15}"
     mkdir -p "$OL_ROOT"
     # shellcheck disable=SC2086  # EXTRA_MODELS holds several names
     $PY -m inflight.cli build-models bert_tiny ${EXTRA_MODELS:-} --configs-only \
       --server-cpus "${BUILD_CPUS:-${SERVER_CPUS:-0-7}}" ${BUILD_GPUS:+--gpus "$BUILD_GPUS"} \
-      > "$OUT/configs.log" 2>&1 || { echo "build-models --configs-only failed"; tail -5 "$OUT/configs.log"; }
+      > "$OLAB_LOGS/configs.log" 2>&1 || { echo "build-models --configs-only failed"; tail -5 "$OLAB_LOGS/configs.log"; }
     for part in ${PARTS:?set PARTS, e.g. "gen fixed cap"}; do
       case $part in
         gen) OLAB_CPUS="--server-cpus ${GEN_SERVER_CPUS:-${SERVER_CPUS:-0-7}} --client-cpus ${GEN_CLIENT_CPUS:-${CLIENT_CPUS:-8-15}}" \

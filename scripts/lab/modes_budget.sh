@@ -7,7 +7,8 @@
 #   FIXED_VARIANTS="<sync spec> bert_tiny_inflight" bash scripts/lab/modes_budget.sh
 #
 # Both parts run through `gpu_session.sh modes` (its environment applies: WINDOW, WARMUP, CAP_SEARCH,
-# SEARCH_OPTS); the sitting is packed into $OUT/results-modes.tgz after each part. FIXED_TIMEOUT (360) bounds the
+# SEARCH_OPTS); the sitting is packed into $OUT/results-modes.tgz after each part, its logs in it (<sitting>/logs:
+# $OUT itself gets nothing else, since at most eight files come back from it). FIXED_TIMEOUT (360) bounds the
 # fixed-rate part (seconds), so that a slow search leaves the packed capacities in place. FIXED_REPEAT (2) runs
 # the fixed rates in that many interleaved rounds (A, B, then B, A): the p99 ratios take each rate's median over them,
 # since one 8 s window's p99 moves with a single stall of the host (about 2.5 minutes a round for two variants).
@@ -20,13 +21,16 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/gpu-out}
 mkdir -p "$OUT"
+LOGS=${CAMPAIGN:?set CAMPAIGN=results/modes/<date>-<device>-<n>cores}/logs
+mkdir -p "$LOGS"
 PY=${PY:-python3}
 source scripts/gpu_lib.sh
 kit_setup  # once for both parts (INFLIGHT_SETUP_DONE is exported to them)
 BUDGET_PARTS=${BUDGET_PARTS:-cap fixed}
 if [[ " $BUDGET_PARTS " == *" cap "* ]]; then
-  PARTS=cap bash scripts/lab/gpu_session.sh modes > "$OUT/cap.log" 2>&1
-  grep -E "capacity|CPU sets|rror" "$OUT/cap.log" | tail -20
+  PARTS=cap bash scripts/lab/gpu_session.sh modes > "$LOGS/cap.log" 2>&1
+  pack_results "$OUT/results-modes.tgz" "$CAMPAIGN"
+  grep -E "capacity|CPU sets|rror" "$LOGS/cap.log" | tail -20
 fi
 [[ " $BUDGET_PARTS " == *" fixed "* ]] || exit 0
 rates=$(python3 - "$CAMPAIGN" <<'EOF'
@@ -51,7 +55,7 @@ echo "fixed rates (20/50/80% of the sync reference's capacity): $rates"
 cores=$(count_cpus "${SERVER_CPUS:-0-7}" 2>/dev/null || echo 8)
 null=${FIXED_NULL:-bert_tiny_null@instances=$cores,sleep_us=600,gpus=0}
 [ "$null" = none ] || FIXED_VARIANTS="${FIXED_VARIANTS:?set FIXED_VARIANTS} $null"
-FIXED_VARIANTS=$FIXED_VARIANTS FIXED_REPEAT=${FIXED_REPEAT:-2} FIXED_RATES=$rates PARTS=fixed timeout "${FIXED_TIMEOUT:-360}" bash scripts/lab/gpu_session.sh modes > "$OUT/fixed.log" 2>&1
+FIXED_VARIANTS=$FIXED_VARIANTS FIXED_REPEAT=${FIXED_REPEAT:-2} FIXED_RATES=$rates PARTS=fixed timeout "${FIXED_TIMEOUT:-360}" bash scripts/lab/gpu_session.sh modes > "$LOGS/fixed.log" 2>&1
 echo "fixed part rc=$?"
 pack_results "$OUT/results-modes.tgz" "$CAMPAIGN"  # also what a fixed part cut by FIXED_TIMEOUT wrote
-grep -E " offered |CPU sets|rror" "$OUT/fixed.log" | tail -20
+grep -E " offered |CPU sets|rror" "$LOGS/fixed.log" | tail -20
