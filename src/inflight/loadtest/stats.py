@@ -444,10 +444,10 @@ def executor_stats_from_log(text: str) -> list[dict[str, Any]]:
 
 
 #: Counters of the ``finalized`` record that are maxima: a run takes the largest over its instances.
-_PEAK_KEYS = frozenset(
-    {"execute_max_ms", "gc_max_ms", "publish_max_ms"}
-    | {f"{step}_max_s" for step in ("parse", "gather", "launch", "wait", "build")}
-)
+#: The steps of one batch whose longest time each instance logs (``<step>_max_s``; ``ExecutorStats``).
+_STEPS = ("parse", "gather", "launch", "wait", "build")
+
+_PEAK_KEYS = frozenset({"execute_max_ms", "gc_max_ms", "publish_max_ms"} | {f"{step}_max_s" for step in _STEPS})
 
 
 def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -534,10 +534,7 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "publish_ms_per_execute": tot["publish_s"] / executes * 1e3 if "publish_s" in tot else None,
         "publish_max_ms": peak.get("publish_max_ms"),
         # the longest of each step of one batch, over every instance: where the executes over 10 ms went
-        **{
-            f"{step}_max_ms": peak[f"{step}_max_s"] * 1e3 if f"{step}_max_s" in peak else None
-            for step in ("parse", "gather", "launch", "wait", "build")
-        },
+        **{f"{step}_max_ms": peak[f"{step}_max_s"] * 1e3 if f"{step}_max_s" in peak else None for step in _STEPS},
     }
 
 
@@ -602,8 +599,7 @@ def _loads(runs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """
     loads: list[list[dict[str, Any]]] = []
     for run in runs:
-        key = (run.get("variant"), run.get("round"), run.get("load_s"))
-        if loads and run.get("load_s") is not None and key == _load_key(loads[-1][0]):
+        if loads and run.get("load_s") is not None and _load_key(run) == _load_key(loads[-1][0]):
             loads[-1].append(run)
         else:
             loads.append([run])
