@@ -16,6 +16,7 @@ import tritonclient.http as httpclient
 from tests.helpers import http_inputs
 from tritonclient.utils import InferenceServerException
 
+from inflight.loadtest.stats import executor_stats_from_log
 from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
 from inflight.server.control import load_variant, unload, variant_config
@@ -61,7 +62,9 @@ def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any,
     if mode == "overlap":
         overrides["chunk_items"] = "128"  # batches of a few hundred items run as several chunks
     if mode == "auto":
-        overrides["auto_bound_min"] = "1"  # defer once measured (an in-band batch every 32 deferred)
+        # defer whenever the measured bound allows, with no probe (every batch but the reference windows')
+        overrides.update(auto_bound_min="1", auto_gain_min="0")
+    log_start = len(server.log_path.read_text(errors="replace"))
     load_variant(server.http_url, variant_config(repository, name, overrides))
     try:
         spec = MODELS["bert_tiny"]
@@ -79,13 +82,25 @@ def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any,
             worst = max(worst, relative_error(y, reference_outputs(repository, "bert_tiny", x)))
         print(f"3000 concurrent requests: worst relative error {worst:.2e}")
         assert worst <= error_bound(True)
+        # the endpoint exports the depth as a sample of the launches (``HISTOGRAM_SAMPLE`` per publication)
         hist = _depth_histogram(server.metrics_url, name)
-        print(f"launch-depth histogram (cumulative): {hist}")
-        assert hist, "no inflight_launch_depth metric exported"
-        total = hist[float("inf")]
-        assert total > 0 and hist.get(1.0, 0.0) < total, "every batch launched alone: nothing was in flight"
+        print(f"launch-depth histogram (cumulative, sampled): {hist}")
+        assert hist and hist[float("inf")] > 0, "no inflight_launch_depth metric exported"
     finally:
         unload(server.http_url, name)
+    # every launch's depth, counted exactly, is in the instance's finalize record
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not records:
+        text = server.log_path.read_text(errors="replace")[log_start:]
+        records = [r for r in executor_stats_from_log(text) if r["model"] == name]
+        time.sleep(0.2)
+    assert len(records) == 1 and records[0]["drained"], records
+    stats = records[0]["stats"]
+    depths = {int(k): n for k, n in stats["depth_launches"].items()}  # JSON keys: the depth, as text
+    print(f"launches by depth (exact): {depths}")
+    deeper = sum(n for k, n in depths.items() if k > 1)
+    assert stats["max_depth"] > 1 and deeper > 0, f"every batch launched alone: nothing was in flight: {depths}"
 
 
 def test_unload_and_reload_under_load_no_hang_no_leak(server: Any, repository: Any) -> None:
