@@ -12,11 +12,13 @@
 # fixed-rate part (seconds), so that a slow search leaves the packed capacities in place. FIXED_REPEAT (2) runs
 # the fixed rates in that many interleaved rounds (A, B, then B, A): the p99 ratios take each rate's median over them,
 # since one 8 s window's p99 moves with a single stall of the host (about 2.5 minutes a round for two variants).
-# FIXED_NULL (a variant spec; "none" to leave it out) joins the fixed part: by default the null model with one
-# instance per server core and a 600 us wait per batch, the request path's own p99 at the same rates (what no
-# mode can go below; on a host that stalls, it stalls too). BUDGET_PARTS ("cap fixed") runs one part alone in
-# a call: "fixed" reads the sync reference's capacity from a cap part already under $CAMPAIGN (e.g. brought
-# back from the previous call and extracted into the tree, which then travels with it).
+# FIXED_SHARES (0.2,0.5,0.8) are the fixed rates as shares of that capacity (0.9,1.0: the knee, where a mode
+# that tips into a queue more often shows it). FIXED_NULL (a variant spec; "none" to leave it out) joins the
+# fixed part: by default the null model with one instance per server core and a 600 us wait per batch, the
+# request path's own p99 at the same rates (what no mode can go below; on a host that stalls, it stalls too).
+# BUDGET_PARTS ("cap fixed") runs one part alone in a call: "fixed" reads the sync reference's capacity from a
+# cap part already under $CAMPAIGN (e.g. brought back from the previous call and extracted into the tree, which
+# then travels with it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/gpu-out}
@@ -33,7 +35,7 @@ if [[ " $BUDGET_PARTS " == *" cap "* ]]; then
   grep -E "capacity|CPU sets|rror" "$LOGS/cap.log" | tail -20
 fi
 [[ " $BUDGET_PARTS " == *" fixed "* ]] || exit 0
-rates=$(python3 - "$CAMPAIGN" <<'EOF'
+rates=$(python3 - "$CAMPAIGN" "${FIXED_SHARES:-0.2,0.5,0.8}" <<'EOF'
 import glob
 import json
 import sys
@@ -44,14 +46,14 @@ if cap:
     # to 250 req/s steps at GPU capacities; to two significant digits below 5,000 (never 0)
     def step(x):
         return max(1, int(round(x / 250.0) * 250)) if cap >= 5000 else max(1, int(float(f"{x:.2g}")))
-    print(",".join(str(step(cap * f)) for f in (0.2, 0.5, 0.8)))
+    print(",".join(str(step(cap * float(f))) for f in sys.argv[2].split(",")))
 EOF
 )
 if [ -z "$rates" ]; then
   echo "no capacity for the sync reference: the fixed-rate part is skipped"
   exit 0
 fi
-echo "fixed rates (20/50/80% of the sync reference's capacity): $rates"
+echo "fixed rates (${FIXED_SHARES:-0.2,0.5,0.8} of the sync reference's capacity): $rates"
 cores=$(count_cpus "${SERVER_CPUS:-0-7}" 2>/dev/null || echo 8)
 null=${FIXED_NULL:-bert_tiny_null@instances=$cores,sleep_us=600,gpus=0}
 [ "$null" = none ] || FIXED_VARIANTS="${FIXED_VARIANTS:?set FIXED_VARIANTS} $null"

@@ -250,32 +250,45 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
 
 
 def searches(es: Iterable[Entry], spec: str, *, bracketed: bool) -> list[float]:
-    """Every capacity search of one variant in ``es``, in the order they ran (only bracketed ones if ``bracketed``)."""
-    ran = [e for e in es if e.summary.get("spec") == spec and _search_ran(e) and e.capacity is not None]
+    """Every comparable capacity search of one variant in ``es``, in the order they ran (bracketed only, if asked).
+
+    A search whose generator fell behind at or below its capacity (``comparable`` false) is left out: its late
+    sends count in its latencies, so its figure is neither the server's capacity nor a bound on it to compare.
+    """
+    ran = [
+        e for e in es if e.summary.get("spec") == spec and _search_ran(e) and e.capacity is not None and e.comparable
+    ]
     return [float(e.capacity or 0.0) for e in sorted(ran, key=_started) if _searched(e) or not bracketed]
 
 
-def capacity_ratio(sync: Sequence[float], pipelined: Sequence[float]) -> float | None:
-    """Pipelined over sync capacity: the medians' ratio where each side was searched at least twice, else the best's.
+def judged(*sides: Sequence[float]) -> tuple[list[float], bool]:
+    """Each side's capacity as the reports read it (its median, or its best search) and whether medians were read.
+
+    Medians where every side was searched at least twice, else each side's best search.
 
     One search moves with the host (two searches of the default in `20261126-h100-4cores-abba`: 4,750 and
     6,000), so where a sitting searched each side several times, interleaved, the medians are compared; with
-    one search a side, the two searches.
+    one search a side, the best ones. Every side must hold a search.
     """
+    medians = all(len(side) >= 2 for side in sides)
+    return [statistics.median(side) if medians else max(side) for side in sides], medians
+
+
+def capacity_ratio(sync: Sequence[float], pipelined: Sequence[float]) -> float | None:
+    """Pipelined over sync capacity, as :func:`judged` reads them (None when a side was not searched)."""
     if not sync or not pipelined:
         return None
-    if len(sync) >= 2 and len(pipelined) >= 2:
-        return statistics.median(pipelined) / statistics.median(sync)
-    return max(pipelined) / max(sync)
+    (s, p), _ = judged(sync, pipelined)
+    return p / s
 
 
 def default_share(sync: Sequence[float], pipelined: Sequence[float], default: Sequence[float]) -> float | None:
-    """The default's capacity over the best configuration's, read as :func:`capacity_ratio` reads (medians or best)."""
-    if not default or not (sync or pipelined):
+    """The default's capacity over the best mode's (sync or pipelined), as :func:`judged` reads them."""
+    modes = [side for side in (sync, pipelined) if side]
+    if not default or not modes:
         return None
-    if all(len(x) >= 2 for x in (sync, pipelined, default)):
-        return statistics.median(default) / max(statistics.median(sync), statistics.median(pipelined))
-    return max(default) / max(*sync, *pipelined)
+    (d, *m), _ = judged(default, *modes)
+    return d / max(m)
 
 
 def needed_instances(es: list[Entry], sync: bool, target: float) -> Entry | None:
@@ -626,7 +639,9 @@ def decision_table(root: Path) -> list[str]:
     One row per (device, model, server cores) that has a bracketed capacity search, from its newest sitting that
     searched both modes (every sitting's searches where none did): the best variant measured (its mode and
     instances), the best of each mode, the repository's default as built and the plain Python backend, so a
-    reader sees which to deploy and what the default gives up. Empty when nothing was measured.
+    reader sees which to deploy and what the default gives up. "default / best" is ``summary.json``'s
+    ``default_share``: the default over the better mode, their medians where each was searched twice
+    (:func:`judged`). Empty when nothing was measured.
     """
     c = collect(root)
     groups: dict[tuple[str, str, int | None], list[Entry]] = {}
@@ -643,7 +658,14 @@ def decision_table(root: Path) -> list[str]:
         sync = _best(e for e in es if _is_sync(e))
         pipe = _best(e for e in es if _is_pipelined(e))
         default = _best(e for e in es if _is_default(e))
-        share = (default.capacity or 0.0) / (best.capacity or math.nan) if default is not None else None
+        # read as summary.json reads it: medians where every side was searched twice (judged)
+        caps = [searches(es, e.summary["spec"], bracketed=e is sync) if e is not None else [] for e in (sync, pipe)]
+        default_caps = searches(es, default.summary["spec"], bracketed=False) if default is not None else []
+        share = default_share(caps[0], caps[1], default_caps)
+        share_text = "n/a"
+        if share is not None:
+            medians = judged(default_caps, *[c for c in caps if c])[1]
+            share_text = fmt(share, ".0%") + (" (medians)" if medians else "")
         rows.append(
             [
                 dev,
@@ -653,7 +675,7 @@ def decision_table(root: Path) -> list[str]:
                 _cap_of(sync),
                 _cap_of(pipe),
                 _cap_of(default),
-                fmt(share, ".0%") if share is not None else "n/a",
+                share_text,
                 _cap_of(plain) + (f" (`{sitting_of(plain).name}`)" if plain is not None and plain not in es else ""),
             ]
         )
