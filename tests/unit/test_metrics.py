@@ -168,3 +168,8 @@ def test_a_failing_metric_call_drops_that_update_and_never_fails_the_batch() -> 
     stats.batches, stats.items = 3, 30
     pub.publish(force=True)
     assert by_name["inflight_items_total"].value == 30 and not pub._pending
+    # the failures pushed at the end of an execute() that counted some: the same rule, the others still made
+    by_name["inflight_error_responses_total"].increment = broken  # type: ignore[method-assign]
+    stats.error_responses, stats.failed_batches = 2, 1
+    pub.publish_failures()
+    assert by_name["inflight_failed_batches_total"].value == 1 and not pub._pending

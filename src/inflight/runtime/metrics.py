@@ -174,6 +174,14 @@ class MetricsPublisher:
             self._last = now
             self._begin()
         budget = len(self._pending) if force or self.calls_per_execute <= 0 else self.calls_per_execute
+        self._make_calls(budget)
+        took = time.perf_counter() - t0
+        f = self.figures
+        f["publish_s"] += took
+        f["publish_max_ms"] = max(f["publish_max_ms"], took * 1e3)
+
+    def _make_calls(self, budget: int) -> None:
+        """Make up to ``budget`` of the queued calls, in order; a failing call drops its update (logged once)."""
         calls = 0
         while self._pending and calls < budget:
             call, value = self._pending.popleft()
@@ -184,11 +192,7 @@ class MetricsPublisher:
                 if not self._failed_logged:
                     LOGGER.warning("a metric update failed (%s: %s); later ones are not logged", type(e).__name__, e)
                     self._failed_logged = True
-        took = time.perf_counter() - t0
-        f = self.figures
-        f["metric_calls"] += calls
-        f["publish_s"] += took
-        f["publish_max_ms"] = max(f["publish_max_ms"], took * 1e3)
+        self.figures["metric_calls"] += calls
 
     def _begin(self) -> None:
         """Queue a publication: the change since the last one, counters first, then gauges, then the histograms."""
@@ -229,16 +233,13 @@ class MetricsPublisher:
 
         Called at the end of an ``execute()`` that counted some, so they are current on an idle
         server; only the families that moved cost a round trip (a few, and only on an ``execute()`` that refused
-        or failed something).
+        or failed something). A failing call drops its update, as in ``publish``; the others are still made.
         """
         queue, self._pending = self._pending, deque()
         try:
             self._push_counters({attr: self.m_counters[attr] for attr in FAILURE_COUNTERS})
             self._push_rejected()
-            while self._pending:
-                call, value = self._pending.popleft()
-                call(value)
-                self.figures["metric_calls"] += 1
+            self._make_calls(len(self._pending))
         finally:
             self._pending = queue
 
