@@ -69,6 +69,12 @@ olab() {
       --out "${OL_ROOT:-results/open-loop}/$(date +%Y%m%d-%H%M)-$name" 2>&1 | grep --line-buffered -vE "UserWarning|frombuffer|^\s*$" \
       | tee "${OLAB_LOGS:-$OUT}/openloop-$name.log" | grep --line-buffered -E " offered |capacity|soak|CPU sets|INVALID|CAVEAT|rror"
 }
+# the step's logs go into the sitting (OL_ROOT/logs: packed with it, ignored by git), not loose into $OUT: the
+# device tool brings back at most eight files from $OUT, and a ninth once cost a sitting its JSON
+sitting_logs() {
+  export OLAB_LOGS=${OLAB_LOGS:-$OL_ROOT/logs}
+  mkdir -p "$OLAB_LOGS"
+}
 SEARCH_OPTS=${SEARCH_OPTS:---search-steps 4 --search-tolerance 0.08}
 # one folder per sitting: the open-loop summary and its ratios come from the newest one
 OL_ROOT=${OL_ROOT:-results/open-loop/$(date +%Y%m%d)-sitting}
@@ -104,10 +110,7 @@ case "$STEP" in
              #   perserver (one tritonserver per GPU, each on half of the server cores: the null model at PS_NULL_RATES,
              #   sync@8 per GPU by search), perserver1 (one server on GPU 0 with half of the server cores, PS1_CPUS)
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
-    # the step's logs go into the sitting (packed with it, ignored by git), not loose into $OUT: the device tool
-    # brings back at most eight files from $OUT, and a ninth once cost a sitting its JSON
-    export OLAB_LOGS=${OLAB_LOGS:-$OL_ROOT/logs}
-    mkdir -p "$OLAB_LOGS"
+    sitting_logs
     export GENERATOR=${GENERATOR:-asyncio} PROCS=${PROCS:-11}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-19} --client-cpus ${CLIENT_CPUS:-20-31}"
     mkdir -p "$OL_ROOT"
@@ -197,10 +200,7 @@ case "$STEP" in
            # gen may run on its own CPU sets (GEN_SERVER_CPUS, GEN_CLIENT_CPUS, GEN_PROCS); GEN_PLACEMENT (",gpus=0")
            # places the null model (empty on a host without GPUs).
     export OL_ROOT=${CAMPAIGN:?set CAMPAIGN=results/open-loop/<date>-<name>}
-    # the step's logs go into the sitting (packed with it, ignored by git), not loose into $OUT: the device tool
-    # brings back at most eight files from $OUT, and a ninth once cost a sitting its JSON
-    export OLAB_LOGS=${OLAB_LOGS:-$OL_ROOT/logs}
-    mkdir -p "$OLAB_LOGS"
+    sitting_logs
     export GENERATOR=asyncio PROCS=${PROCS:-7}
     export OLAB_CPUS="--server-cpus ${SERVER_CPUS:-0-7} --client-cpus ${CLIENT_CPUS:-8-15}"
     mkdir -p "$OL_ROOT"

@@ -218,10 +218,8 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         return None
     ratios = p99_ratios(es, sync, pipe)
     sync_rounds = p99_rounds(es, sync.summary["spec"])
-    sync_caps = searches(es, sync.summary["spec"], bracketed=True)
-    pipe_caps = searches(es, pipe.summary["spec"], bracketed=False)
     default = _best(e for e in es if _is_default(e) and _search_ran(e))
-    default_caps = searches(es, default.summary["spec"], bracketed=False) if default is not None else []
+    sync_caps, pipe_caps, default_caps = _searches_of(es, sync, pipe, default)
     plain = plain_for(every, es)
     return {
         "server_cpus": server_cores(sync),
@@ -261,6 +259,18 @@ def searches(es: Iterable[Entry], spec: str, *, bracketed: bool) -> list[float]:
     return [float(e.capacity or 0.0) for e in sorted(ran, key=_started) if _searched(e) or not bracketed]
 
 
+def _searches_of(
+    es: Iterable[Entry], sync: Entry | None, pipe: Entry | None, default: Entry | None
+) -> tuple[list[float], list[float], list[float]]:
+    """The comparable searches of the chosen sync (bracketed ones), pipelined and default variants ([] for None)."""
+    es = list(es)
+
+    def of(e: Entry | None, bracketed: bool) -> list[float]:
+        return searches(es, e.summary["spec"], bracketed=bracketed) if e is not None else []
+
+    return of(sync, True), of(pipe, False), of(default, False)
+
+
 def judged(*sides: Sequence[float]) -> tuple[list[float], bool]:
     """Each side's capacity as the reports read it (its median, or its best search) and whether medians were read.
 
@@ -284,11 +294,19 @@ def capacity_ratio(sync: Sequence[float], pipelined: Sequence[float]) -> float |
 
 def default_share(sync: Sequence[float], pipelined: Sequence[float], default: Sequence[float]) -> float | None:
     """The default's capacity over the best mode's (sync or pipelined), as :func:`judged` reads them."""
+    read = _default_reading(sync, pipelined, default)
+    return read[0] if read is not None else None
+
+
+def _default_reading(
+    sync: Sequence[float], pipelined: Sequence[float], default: Sequence[float]
+) -> tuple[float, bool] | None:
+    """:func:`default_share` and whether it compared medians (None when the default or both modes were not searched)."""
     modes = [side for side in (sync, pipelined) if side]
     if not default or not modes:
         return None
-    (d, *m), _ = judged(default, *modes)
-    return d / max(m)
+    (d, *m), medians = judged(default, *modes)
+    return d / max(m), medians
 
 
 def needed_instances(es: list[Entry], sync: bool, target: float) -> Entry | None:
@@ -659,13 +677,8 @@ def decision_table(root: Path) -> list[str]:
         pipe = _best(e for e in es if _is_pipelined(e))
         default = _best(e for e in es if _is_default(e))
         # read as summary.json reads it: medians where every side was searched twice (judged)
-        caps = [searches(es, e.summary["spec"], bracketed=e is sync) if e is not None else [] for e in (sync, pipe)]
-        default_caps = searches(es, default.summary["spec"], bracketed=False) if default is not None else []
-        share = default_share(caps[0], caps[1], default_caps)
-        share_text = "n/a"
-        if share is not None:
-            medians = judged(default_caps, *[c for c in caps if c])[1]
-            share_text = fmt(share, ".0%") + (" (medians)" if medians else "")
+        read = _default_reading(*_searches_of(es, sync, pipe, default))
+        share_text = "n/a" if read is None else fmt(read[0], ".0%") + (" (medians)" if read[1] else "")
         rows.append(
             [
                 dev,

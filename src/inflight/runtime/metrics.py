@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from inflight.model_config import BackendParameters
 from inflight.runtime.executor import ExecutorStats
 
 LOGGER = logging.getLogger(__name__)
@@ -57,8 +58,9 @@ PUBLISH_INTERVAL_S = 0.5
 #: Observations each histogram takes per publication at most (a uniform sample of the batches since the last).
 HISTOGRAM_SAMPLE = 8
 
-#: Metric calls one ``execute()`` makes at most (the rest of a publication goes to the next ones; 0: no bound).
-CALLS_PER_EXECUTE = 4
+#: Metric calls one ``execute()`` makes at most (the rest of a publication goes to the next ones; 0: no bound):
+#: the backend parameter ``metric_calls_per_execute``'s default.
+CALLS_PER_EXECUTE = BackendParameters.metric_calls_per_execute
 
 #: A provider of live GPU figures: returns ``{"gpu_activity": f, "sync_share": f}`` or None.
 GpuFigures = Callable[[], "dict[str, float] | None"]
@@ -198,7 +200,6 @@ class MetricsPublisher:
         """Queue a publication: the change since the last one, counters first, then gauges, then the histograms."""
         self.figures["publications"] += 1
         s = self.stats
-        queue = self._pending
         self._push_counters(self.m_counters)
         self._push_rejected()
         for attr, metric in self.m_gauges.items():
@@ -213,10 +214,10 @@ class MetricsPublisher:
         counts = list(s.depth_launches)
         depths = [d for d, (n, seen) in enumerate(zip(counts, self._depth_seen, strict=True)) for _ in range(n - seen)]
         self._depth_seen = counts
-        queue.extend((self.m_depth.observe, float(d)) for d in self._sampled(depths))
+        self._pending.extend((self.m_depth.observe, float(d)) for d in self._sampled(depths))
         sizes = list(s.batch_sizes)  # appended by this (the execute) thread only
         s.batch_sizes.clear()
-        queue.extend((self.m_batch.observe, float(n)) for n in self._sampled(sizes))
+        self._pending.extend((self.m_batch.observe, float(n)) for n in self._sampled(sizes))
 
     def _sampled(self, values: list[int]) -> list[int]:
         """``values`` if at most ``HISTOGRAM_SAMPLE``, else a uniform sample of that many of them."""
