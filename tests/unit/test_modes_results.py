@@ -241,6 +241,8 @@ def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
         "best_pipelined_rps": 16_000.0,
         "best_pipelined_is_lower_bound": False,
         "default_rps": 16_000.0,
+        "capacity_ratio": 16 / 14,
+        "default_share": 1.0,
         "p99_ratio_max": 1.43,
     }
     block = {"capacity": [row, {**row, "server_cpus": 8, "p99_ratio_max": 1.04, "best_pipelined_is_lower_bound": True}]}
@@ -252,8 +254,13 @@ def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
     assert noisy[3] == "**missed** (p99); p99 ratio within sync's own spread over rounds (2.62)"
     calm = modes_results.headline_rows({"capacity": [{**row, "p99_sync_spread_max": 1.2}]})[0]
     assert calm[3] == "**missed** (p99)"
-    slow = {**row, "best_pipelined_rps": 13_000.0, "default_rps": 12_000.0}
-    assert modes_results.headline_rows({"capacity": [slow]})[0][3] == "**missed** (capacity, p99, default)"
+    slow = {**row, "best_pipelined_rps": 13_000.0, "default_rps": 12_000.0, "capacity_ratio": 13 / 14}
+    assert modes_results.headline_rows({"capacity": [{**slow, "default_share": 12 / 14}]})[0][3] == (
+        "**missed** (capacity, p99, default)"
+    )
+    # no comparable search on a side: no ratio (not one re-derived from the best figures), and no verdict of met
+    unjudged = modes_results.headline_rows({"capacity": [{**row, "capacity_ratio": None, "default_share": None}]})[0]
+    assert unjudged[1] == "n/a; 1.43; n/a" and unjudged[3] == "**missed** (capacity, p99, default)"
     reg = {"model": "m", "device": "GPU", "one_instance_ratio": 1.25, "one_instance_ratio_is_lower_bound": False}
     assert modes_results.headline_rows({"regime": reg}) == [
         ["one pipelined instance / one sync instance (m, GPU)", "1.25x", ">= 1.3x", "**missed**"]
