@@ -219,18 +219,29 @@ def test_a_sitting_that_searched_each_side_several_times_is_judged_by_the_median
     assert modes_results.capacity_ratio([], [1.0]) is None and modes_results.default_share([1.0], [1.0], []) is None
 
 
-def test_the_plain_baseline_comes_from_the_rows_sitting_else_the_newest_that_searched_it() -> None:
+def test_the_plain_baseline_comes_from_the_rows_sitting_else_the_newest_that_searched_it_beside_sync() -> None:
     here = [_entry("b-new", "sync", 26_375.0, True, "2026-11-26T04:12:00")]
     older = [
+        _entry("a-old", "sync", 22_000.0, True, "2026-11-25T12:35:00"),
         _entry("a-old", "plain", 19_500.0, True, "2026-11-25T12:39:00"),
+        _entry("a-older", "sync", 20_000.0, True, "2026-11-24T12:35:00"),
         _entry("a-older", "plain", 18_000.0, True, "2026-11-24T12:39:00"),
+        _entry("a-unbracketed", "sync", 20_000.0, True, "2026-11-25T19:00:00"),
         _entry("a-unbracketed", "plain", 40_000.0, False, "2026-11-25T20:00:00"),
+        # the newest plain search, but no sync beside it: not read (another host of the device may be 3x slower)
+        _entry("a-alone", "plain", 2_812.0, True, "2026-11-26T22:08:00"),
     ]
-    got = modes_results.plain_for(here + older, here)
-    assert got is not None and got.capacity == 19_500.0  # newest bracketed search, not the largest figure
+    every = here + older
+    got = modes_results.plain_for(every, here)
+    assert got is not None and got.capacity == 19_500.0  # newest bracketed search beside sync, not the largest
+    # read against sync in its own sitting (19,500 / 22,000), with that sitting named
+    assert modes_results._plain_cell(got, here, every) == "19,500 (1 inst.) (0.89x sync there, `a-old`)"
     mine = _entry("b-new", "plain", 20_000.0, True, "2026-11-26T04:16:00")
     assert modes_results.plain_for([*here, mine, *older], [*here, mine]) is mine
+    assert modes_results._plain_cell(mine, [*here, mine], every) == "20,000 (1 inst.)"
     assert modes_results.plain_for(here, here) is None
+    assert modes_results.plain_for([*here, older[-1]], here) is None
+    assert modes_results._plain_cell(None, here, every) == "not measured beside sync"
 
 
 def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
@@ -330,3 +341,66 @@ def test_the_request_time_table_takes_a_null_model_file_of_its_own() -> None:
     rows = modes_results.request_time_rows(es)
     null = [r for r in rows if "bert_tiny_null" in r[2]]
     assert [r[3] for r in null] == ["2,800", "7,000", "11,200"]
+
+
+def _fixed_part(sitting: str, kind: str, rates_p99: dict[float, float], started: str) -> Entry:
+    """One variant of a fixed-rate part (two variants in one file, no search), its p99 per offered rate."""
+    sweep = [{"offered_rps": r, "p99_ms": p, "valid": True} for r, p in rates_p99.items()]
+    return Entry(
+        path=Path("results/modes") / sitting / "fixed" / "ab.json",
+        doc={"started": started, "runs": [{"variant": kind}]},
+        summary={"variant": kind, "spec": f"bert_tiny_{kind}", "sweep": sweep},
+        variant={"variant": kind},
+    )
+
+
+def test_the_p99_targets_come_from_the_newest_sitting_that_ran_the_20_50_80_rates_side_by_side() -> None:
+    rounds = [
+        _entry("a-rounds", "sync", 10_000.0, True, "2026-11-26T18:00:00"),
+        _fixed_part("a-rounds", "sync", {2_000.0: 4.0, 5_000.0: 8.0, 8_000.0: 20.0}, "2026-11-26T18:05:00"),
+        _fixed_part("a-rounds", "inflight", {2_000.0: 4.0, 5_000.0: 6.0, 8_000.0: 21.0}, "2026-11-26T18:05:00"),
+    ]
+    # newer: a knee-only part (90/100% of its sync capacity) does not stand for item 2's load points
+    knee = [
+        _entry("b-knee", "sync", 3_500.0, True, "2026-11-26T19:00:00"),
+        _fixed_part("b-knee", "sync", {3_200.0: 40.0, 3_500.0: 41.0}, "2026-11-26T19:05:00"),
+        _fixed_part("b-knee", "inflight", {3_200.0: 36.0, 3_500.0: 42.0}, "2026-11-26T19:05:00"),
+    ]
+    searches_only = [
+        _entry("c-searches", "sync", 11_000.0, True, "2026-11-26T21:00:00"),
+        _entry("c-searches", "inflight", 11_000.0, True, "2026-11-26T21:02:00"),
+    ]
+    b = modes_results.core_budget(rounds + knee + searches_only)
+    assert b is not None and b["sitting"] == Path("results/modes/c-searches")
+    assert b["p99_sitting"] == Path("results/modes/a-rounds")
+    assert b["p99_ratios"] == {2_000.0: 1.0, 5_000.0: 0.75, 8_000.0: 1.05}
+    assert not modes_results._side_by_side(knee, knee[0], knee[2])
+    assert modes_results._side_by_side(rounds, rounds[0], rounds[2])
+
+
+def test_auto_in_band_only_is_not_a_pipelined_variant() -> None:
+    def auto(bound: str) -> Entry:
+        e = _entry("s", "inflight", 13_000.0, True, "2026-11-26T21:36:00")
+        params = {"mode": {"string_value": "auto"}, "auto_bound_min": {"string_value": bound}}
+        return Entry(e.path, e.doc, e.summary, {"variant": "inflight", "config": {"parameters": params}})
+
+    assert not modes_results._is_pipelined(auto("inf")) and modes_results._is_pipelined(auto("1.25"))
+    assert modes_results._is_pipelined(auto("0"))
+
+
+def test_the_decision_table_deploys_the_mode_judged_best_and_a_tie_goes_to_the_pipelined_one() -> None:
+    es = [
+        _entry("s", "sync", 11_438.0, True, "2026-11-26T21:34:00"),
+        _entry("s", "inflight", 13_312.0, True, "2026-11-26T21:36:00"),
+        _entry("s", "inflight", 11_438.0, True, "2026-11-26T21:38:00"),
+        _entry("s", "sync", 11_750.0, True, "2026-11-26T21:40:00"),
+        _entry("s", "inflight", 10_812.0, True, "2026-11-26T21:42:00"),
+        _entry("s", "sync", 11_438.0, True, "2026-11-26T21:45:00"),
+    ]
+    sync, pipe = es[3], es[1]
+    # medians 11,438 each (not the best single search, 13,312): a tie, so the pipelined mode
+    assert modes_results._deploy(es, pipe, sync) == "`pipelined`, 1 instance: 11,438 req/s (median)"
+    assert modes_results._deploy(es[:2], pipe, sync) == "`pipelined`, 1 instance: 13,312 req/s"
+    assert modes_results._deploy([es[0], es[2]], pipe, sync) == "`pipelined`, 1 instance: 11,438 req/s"
+    assert modes_results._deploy([*es[:1], es[4]], pipe, sync) == "`sync`, 1 instance: 11,438 req/s"
+    assert modes_results._deploy([], pipe, sync) is None

@@ -120,7 +120,24 @@ def _is_sync(e: Entry) -> bool:
 
 
 def _is_pipelined(e: Entry) -> bool:
-    return e.kind == "pipelined"
+    """An inflight variant that may defer batches (``auto`` made in-band only is the sync path, not pipelining)."""
+    return e.kind == "pipelined" and not _in_band_only(e)
+
+
+def _in_band_only(e: Entry) -> bool:
+    """Whether the variant is ``auto`` with ``auto_bound_min=inf``: every batch in-band, none ever deferred.
+
+    Such a variant isolates what ``auto``'s in-band path costs against sync's (the same sync path on the
+    pipelined executor's ring); it is neither mode's best configuration, so no capacity row counts it.
+    """
+    if e.kind != "pipelined" or e.mode != "auto":
+        return False
+    params = (e.variant.get("config") or {}).get("parameters") or {}
+    raw = str((params.get("auto_bound_min") or {}).get("string_value") or "0")
+    try:
+        return math.isinf(float(raw))
+    except ValueError:
+        return False
 
 
 #: Overrides that do not change what is deployed: a variant measured with only these is the repository's default.
@@ -187,6 +204,11 @@ def _newest_sitting(es: Iterable[Entry], complete: Callable[[list[Entry]], bool]
     return max(groups, key=lambda g: max(map(_started, g))) if groups else []
 
 
+def sync_beside(every: Iterable[Entry], e: Entry) -> Entry | None:
+    """The best bracketed sync search of ``e``'s sitting (what a plain figure from another sitting is read against)."""
+    return _best(x for x in every if sitting_of(x) == sitting_of(e) and _is_sync(x) and _searched(x))
+
+
 def plain_for(every: list[Entry], here: list[Entry]) -> Entry | None:
     """The plain Python backend's best bracketed search in ``here``, else in the newest sitting of ``every`` with one.
 
@@ -196,7 +218,11 @@ def plain_for(every: list[Entry], here: list[Entry]) -> Entry | None:
     mine = _best(e for e in here if _is_plain(e) and _searched(e))
     if mine is not None:
         return mine
-    others = [e for e in every if _is_plain(e) and _searched(e)]
+    # a plain search counts only beside a bracketed sync search of its own sitting: the plain figure is read as a
+    # share of that sync (hosts of one device differ by 3x in what they hold at the SLO: results/modes/
+    # 20261126-h100-4cores-slowhost against 20261126-h100-4cores-inband-rounds)
+    anchored = {sitting_of(e) for e in every if _is_sync(e) and _searched(e)}
+    others = [e for e in every if _is_plain(e) and _searched(e) and sitting_of(e) in anchored]
     if not others:
         return None
     newest = sitting_of(max(others, key=_started))
@@ -208,7 +234,8 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
 
     The best sync capacity is a bracketed search's; the best pipelined one may be a lower bound (its search's
     high end met the SLO, ``best_pipelined_is_lower_bound``). The p99 ratios come from that sitting's files
-    that ran both at the same rates (the fixed part), else from the two searches' windows at common rates.
+    that ran both at the same rates (the fixed part), else from the newest sitting of the core budget that ran
+    the two side by side (``p99_sitting``), else from the two searches' windows at common rates.
     """
     every = es
     es = newest_comparison(every)
@@ -216,11 +243,17 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
     pipe = _best(e for e in es if _is_pipelined(e) and _search_ran(e))
     if sync is None or pipe is None:
         return None
-    ratios = p99_ratios(es, sync, pipe)
-    sync_rounds = p99_rounds(es, sync.summary["spec"])
+    # the p99 targets are read at fixed rates, interleaved rounds: from this sitting's fixed part, else from the
+    # newest sitting of this core budget that ran the same two variants side by side (its rates are 20/50/80% of
+    # its own sync capacity); only where none did, from the two searches' windows (p99_ratios)
+    at_fixed = es if _side_by_side(es, sync, pipe) else _newest_sitting(every, lambda g: _side_by_side(g, sync, pipe))
+    at_fixed = at_fixed or es
+    ratios = p99_ratios(at_fixed, sync, pipe)
+    sync_rounds = p99_rounds(at_fixed, sync.summary["spec"])
     default = _best(e for e in es if _is_default(e) and _search_ran(e))
     sync_caps, pipe_caps, default_caps = _searches_of(es, sync, pipe, default)
     plain = plain_for(every, es)
+    plain_sync = sync_beside(every, plain) if plain is not None else None
     return {
         "server_cpus": server_cores(sync),
         "device": device(sync),
@@ -240,11 +273,41 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         "plain": plain,
         "plain_rps": plain.capacity if plain is not None else None,
         "plain_sitting": sitting_of(plain) if plain is not None else None,
+        # sync's capacity in the plain search's own sitting (the figure the plain one is read against)
+        "plain_sync_rps": plain_sync.capacity if plain_sync is not None else None,
+        "entries": es,
+        "every": every,
         "p99_ratios": ratios,
-        "p99_sync_spread": p99_spread(es, sync.summary["spec"]),
+        "p99_sitting": sitting_of(at_fixed[0]),
+        "p99_sync_spread": p99_spread(at_fixed, sync.summary["spec"]),
         # the fewest of sync's rounds behind one of the ratios (each side's p99 is its median over them)
         "p99_rounds": min((len(sync_rounds.get(r, [])) for r in ratios), default=0),
     }
+
+
+#: The shares of sync's capacity a fixed-rate part must reach down and up to for item 2's targets (20/50/80%).
+FIXED_SHARES_SPAN = (0.35, 0.65)
+
+
+def _side_by_side(es: Iterable[Entry], sync: Entry, other: Entry) -> bool:
+    """Whether ``es`` ran ``sync``'s spec and ``other``'s side by side at fixed rates spanning item 2's load points.
+
+    One file must hold both specs (a fixed-rate part), at rates from at most ``FIXED_SHARES_SPAN[0]`` to at
+    least ``FIXED_SHARES_SPAN[1]`` of the best sync capacity searched in ``es``: the 20/50/80% rounds count,
+    a knee-only part (90/100%) does not.
+    """
+    es = list(es)
+    want = {sync.summary["spec"], other.summary["spec"]}
+    caps = [e.capacity for e in es if e.summary.get("spec") == sync.summary["spec"] and _searched(e) and e.capacity]
+    if not caps:
+        return False
+    rates: list[float] = []
+    for path in {e.path for e in es}:
+        here = [e for e in es if e.path == path]
+        if want <= {str(e.summary.get("spec")) for e in here} and not any(_search_ran(e) for e in here):
+            rates += [r for e in here if e.summary.get("spec") == sync.summary["spec"] for r in _p99s_by_rate(e)]
+    low, high = FIXED_SHARES_SPAN
+    return bool(rates) and min(rates) <= low * max(caps) and max(rates) >= high * max(caps)
 
 
 def searches(es: Iterable[Entry], spec: str, *, bracketed: bool) -> list[float]:
@@ -487,6 +550,7 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "default_rps": b["default_rps"],
                 "plain_rps": b["plain_rps"],
                 "plain_sitting": str(b["plain_sitting"].relative_to(root)) if b["plain_sitting"] else None,
+                "plain_sync_rps": b["plain_sync_rps"],
                 "default": b["default"].summary["spec"] if b["default"] is not None else None,
                 "default_instances": instances(b["default"]) if b["default"] is not None else None,
                 "best_sync": b["best_sync"].summary["spec"],
@@ -497,6 +561,8 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "p99_sync_spread_max": b["p99_sync_spread"],
                 "p99_rounds": b["p99_rounds"],
                 "sitting": str(b["sitting"].relative_to(root)),
+                # where the p99 ratios were measured (the sitting, or the newest one with a fixed-rate part)
+                "p99_sitting": str(b["p99_sitting"].relative_to(root)),
                 "file": str(b["best_pipelined"].path.relative_to(root)),
             }
             for b in sorted(caps, key=lambda b: (b["device"], b["server_cpus"] or 0))
@@ -642,6 +708,35 @@ def _deployment(e: Entry) -> str:
     return f"{what}, {instances(e)} instance{'s' if instances(e) != 1 else ''}"
 
 
+def _deploy(es: list[Entry], *candidates: Entry | None) -> str | None:
+    """The decision table's "deploy" cell: the candidate judged best, its mode, instances and capacity.
+
+    Each candidate is read by :func:`judged` over its comparable searches in ``es`` (medians where every one was
+    searched twice, else its best search); a tie goes to the earlier candidate (the pipelined mode, which the
+    repository deploys by default). None when no candidate holds a search.
+    """
+    sides = [(e, searches(es, e.summary["spec"], bracketed=False)) for e in candidates if e is not None]
+    sides = [(e, caps) for e, caps in sides if caps]
+    if not sides:
+        return None
+    values, medians = judged(*(caps for _, caps in sides))
+    k = max(range(len(sides)), key=lambda i: (values[i], -i))
+    e = sides[k][0]
+    at_least = "" if _searched(e) else ">= "
+    return f"{_deployment(e)}: {at_least}{fmt(values[k])} req/s" + (" (median)" if medians else "")
+
+
+def _plain_cell(plain: Entry | None, here: list[Entry], every: list[Entry]) -> str:
+    """The plain baseline's cell: its capacity and, from another sitting, its share of sync's capacity there."""
+    if plain is None:
+        return "not measured beside sync"
+    if plain in here:
+        return _cap_of(plain)
+    sync = sync_beside(every, plain)
+    share = f"{(plain.capacity or 0.0) / sync.capacity:.2f}x sync there, " if sync and sync.capacity else ""
+    return f"{_cap_of(plain)} ({share}`{sitting_of(plain).name}`)"
+
+
 #: The markers between which the README holds the generated decision table.
 DECISION_BEGIN = "<!-- decision-table: generated by `inflight results-report` from results/modes; do not edit -->"
 DECISION_END = "<!-- decision-table end -->"
@@ -666,8 +761,7 @@ def decision_table(root: Path) -> list[str]:
     for (dev, mdl, cores), all_es in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
         es = newest_comparison(all_es) or all_es
         plain = plain_for(all_es, es)
-        best = _best(es)
-        if best is None or not any(_searched(e) for e in es):
+        if not any(_searched(e) for e in es):
             continue  # nothing bracketed: every search's high end met the SLO, so the rates rank nothing
         sync = _best(e for e in es if _is_sync(e))
         pipe = _best(e for e in es if _is_pipelined(e))
@@ -675,17 +769,20 @@ def decision_table(root: Path) -> list[str]:
         # read as summary.json reads it: medians where every side was searched twice (judged)
         read = _default_reading(*_searches_of(es, sync, pipe, default))
         share_text = "n/a" if read is None else fmt(read[0], ".0%") + (" (medians)" if read[1] else "")
+        deploy = _deploy(es, pipe, sync, plain if plain is not None and plain in es else None)
+        if deploy is None:
+            continue
         rows.append(
             [
                 dev,
                 mdl,
                 fmt(cores, "d") if cores else "n/a",
-                f"{_deployment(best)}: {_capacity(best)} req/s",
+                deploy,
                 _cap_of(sync),
                 _cap_of(pipe),
                 _cap_of(default),
                 share_text,
-                _cap_of(plain) + (f" (`{sitting_of(plain).name}`)" if plain is not None and plain not in es else ""),
+                _plain_cell(plain, es, all_es),
             ]
         )
     if not rows:
@@ -697,7 +794,7 @@ def decision_table(root: Path) -> list[str]:
                 "device",
                 "model",
                 "server cores",
-                "deploy (best measured)",
+                "deploy (judged best: medians where each was searched twice)",
                 "best sync",
                 "best pipelined",
                 "default as built",
@@ -815,7 +912,8 @@ def section(root: Path) -> list[str]:
                 _searches(b["sync_searches_rps"]),
                 at_least + _searches(b["pipelined_searches_rps"]),
                 at_least + fmt(b["capacity_ratio"], ".2f") + _basis(b, short=True),
-                ", ".join(f"{r / 1e3:g}k: {v:.2f}" for r, v in b["p99_ratios"].items()) or "n/a",
+                (", ".join(f"{r / 1e3:g}k: {v:.2f}" for r, v in b["p99_ratios"].items()) or "n/a")
+                + (f" (`{b['p99_sitting'].name}`)" if b["p99_sitting"] != b["sitting"] else ""),
                 fmt(worst, ".2f"),
                 (
                     f"{b['p99_sync_spread']:.2f} ({b['p99_rounds']} rounds)"
@@ -824,8 +922,7 @@ def section(root: Path) -> list[str]:
                 ),
                 _spec(b["best_pipelined"]),
                 _cap_of(b["default"]),
-                _cap_of(b["plain"])
-                + (f" (`{b['plain_sitting'].name}`)" if b["plain_sitting"] not in (None, b["sitting"]) else ""),
+                _plain_cell(b["plain"], b["entries"], b["every"]),
             ]
         )
     if rows:
@@ -840,7 +937,7 @@ def section(root: Path) -> list[str]:
                     "best sync req/s (each search, in order)",
                     "best pipelined req/s (each search)",
                     "pipelined / sync (medians where each was searched twice or more)",
-                    "p99 pipelined / sync by rate",
+                    "p99 pipelined / sync by rate (from the sitting named where the searches' had no fixed part)",
                     "worst p99 ratio",
                     "sync against itself: p99 max / min over rounds (fewest rounds at a rate)",
                     "best pipelined",
