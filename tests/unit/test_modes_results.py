@@ -404,3 +404,18 @@ def test_the_decision_table_deploys_the_mode_judged_best_and_a_tie_goes_to_the_p
     assert modes_results._deploy([es[0], es[2]], pipe, sync) == "`pipelined`, 1 instance: 11,438 req/s"
     assert modes_results._deploy([*es[:1], es[4]], pipe, sync) == "`sync`, 1 instance: 11,438 req/s"
     assert modes_results._deploy([], pipe, sync) is None
+
+
+def test_a_plain_search_is_read_against_sync_of_its_own_instances_where_its_sitting_had_one() -> None:
+    def of(kind: str, capacity: float, count: int) -> Entry:
+        e = _entry("s", kind, capacity, True, "2026-11-25T12:00:00")
+        return Entry(
+            e.path.with_name(f"ab-{count}.json"),
+            e.doc,
+            e.summary,
+            {"variant": kind, "config": {"instance_group": [{"count": count}]}},
+        )
+
+    plain, sync1, sync8 = of("plain", 2_000.0, 1), of("sync", 2_300.0, 1), of("sync", 9_000.0, 8)
+    assert modes_results.sync_beside([plain, sync1, sync8], plain) is sync1
+    assert modes_results.sync_beside([plain, sync8], plain) is sync8

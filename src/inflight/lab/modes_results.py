@@ -205,15 +205,20 @@ def _newest_sitting(es: Iterable[Entry], complete: Callable[[list[Entry]], bool]
 
 
 def sync_beside(every: Iterable[Entry], e: Entry) -> Entry | None:
-    """The best bracketed sync search of ``e``'s sitting (what a plain figure from another sitting is read against)."""
-    return _best(x for x in every if sitting_of(x) == sitting_of(e) and _is_sync(x) and _searched(x))
+    """The best bracketed sync search of ``e``'s sitting: what a plain figure from another sitting is read against.
+
+    Of ``e``'s instance count where the sitting searched one, else of any.
+    """
+    syncs = [x for x in every if sitting_of(x) == sitting_of(e) and _is_sync(x) and _searched(x)]
+    return _best([x for x in syncs if instances(x) == instances(e)] or syncs)
 
 
 def plain_for(every: list[Entry], here: list[Entry]) -> Entry | None:
     """The plain Python backend's best bracketed search in ``here``, else in the newest sitting of ``every`` with one.
 
     The plain baseline is compared with nothing in its row but read beside it, so where the sitting of the
-    row did not search it, the newest search of it on the same device and cores stands in (its sitting named).
+    row did not search it, the newest search of it on the same device and cores stands in (its sitting named),
+    from a sitting that also searched sync (bracketed): the row reads it as a share of that sync.
     """
     mine = _best(e for e in here if _is_plain(e) and _searched(e))
     if mine is not None:
