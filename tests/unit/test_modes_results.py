@@ -235,13 +235,14 @@ def test_the_plain_baseline_comes_from_the_rows_sitting_else_the_newest_that_sea
     got = modes_results.plain_for(every, here)
     assert got is not None and got.capacity == 19_500.0  # newest bracketed search beside sync, not the largest
     # read against sync in its own sitting (19,500 / 22,000), with that sitting named
-    assert modes_results._plain_cell(got, here, every) == "19,500 (1 inst.) (0.89x sync there, `a-old`)"
+    there = modes_results.sync_beside(every, got)
+    assert modes_results._plain_cell(got, got in here, there) == "19,500 (1 inst.) (0.89x sync there, `a-old`)"
     mine = _entry("b-new", "plain", 20_000.0, True, "2026-11-26T04:16:00")
     assert modes_results.plain_for([*here, mine, *older], [*here, mine]) is mine
-    assert modes_results._plain_cell(mine, [*here, mine], every) == "20,000 (1 inst.)"
+    assert modes_results._plain_cell(mine, True, None) == "20,000 (1 inst.)"
     assert modes_results.plain_for(here, here) is None
     assert modes_results.plain_for([*here, older[-1]], here) is None
-    assert modes_results._plain_cell(None, here, every) == "not measured beside sync"
+    assert modes_results._plain_cell(None, False, None) == "not measured beside sync"
 
 
 def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:

@@ -132,10 +132,8 @@ def _in_band_only(e: Entry) -> bool:
     """
     if e.kind != "pipelined" or e.mode != "auto":
         return False
-    params = (e.variant.get("config") or {}).get("parameters") or {}
-    raw = str((params.get("auto_bound_min") or {}).get("string_value") or "0")
     try:
-        return math.isinf(float(raw))
+        return math.isinf(float(e.parameter("auto_bound_min") or "0"))
     except ValueError:
         return False
 
@@ -279,15 +277,21 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         "plain_rps": plain.capacity if plain is not None else None,
         "plain_sitting": sitting_of(plain) if plain is not None else None,
         # sync's capacity in the plain search's own sitting (the figure the plain one is read against)
-        "plain_sync_rps": plain_sync.capacity if plain_sync is not None else None,
-        "entries": es,
-        "every": every,
+        "plain_sync": plain_sync,
         "p99_ratios": ratios,
         "p99_sitting": sitting_of(at_fixed[0]),
         "p99_sync_spread": p99_spread(at_fixed, sync.summary["spec"]),
         # the fewest of sync's rounds behind one of the ratios (each side's p99 is its median over them)
         "p99_rounds": min((len(sync_rounds.get(r, [])) for r in ratios), default=0),
     }
+
+
+def _by_file(es: Iterable[Entry]) -> list[list[Entry]]:
+    """The entries of each A/B file (the variants one file ran side by side), in path order."""
+    files: dict[Path, list[Entry]] = {}
+    for e in es:
+        files.setdefault(e.path, []).append(e)
+    return [files[path] for path in sorted(files)]
 
 
 #: The shares of sync's capacity a fixed-rate part must reach down and up to for item 2's targets (20/50/80%).
@@ -307,8 +311,7 @@ def _side_by_side(es: Iterable[Entry], sync: Entry, other: Entry) -> bool:
     if not caps:
         return False
     rates: list[float] = []
-    for path in {e.path for e in es}:
-        here = [e for e in es if e.path == path]
+    for here in _by_file(es):
         if want <= {str(e.summary.get("spec")) for e in here} and not any(_search_ran(e) for e in here):
             rates += [r for e in here if e.summary.get("spec") == sync.summary["spec"] for r in _p99s_by_rate(e)]
     low, high = FIXED_SHARES_SPAN
@@ -393,8 +396,7 @@ def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, fl
     """
     es = list(es)
     rounds: dict[float, tuple[list[float], list[float]]] = {}
-    for path in sorted({e.path for e in es}):
-        here = [e for e in es if e.path == path]
+    for here in _by_file(es):
         s = next((e for e in here if _is_sync(e) and e.summary["spec"] == sync.summary["spec"]), None)
         p = next((e for e in here if e.summary["spec"] == other.summary["spec"]), None)
         if s is None or p is None:
@@ -555,7 +557,7 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "default_rps": b["default_rps"],
                 "plain_rps": b["plain_rps"],
                 "plain_sitting": str(b["plain_sitting"].relative_to(root)) if b["plain_sitting"] else None,
-                "plain_sync_rps": b["plain_sync_rps"],
+                "plain_sync_rps": b["plain_sync"].capacity if b["plain_sync"] is not None else None,
                 "default": b["default"].summary["spec"] if b["default"] is not None else None,
                 "default_instances": instances(b["default"]) if b["default"] is not None else None,
                 "best_sync": b["best_sync"].summary["spec"],
@@ -731,13 +733,15 @@ def _deploy(es: list[Entry], *candidates: Entry | None) -> str | None:
     return f"{_deployment(e)}: {at_least}{fmt(values[k])} req/s" + (" (median)" if medians else "")
 
 
-def _plain_cell(plain: Entry | None, here: list[Entry], every: list[Entry]) -> str:
-    """The plain baseline's cell: its capacity and, from another sitting, its share of sync's capacity there."""
+def _plain_cell(plain: Entry | None, own: bool, sync: Entry | None) -> str:
+    """The plain baseline's cell: its capacity; from another sitting (not ``own``), its share of ``sync`` there.
+
+    ``sync`` is what :func:`sync_beside` found in the plain search's sitting.
+    """
     if plain is None:
         return "not measured beside sync"
-    if plain in here:
+    if own:
         return _cap_of(plain)
-    sync = sync_beside(every, plain)
     share = f"{(plain.capacity or 0.0) / sync.capacity:.2f}x sync there, " if sync and sync.capacity else ""
     return f"{_cap_of(plain)} ({share}`{sitting_of(plain).name}`)"
 
@@ -787,7 +791,7 @@ def decision_table(root: Path) -> list[str]:
                 _cap_of(pipe),
                 _cap_of(default),
                 share_text,
-                _plain_cell(plain, es, all_es),
+                _plain_cell(plain, plain in es, sync_beside(all_es, plain) if plain is not None else None),
             ]
         )
     if not rows:
@@ -927,7 +931,7 @@ def section(root: Path) -> list[str]:
                 ),
                 _spec(b["best_pipelined"]),
                 _cap_of(b["default"]),
-                _plain_cell(b["plain"], b["entries"], b["every"]),
+                _plain_cell(b["plain"], b["plain_sitting"] == b["sitting"], b["plain_sync"]),
             ]
         )
     if rows:

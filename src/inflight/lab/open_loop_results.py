@@ -56,8 +56,12 @@ class Entry:
         """The inflight backend's ``mode`` parameter (``pipelined`` when unset); the kind for other models."""
         if self.kind != "pipelined":
             return self.kind
+        return self.parameter("mode") or "pipelined"
+
+    def parameter(self, key: str) -> str:
+        """A parameter of the variant's model config (``parameters { key ... }``), "" when unset."""
         params = (self.variant.get("config") or {}).get("parameters") or {}
-        return str((params.get("mode") or {}).get("string_value") or "pipelined")
+        return str((params.get(key) or {}).get("string_value") or "")
 
     @property
     def capacity(self) -> float | None:
