@@ -420,3 +420,37 @@ def test_a_plain_search_is_read_against_sync_of_its_own_instances_where_its_sitt
     plain, sync1, sync8 = of("plain", 2_000.0, 1), of("sync", 2_300.0, 1), of("sync", 9_000.0, 8)
     assert modes_results.sync_beside([plain, sync1, sync8], plain) is sync1
     assert modes_results.sync_beside([plain, sync8], plain) is sync8
+
+
+def _with_lowest_window(e: Entry, rate: float, p50: float, p99: float) -> Entry:
+    """``e`` with a search whose lowest-rate window had this p50 and p99 (a higher window after it)."""
+    sweep = [
+        {"offered_rps": rate * 2, "p50_ms": p50, "p99_ms": 60.0, "valid": True},
+        {"offered_rps": rate, "p50_ms": p50, "p99_ms": p99, "valid": True},
+        # a generator-limited window is no evidence of the host
+        {"offered_rps": rate / 2, "p50_ms": 1.0, "p99_ms": 90.0, "valid": True, "generator_limited": True},
+    ]
+    return dataclasses.replace(e, summary={**e.summary, "sweep": sweep})
+
+
+def test_a_plain_figure_from_a_host_that_stalls_is_flagged_and_a_steady_hosts_preferred() -> None:
+    steady = _entry("a-steady", "sync", 14_750.0, True, "2026-11-25T12:28:00")
+    steady_sync = _with_lowest_window(steady, 6_000, 3.4, 8.3)
+    steady_plain = _entry("a-steady", "plain", 13_000.0, True, "2026-11-25T12:31:00")
+    stalled = _entry("b-stalls", "sync", 2_562.0, True, "2026-11-27T00:43:00")
+    stalled_sync = _with_lowest_window(stalled, 2_000, 3.3, 37.0)
+    stalled_plain = _entry("b-stalls", "plain", 2_250.0, True, "2026-11-27T00:46:00")
+    assert modes_results.tail_spread(stalled_sync) == (2_000.0, 37.0 / 3.3)
+    assert modes_results.stalls(stalled_sync) and not modes_results.stalls(steady_sync)
+    assert not modes_results.stalls(None) and modes_results.tail_spread(stalled_plain) is None
+    here = [_entry("c-row", "sync", 11_000.0, True, "2026-11-27T01:00:00")]
+    every = [*here, steady_sync, steady_plain, stalled_sync, stalled_plain]
+    # the newer plain search ran on a host that stalled: the steady host's stands in
+    assert modes_results.plain_for(every, here) is steady_plain
+    # where only the stalled one exists, it is read, and its cell says so
+    only = [*here, stalled_sync, stalled_plain]
+    assert modes_results.plain_for(only, here) is stalled_plain
+    cell = modes_results._plain_cell(stalled_plain, False, modes_results.sync_beside(only, stalled_plain))
+    assert cell == (
+        "2,250 (1 inst.) (0.88x sync there, a host that stalls: sync's p99 11x its p50 at 2,000 req/s, `b-stalls`)"
+    )

@@ -95,6 +95,36 @@ def p99_by_rate(e: Entry) -> dict[float, float]:
     return {rate: statistics.median(p99s) for rate, p99s in _p99s_by_rate(e).items()}
 
 
+#: p99 over p50 of a search's lowest-rate window from which the host's stalls, not a queue, are taken to set the
+#: tail. The bracketed sync searches of results/modes (2026-11-27) show 1.6-3.8 there on hosts that kept their p99
+#: in hand and 6.2-16.3, at a p50 of about 3 ms, on hosts that stalled (20261126-h100-4cores-slowhost,
+#: 20261127-h100-4cores-plain): nothing in between.
+STALL_SPREAD = 5.0
+
+
+def tail_spread(e: Entry) -> tuple[float, float] | None:
+    """(offered rate, p99 / p50) of the variant's lowest-rate valid window; None without one.
+
+    At the lowest rate a search tries, no queue forms on a host that keeps up, so a p99 many times the p50
+    there is the host stalling: a capacity found on such a host is set by its stalls, not by the mode.
+    """
+    windows = [
+        w
+        for w in e.summary.get("sweep") or []
+        if w.get("valid") and not w.get("generator_limited") and w.get("p50_ms") and w.get("p99_ms") is not None
+    ]
+    if not windows:
+        return None
+    low = min(windows, key=lambda w: float(w["offered_rps"]))
+    return float(low["offered_rps"]), float(low["p99_ms"]) / float(low["p50_ms"])
+
+
+def stalls(e: Entry | None) -> bool:
+    """Whether ``e``'s search ran on a host whose stalls set its tail (:data:`STALL_SPREAD`)."""
+    spread = tail_spread(e) if e is not None else None
+    return spread is not None and spread[1] >= STALL_SPREAD
+
+
 def overlap_bound(e: Entry) -> float | None:
     """Cycle / (cycle - device wait) from the variant's executor figures, or None."""
     ex = e.summary.get("executor") or {}
@@ -228,7 +258,9 @@ def plain_for(every: list[Entry], here: list[Entry]) -> Entry | None:
     others = [e for e in every if _is_plain(e) and _searched(e) and sitting_of(e) in anchored]
     if not others:
         return None
-    newest = sitting_of(max(others, key=_started))
+    # a sitting on a host that kept its tail in hand before one whose stalls set both capacities (:func:`stalls`)
+    steady = [e for e in others if not stalls(sync_beside(every, e))]
+    newest = sitting_of(max(steady or others, key=_started))
     return _best(e for e in others if sitting_of(e) == newest)
 
 
@@ -558,6 +590,8 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "plain_rps": b["plain_rps"],
                 "plain_sitting": str(b["plain_sitting"].relative_to(root)) if b["plain_sitting"] else None,
                 "plain_sync_rps": b["plain_sync"].capacity if b["plain_sync"] is not None else None,
+                # the plain search's host stalled (:func:`stalls`): its share of sync there says little of a steady host
+                "plain_host_stalls": stalls(b["plain_sync"]),
                 "default": b["default"].summary["spec"] if b["default"] is not None else None,
                 "default_instances": instances(b["default"]) if b["default"] is not None else None,
                 "best_sync": b["best_sync"].summary["spec"],
@@ -743,7 +777,9 @@ def _plain_cell(plain: Entry | None, own: bool, sync: Entry | None) -> str:
     if own:
         return _cap_of(plain)
     share = f"{(plain.capacity or 0.0) / sync.capacity:.2f}x sync there, " if sync and sync.capacity else ""
-    return f"{_cap_of(plain)} ({share}`{sitting_of(plain).name}`)"
+    spread = tail_spread(sync) if sync is not None and stalls(sync) else None
+    host = f"a host that stalls: sync's p99 {spread[1]:.0f}x its p50 at {fmt(spread[0])} req/s, " if spread else ""
+    return f"{_cap_of(plain)} ({share}{host}`{sitting_of(plain).name}`)"
 
 
 #: The markers between which the README holds the generated decision table.
