@@ -77,12 +77,20 @@ def _runs(e: Entry) -> list[Mapping[str, Any]]:
     return [r for r in e.doc.get("runs", []) if r.get("variant") == e.summary.get("variant")]
 
 
+def _windows(e: Entry) -> list[Mapping[str, Any]]:
+    """The variant's valid windows with a p99, not generator-limited (what they measured is the server's)."""
+    return [
+        w
+        for w in e.summary.get("sweep") or []
+        if w.get("valid") and not w.get("generator_limited") and w.get("p99_ms") is not None
+    ]
+
+
 def _p99s_by_rate(e: Entry) -> dict[float, list[float]]:
-    """p99s (ms) of the variant's valid windows, not generator-limited, by offered rate (one per round)."""
+    """p99s (ms) of the variant's :func:`_windows` by offered rate (one per round)."""
     by_rate: dict[float, list[float]] = {}
-    for w in e.summary.get("sweep") or []:
-        if w.get("valid") and not w.get("generator_limited") and w.get("p99_ms") is not None:
-            by_rate.setdefault(float(w["offered_rps"]), []).append(float(w["p99_ms"]))
+    for w in _windows(e):
+        by_rate.setdefault(float(w["offered_rps"]), []).append(float(w["p99_ms"]))
     return by_rate
 
 
@@ -103,16 +111,12 @@ STALL_SPREAD = 5.0
 
 
 def tail_spread(e: Entry) -> tuple[float, float] | None:
-    """(offered rate, p99 / p50) of the variant's lowest-rate valid window; None without one.
+    """(offered rate, p99 / p50) of the variant's lowest-rate window (:func:`_windows`, with a p50); None without one.
 
     At the lowest rate a search tries, no queue forms on a host that keeps up, so a p99 many times the p50
     there is the host stalling: a capacity found on such a host is set by its stalls, not by the mode.
     """
-    windows = [
-        w
-        for w in e.summary.get("sweep") or []
-        if w.get("valid") and not w.get("generator_limited") and w.get("p50_ms") and w.get("p99_ms") is not None
-    ]
+    windows = [w for w in _windows(e) if w.get("p50_ms")]
     if not windows:
         return None
     low = min(windows, key=lambda w: float(w["offered_rps"]))
