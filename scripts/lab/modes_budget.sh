@@ -30,9 +30,9 @@ source scripts/gpu_lib.sh
 kit_setup  # once for both parts (INFLIGHT_SETUP_DONE is exported to them)
 BUDGET_PARTS=${BUDGET_PARTS:-cap fixed}
 if [[ " $BUDGET_PARTS " == *" cap "* ]]; then
-  PARTS=cap bash scripts/lab/gpu_session.sh modes > "$LOGS/cap.log" 2>&1
+  PARTS=cap bash scripts/lab/gpu_session.sh modes > "$LOGS/cap${CAP_TAG:+-$CAP_TAG}.log" 2>&1
   pack_results "$OUT/results-modes.tgz" "$CAMPAIGN"
-  grep -E "capacity|CPU sets|rror" "$LOGS/cap.log" | tail -20
+  grep -E "capacity|CPU sets|rror" "$LOGS/cap${CAP_TAG:+-$CAP_TAG}.log" | tail -20
 fi
 [[ " $BUDGET_PARTS " == *" fixed "* ]] || exit 0
 rates=$(python3 - "$CAMPAIGN" "${FIXED_SHARES:-0.2,0.5,0.8}" <<'EOF'

@@ -454,3 +454,24 @@ def test_a_plain_figure_from_a_host_that_stalls_is_flagged_and_a_steady_hosts_pr
     assert cell == (
         "2,250 (1 inst.) (0.88x sync there, a host that stalls: sync's p99 11x its p50 at 2,000 req/s, `b-stalls`)"
     )
+    # a steady host's plain search beside: no stalling shares are shown
+    assert modes_results.stalling_plain_shares(every, steady_plain) == []
+    assert modes_results.stalling_plain_shares(only, stalled_plain) == [2_250.0 / 2_562.0]
+
+
+def test_plain_searches_from_several_hosts_that_stall_are_shown_as_their_range_not_the_newest_alone() -> None:
+    first = _with_lowest_window(_entry("b-stalls", "sync", 2_562.0, True, "2026-11-27T00:43:00"), 2_000, 3.3, 37.0)
+    first_plain = _entry("b-stalls", "plain", 2_250.0, True, "2026-11-27T00:46:00")
+    second = _with_lowest_window(_entry("c-stalls", "sync", 1_719.0, True, "2026-11-27T03:15:00"), 1_000, 3.0, 30.0)
+    second_plain = _entry("c-stalls", "plain", 3_312.0, True, "2026-11-27T03:18:00")
+    here = [_entry("d-row", "sync", 11_000.0, True, "2026-11-27T04:00:00")]
+    every = [*here, first, first_plain, second, second_plain]
+    plain = modes_results.plain_for(every, here)
+    assert plain is second_plain  # the newest, for want of a steady host
+    shares = modes_results.stalling_plain_shares(every, plain)
+    assert shares == [2_250.0 / 2_562.0, 3_312.0 / 1_719.0]  # oldest first
+    cell = modes_results._plain_cell(plain, False, modes_results.sync_beside(every, plain), shares)
+    assert cell == (
+        "not measured on a steady host; on 2 hosts that stall (sync's p99 >= 5x its p50 at its lowest rate) "
+        "0.88x, 1.93x sync there, newest `c-stalls`"
+    )

@@ -268,6 +268,25 @@ def plain_for(every: list[Entry], here: list[Entry]) -> Entry | None:
     return _best(e for e in others if sitting_of(e) == newest)
 
 
+def stalling_plain_shares(every: list[Entry], plain: Entry | None) -> list[float]:
+    """Plain over sync, one per sitting of ``every`` that searched both on a host that stalls, oldest first.
+
+    Empty unless ``plain`` itself comes from such a host (:func:`plain_for` found no steady one): then every
+    such sitting is shown, not the newest alone, since there the two searches rank by the host's stalls (on two
+    H100s that stalled, 2026-11-27: 0.88x and 1.93x).
+    """
+    if plain is None or not stalls(sync_beside(every, plain)):
+        return []
+    shares: dict[Path, tuple[str, float]] = {}
+    for e in sorted(every, key=_started):
+        sync = sync_beside(every, e) if _is_plain(e) and _searched(e) else None
+        if sync is not None and stalls(sync) and sync.capacity and e.capacity is not None:
+            share = e.capacity / sync.capacity
+            if sitting_of(e) not in shares or share > shares[sitting_of(e)][1]:
+                shares[sitting_of(e)] = (_started(e), share)
+    return [share for _, share in sorted(shares.values())]
+
+
 def core_budget(es: list[Entry]) -> dict[str, Any] | None:
     """One core budget's figures, from its newest sitting that searched both modes (:func:`newest_comparison`).
 
@@ -314,6 +333,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         "plain_sitting": sitting_of(plain) if plain is not None else None,
         # sync's capacity in the plain search's own sitting (the figure the plain one is read against)
         "plain_sync": plain_sync,
+        "plain_stalling_shares": stalling_plain_shares(every, plain),
         "p99_ratios": ratios,
         "p99_sitting": sitting_of(at_fixed[0]),
         "p99_sync_spread": p99_spread(at_fixed, sync.summary["spec"]),
@@ -596,6 +616,8 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "plain_sync_rps": b["plain_sync"].capacity if b["plain_sync"] is not None else None,
                 # the plain search's host stalled (:func:`stalls`): its share of sync there says little of a steady host
                 "plain_host_stalls": stalls(b["plain_sync"]),
+                # where no steady host searched plain beside sync: its share on every host that stalls, oldest first
+                "plain_shares_on_stalling_hosts": b["plain_stalling_shares"],
                 "default": b["default"].summary["spec"] if b["default"] is not None else None,
                 "default_instances": instances(b["default"]) if b["default"] is not None else None,
                 "best_sync": b["best_sync"].summary["spec"],
@@ -771,15 +793,22 @@ def _deploy(es: list[Entry], *candidates: Entry | None) -> str | None:
     return f"{_deployment(e)}: {at_least}{fmt(values[k])} req/s" + (" (median)" if medians else "")
 
 
-def _plain_cell(plain: Entry | None, own: bool, sync: Entry | None) -> str:
+def _plain_cell(plain: Entry | None, own: bool, sync: Entry | None, stalling: Sequence[float] = ()) -> str:
     """The plain baseline's cell: its capacity; from another sitting (not ``own``), its share of ``sync`` there.
 
-    ``sync`` is what :func:`sync_beside` found in the plain search's sitting.
+    ``sync`` is what :func:`sync_beside` found in the plain search's sitting; ``stalling`` the shares of
+    :func:`stalling_plain_shares` (two or more: their range is shown, the newest host's figure being no better).
     """
     if plain is None:
         return "not measured beside sync"
     if own:
         return _cap_of(plain)
+    if len(stalling) > 1:
+        shares = ", ".join(f"{x:.2f}x" for x in stalling)
+        return (
+            f"not measured on a steady host; on {len(stalling)} hosts that stall (sync's p99 >= "
+            f"{STALL_SPREAD:g}x its p50 at its lowest rate) {shares} sync there, newest `{sitting_of(plain).name}`"
+        )
     share = f"{(plain.capacity or 0.0) / sync.capacity:.2f}x sync there, " if sync and sync.capacity else ""
     spread = tail_spread(sync) if sync is not None and stalls(sync) else None
     host = f"a host that stalls: sync's p99 {spread[1]:.0f}x its p50 at {fmt(spread[0])} req/s, " if spread else ""
@@ -831,7 +860,12 @@ def decision_table(root: Path) -> list[str]:
                 _cap_of(pipe),
                 _cap_of(default),
                 share_text,
-                _plain_cell(plain, plain in es, sync_beside(all_es, plain) if plain is not None else None),
+                _plain_cell(
+                    plain,
+                    plain in es,
+                    sync_beside(all_es, plain) if plain is not None else None,
+                    stalling_plain_shares(all_es, plain),
+                ),
             ]
         )
     if not rows:
@@ -971,7 +1005,9 @@ def section(root: Path) -> list[str]:
                 ),
                 _spec(b["best_pipelined"]),
                 _cap_of(b["default"]),
-                _plain_cell(b["plain"], b["plain_sitting"] == b["sitting"], b["plain_sync"]),
+                _plain_cell(
+                    b["plain"], b["plain_sitting"] == b["sitting"], b["plain_sync"], b["plain_stalling_shares"]
+                ),
             ]
         )
     if rows:
