@@ -475,3 +475,44 @@ def test_plain_searches_from_several_hosts_that_stall_are_shown_as_their_range_n
         "not measured on a steady host; on 2 hosts that stall (sync's p99 >= 5x its p50 at its lowest rate) "
         "0.88x, 1.93x sync there, newest `c-stalls`"
     )
+
+
+def test_the_permutation_p_counts_the_relabellings_whose_medians_are_as_far_apart() -> None:
+    # 2026-11-27's four searches a side on four H200 cores: medians 13,625 and 12,531
+    sync = [10_500.0, 13_312.5, 13_937.5, 15_187.5]
+    default = [11_437.5, 13_000.0, 12_062.5, 14_875.0]
+    assert modes_results.permutation_p(sync, default) == pytest.approx(44 / 70)
+    assert modes_results.permutation_p(default, sync) == pytest.approx(44 / 70)  # two-sided
+    # fully separated groups: the medians ignore the extremes, so swapping the outermost values keeps the gap too
+    # ({1, 2, 3, 11} against {4, 12, 13, 14}: 2.5 and 12.5), four labellings of 70
+    assert modes_results.permutation_p([1.0, 2.0, 3.0, 4.0], [11.0, 12.0, 13.0, 14.0]) == pytest.approx(4 / 70)
+    assert modes_results.permutation_p([1.0, 2.0], [11.0, 12.0]) == pytest.approx(2 / 6)  # never under 1/3
+    assert modes_results.permutation_p([5.0, 5.0], [5.0, 5.0]) == 1.0
+    assert modes_results.permutation_p([1.0], [2.0, 3.0]) is None  # one search a side: no test
+    assert modes_results.permutation_p([1.0] * 9, [2.0] * 9) is None  # C(18, 9) over PERMUTATIONS_MAX
+
+
+def test_the_worst_p99_ratios_rounds_are_tested_at_its_rate_and_a_missed_target_shows_both_p() -> None:
+    es = [_fixed("call-1", "sync", [4.0, 5.0, 6.0]), _fixed("call-1", "inflight", [8.0, 9.0, 10.0])]
+    p, n, m = modes_results.worst_p99_p(es, es[0], es[1])
+    # separated: medians 5 and 9; {4, 5, 8} against {6, 9, 10} too, and the two the other way round: 4 of C(6, 3)
+    assert (n, m) == (3, 3) and p == pytest.approx(4 / 20)
+    assert modes_results.worst_p99_p(es[:1], es[0], es[1]) == (None, 0, 0)  # nothing ran side by side
+    row = {
+        "device": "GPU",
+        "server_cpus": 4,
+        "best_pipelined_is_lower_bound": False,
+        "capacity_ratio": 0.92,
+        "capacity_ratio_p": 0.63,
+        "default_share": 1.0,
+        "p99_ratio_max": 1.21,
+        "p99_ratio_max_p": 0.67,
+    }
+    (head,) = modes_results.headline_rows({"capacity": [row]})
+    assert head[3] == (
+        "**missed** (capacity, p99); as far apart under a random labelling of the same runs: "
+        "capacity p 0.63, p99 p 0.67"
+    )
+    # a target met shows no p of its own
+    (met,) = modes_results.headline_rows({"capacity": [{**row, "capacity_ratio": 1.0}]})
+    assert met[3] == "**missed** (p99); as far apart under a random labelling of the same runs: p99 p 0.67"

@@ -19,6 +19,7 @@ Sittings on different devices are not compared with each other: each table names
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -307,6 +308,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
     at_fixed = es if _side_by_side(es, sync, pipe) else _newest_sitting(every, lambda g: _side_by_side(g, sync, pipe))
     at_fixed = at_fixed or es
     ratios = p99_ratios(at_fixed, sync, pipe)
+    p99_p = worst_p99_p(at_fixed, sync, pipe)
     sync_rounds = p99_rounds(at_fixed, sync.summary["spec"])
     default = _best(e for e in es if _is_default(e) and _search_ran(e))
     sync_caps, pipe_caps, default_caps = _searches_of(es, sync, pipe, default)
@@ -324,6 +326,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         "sync_searches_rps": sync_caps,
         "pipelined_searches_rps": pipe_caps,
         "capacity_ratio": capacity_ratio(sync_caps, pipe_caps),
+        "capacity_p": permutation_p(sync_caps, pipe_caps),
         "default": default,
         "default_rps": default.capacity if default is not None else None,
         "default_searches_rps": default_caps,
@@ -335,6 +338,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         "plain_sync": plain_sync,
         "plain_stalling_shares": stalling_plain_shares(every, plain),
         "p99_ratios": ratios,
+        "p99_p": p99_p,
         "p99_sitting": sitting_of(at_fixed[0]),
         "p99_sync_spread": p99_spread(at_fixed, sync.summary["spec"]),
         # the fewest of sync's rounds behind one of the ratios (each side's p99 is its median over them)
@@ -419,6 +423,32 @@ def capacity_ratio(sync: Sequence[float], pipelined: Sequence[float]) -> float |
     return p / s
 
 
+#: Most relabellings :func:`permutation_p` enumerates (C(16, 8) = 12,870: eight searches or rounds a side).
+PERMUTATIONS_MAX = 20_000
+
+
+def permutation_p(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Two-sided exact permutation p of the difference between the medians of ``a`` and ``b``.
+
+    The share of all ways to split the pooled values into groups of ``len(a)`` and ``len(b)`` whose medians
+    differ by at least as much as the two measured groups do: how often labelling the same searches (or
+    rounds) at random gives a gap as large. Two searches a side can give no p under 1/3; four a side none
+    under 1/35. None when a side holds fewer than two values or the splits exceed :data:`PERMUTATIONS_MAX`.
+    """
+    if len(a) < 2 or len(b) < 2 or math.comb(len(a) + len(b), len(a)) > PERMUTATIONS_MAX:
+        return None
+    pooled = [*a, *b]
+    observed = abs(statistics.median(a) - statistics.median(b))
+    hits = total = 0
+    for chosen in itertools.combinations(range(len(pooled)), len(a)):
+        picked = set(chosen)
+        x = [pooled[i] for i in chosen]
+        y = [v for i, v in enumerate(pooled) if i not in picked]
+        total += 1
+        hits += abs(statistics.median(x) - statistics.median(y)) >= observed * (1 - 1e-9)
+    return hits / total
+
+
 def default_share(sync: Sequence[float], pipelined: Sequence[float], default: Sequence[float]) -> float | None:
     """The default's capacity over the best mode's (sync or pipelined), as :func:`judged` reads them."""
     read = _default_reading(sync, pipelined, default)
@@ -450,9 +480,19 @@ def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, fl
     may come from several device calls, each of a few interleaved rounds). Where no file ran both (no
     fixed-rate part), from the two searches' own windows at the rates both visited.
     """
-    es = list(es)
+    rounds = p99_rounds_side_by_side(es, sync, other)
+    if rounds:
+        return {rate: statistics.median(p) / statistics.median(s) for rate, (s, p) in sorted(rounds.items())}
+    s99m, p99m = p99_by_rate(sync), p99_by_rate(other)
+    return {rate: p99m[rate] / s99m[rate] for rate in sorted(set(s99m) & set(p99m))}
+
+
+def p99_rounds_side_by_side(
+    es: Iterable[Entry], sync: Entry, other: Entry
+) -> dict[float, tuple[list[float], list[float]]]:
+    """Per rate, sync's and ``other``'s p99 in every round of the files of ``es`` that ran both (empty: none did)."""
     rounds: dict[float, tuple[list[float], list[float]]] = {}
-    for here in _by_file(es):
+    for here in _by_file(list(es)):
         s = next((e for e in here if _is_sync(e) and e.summary["spec"] == sync.summary["spec"]), None)
         p = next((e for e in here if e.summary["spec"] == other.summary["spec"]), None)
         if s is None or p is None:
@@ -462,10 +502,22 @@ def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, fl
             mine, theirs = rounds.setdefault(rate, ([], []))
             mine.extend(s99[rate])
             theirs.extend(p99[rate])
-    if rounds:
-        return {rate: statistics.median(p) / statistics.median(s) for rate, (s, p) in sorted(rounds.items())}
-    s99m, p99m = p99_by_rate(sync), p99_by_rate(other)
-    return {rate: p99m[rate] / s99m[rate] for rate in sorted(set(s99m) & set(p99m))}
+    return dict(sorted(rounds.items()))
+
+
+def worst_p99_p(es: Iterable[Entry], sync: Entry, other: Entry) -> tuple[float | None, int, int]:
+    """:func:`permutation_p` of the rounds at the rate of the largest p99 ratio, with each side's round count.
+
+    (None, n, m) where that rate had fewer than two rounds a side, or no round ran side by side.
+    """
+    es = list(es)
+    ratios = p99_ratios(es, sync, other)
+    rounds = p99_rounds_side_by_side(es, sync, other)
+    if not ratios or not rounds:
+        return None, 0, 0
+    worst = max(ratios, key=lambda rate: ratios[rate])
+    s, p = rounds.get(worst, ([], []))
+    return permutation_p(s, p), len(s), len(p)
 
 
 def p99_rounds(es: Iterable[Entry], spec: str) -> dict[float, list[float]]:
@@ -609,6 +661,8 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "pipelined_searches_rps": b["pipelined_searches_rps"],
                 "default_searches_rps": b["default_searches_rps"],
                 "capacity_ratio": b["capacity_ratio"],
+                # how often a random labelling of the same searches gives medians as far apart (permutation_p)
+                "capacity_ratio_p": b["capacity_p"],
                 "default_share": b["default_share"],
                 "default_rps": b["default_rps"],
                 "plain_rps": b["plain_rps"],
@@ -624,6 +678,8 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "best_pipelined": b["best_pipelined"].summary["spec"],
                 "best_pipelined_is_lower_bound": b["best_pipelined_is_lower_bound"],
                 "p99_ratio_max": max(b["p99_ratios"].values()) if b["p99_ratios"] else None,
+                # the same for the rounds at the rate of that ratio (None: under two rounds a side)
+                "p99_ratio_max_p": b["p99_p"][0],
                 # sync against itself: its own p99s over rounds at one rate, largest max / min (the noise)
                 "p99_sync_spread_max": b["p99_sync_spread"],
                 "p99_rounds": b["p99_rounds"],
@@ -696,6 +752,14 @@ def headline_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
         if not checks["p99"] and p99 is not None and spread is not None and p99 <= spread:
             # the ratio is not read as a mode's cost where sync against itself differs by more
             verdict += f"; p99 ratio within sync's own spread over rounds ({spread:.2f})"
+        # how often a random labelling of the same searches (rounds) is as far apart (permutation_p)
+        chances = [
+            f"{what} p {c[key]:.2f}"
+            for key, what in (("capacity_ratio_p", "capacity"), ("p99_ratio_max_p", "p99"))
+            if not checks[what] and c.get(key) is not None
+        ]
+        if chances:
+            verdict += "; as far apart under a random labelling of the same runs: " + ", ".join(chances)
         rows.append(
             [
                 f"bert-tiny, {c['device']}, {c['server_cpus']} server cores: pipelined / sync capacity"
@@ -729,12 +793,16 @@ def _searches(caps: Sequence[float]) -> str:
     return " / ".join(fmt(x) for x in caps) or "n/a"
 
 
-def _basis(c: Mapping[str, Any], short: bool = False) -> str:
-    """How a capacity ratio of ``c`` was read: " (medians of N and M searches)", or nothing (one search a side)."""
+def _basis(c: Mapping[str, Any], short: bool = False, p: float | None = None) -> str:
+    """How a capacity ratio of ``c`` was read: " (medians of N and M searches)", or nothing (one search a side).
+
+    With ``p`` (:func:`permutation_p` of the searches), it follows: " (medians, N/M; p 0.63)".
+    """
     n, m = len(c.get("sync_searches_rps") or []), len(c.get("pipelined_searches_rps") or [])
     if n < 2 or m < 2:
         return ""
-    return f" (medians, {n}/{m})" if short else f" (medians of {n} and {m} searches)"
+    chance = f"; p {p:.2f}" if p is not None else ""
+    return f" (medians, {n}/{m}{chance})" if short else f" (medians of {n} and {m} searches{chance})"
 
 
 def write_summary(root: Path) -> dict[str, Any] | None:
@@ -994,7 +1062,7 @@ def section(root: Path) -> list[str]:
                 f"`{b['sitting'].name}`",
                 _searches(b["sync_searches_rps"]),
                 at_least + _searches(b["pipelined_searches_rps"]),
-                at_least + fmt(b["capacity_ratio"], ".2f") + _basis(b, short=True),
+                at_least + fmt(b["capacity_ratio"], ".2f") + _basis(b, short=True, p=b["capacity_p"]),
                 (", ".join(f"{r / 1e3:g}k: {v:.2f}" for r, v in b["p99_ratios"].items()) or "n/a")
                 + (f" (`{b['p99_sitting'].name}`)" if b["p99_sitting"] != b["sitting"] else ""),
                 fmt(worst, ".2f"),
@@ -1021,7 +1089,8 @@ def section(root: Path) -> list[str]:
                     "sitting (the newest that searched both)",
                     "best sync req/s (each search, in order)",
                     "best pipelined req/s (each search)",
-                    "pipelined / sync (medians where each was searched twice or more)",
+                    "pipelined / sync (medians where each was searched twice or more; p: how often a random "
+                    "labelling of the same searches gives medians as far apart)",
                     "p99 pipelined / sync by rate (from the sitting named where the searches' had no fixed part)",
                     "worst p99 ratio",
                     "sync against itself: p99 max / min over rounds (fewest rounds at a rate)",
