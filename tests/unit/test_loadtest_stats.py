@@ -386,6 +386,20 @@ def test_executor_breakdown_takes_the_longest_stall_over_instances_and_sums_the_
     got = st.executor_breakdown([old])  # records of an older backend: the keys are None
     assert got is not None and got["execute_max_ms"] is None and got["gc_ms_per_execute"] is None
     assert got["wait_max_ms"] is None and got["publish_max_ms"] is None and got["metric_calls_per_execute"] is None
+    assert got["slot_us"] is None and got["auto_policy_us"] is None
+
+
+def test_executor_breakdown_gives_what_autos_in_band_path_adds_per_batch_and_per_execute() -> None:
+    def record(slot_s: float, policy_s: float) -> dict[str, Any]:
+        stats = {"batches": 100, "requests": 800, "executes": 100, "slot_s": slot_s, "auto_policy_s": policy_s}
+        return {"model": "m", "instance": "i", "drained": True, "stats": stats}
+
+    got = st.executor_breakdown([record(0.0011, 0.0015), record(0.0009, 0.0017)])
+    assert got is not None
+    assert got["slot_us"] == pytest.approx(0.002 / 200 * 1e6)  # 10 us a batch
+    assert got["auto_policy_us"] == pytest.approx(0.0032 / 200 * 1e6)  # 16 us an execute
+    sync = st.executor_breakdown([record(0.0006, 0.0)])
+    assert sync is not None and sync["slot_us"] == pytest.approx(6.0) and sync["auto_policy_us"] is None
 
 
 def test_executor_breakdown_gives_each_steps_longest_and_the_metrics_cost() -> None:

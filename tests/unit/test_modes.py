@@ -473,6 +473,9 @@ def test_an_idle_auto_instance_answers_in_band_exactly_as_the_sync_mode() -> Non
     st = auto.stats
     assert st.auto_inline == 10 and st.auto_deferred == 0 and st.auto_no_gain == 0
     assert 1.0 < st.auto_bound < 1.1
+    # what auto's path adds is timed apart: its policy, and its ring's slot beside sync's one (both measured)
+    assert st.auto_policy_s > 0 and st.slot_s > 0 and sync.stats.slot_s > 0 and sync.stats.auto_policy_s == 0
+    assert st.auto_policy_s < st.inline_wait_s  # a 2 ms device wait per batch dwarfs the bookkeeping
 
 
 def test_auto_answers_in_band_while_no_probe_allows_deferring() -> None:

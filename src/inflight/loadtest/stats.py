@@ -490,6 +490,10 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "launch_ms": per_batch("launch_s"),
         "device_wait_ms": per_batch("device_wait_s"),
         "slot_wait_ms": per_batch("slot_wait_s"),
+        # what auto's in-band path adds to sync's: taking and returning a slot of the ring (sync: its depth
+        # count), per batch; the policy's decision and measurement, per execute (auto only)
+        "slot_us": tot["slot_s"] / batches * 1e6 if "slot_s" in tot else None,
+        "auto_policy_us": tot["auto_policy_s"] / executes * 1e6 if tot.get("auto_policy_s") else None,
         "respond_ms": per_batch("respond_latency_s"),
         "build_us_per_response": tot["build_s"] / responses * 1e6 if "build_s" in tot and responses else None,
         "send_call_us_per_response": (

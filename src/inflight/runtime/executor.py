@@ -152,6 +152,16 @@ class ExecutorStats:
         "Time ``execute()`` waited for a free slot.", "inflight_slot_wait_seconds_total", default=0.0
     )
     gather_s: float = _stat("Issue-path time copying request inputs into slots.", default=0.0)
+    slot_s: float = _stat(
+        "Execute-thread time taking and returning in-band batches' slots (the ring's ``acquire`` and "
+        "``release``; the sync executor's depth count): what auto's in-band path costs over sync's.",
+        default=0.0,
+    )
+    auto_policy_s: float = _stat(
+        "auto: execute-thread time deciding each batch's path and measuring it (``AutoPolicy.decide``, ``ran``, "
+        "``deferred``, the counters they set).",
+        default=0.0,
+    )
     launch_s: float = _stat("Issue-path time enqueueing copies and compute.", default=0.0)
     # the longest of each step of one batch (where an execute() over 10 ms spent it)
     parse_max_s: float = _stat("Longest reading of one batch's requests (``Mode.take``).", default=0.0)
@@ -415,9 +425,11 @@ class SyncExecutor(_Base):
         """
         self._check_open()
         (slot,) = self.slots
+        t0 = time.perf_counter()
         with self._lock:
             self.stats.depth_launches[1] += 1
             self.stats.max_depth = 1
+        self.stats.slot_s += time.perf_counter() - t0
         return self._run_in_band(slot, batch)
 
     def in_flight(self) -> int:
@@ -882,11 +894,15 @@ class PipelinedExecutor(_Base):
             ShuttingDownError: when the executor is closing; ``ClosedError`` once it is closed.
         """
         self._check_open()
+        t0 = time.perf_counter()
         slot = self.ring.acquire()
+        took = time.perf_counter() - t0
         try:
             return self._run_in_band(slot, batch)
         finally:
+            t0 = time.perf_counter()
             self.ring.release(slot)
+            self.stats.slot_s += took + time.perf_counter() - t0
 
     def _fail_unlaunched(self, slot: Slot, batch: Batch, what: str, error: str) -> None:
         """Free the slot of a batch that never reached the device and answer its requests with ``error``."""

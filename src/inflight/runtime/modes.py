@@ -432,17 +432,21 @@ class AutoMode(Mode[PipelinedExecutor]):
 
     def execute(self, requests: Sequence[Any]) -> list[Any] | None:
         """Defer the batch, or answer it in-band; either way the policy measures the execute thread's cycle."""
+        t_decide = time.perf_counter()
         defer, why = self.policy.decide()
         st = self.executor.stats
         st.auto_gain = self.policy.gain or 0.0
         st.auto_busy = self.policy.busy or 0.0
         t0 = time.perf_counter()
+        st.auto_policy_s += t0 - t_decide
         if defer:
             st.auto_deferred += 1
             st.deferred_requests += len(requests)
             self._current = self._deferred
             self._deferred.execute(requests)
-            self.policy.deferred(time.perf_counter() - t0, len(requests))
+            t_ran = time.perf_counter()
+            self.policy.deferred(t_ran - t0, len(requests))
+            st.auto_policy_s += time.perf_counter() - t_ran
             return None
         if why == "reference":
             st.auto_reference += 1
@@ -455,9 +459,11 @@ class AutoMode(Mode[PipelinedExecutor]):
         self._current = self._in_band
         wait0, items0 = st.inline_wait_s, st.items
         responses = self._in_band.execute(requests)
+        t_ran = time.perf_counter()
         fill = (st.items - items0) / self._max_items
-        self.policy.ran(time.perf_counter() - t0, st.inline_wait_s - wait0, len(requests), fill)
+        self.policy.ran(t_ran - t0, st.inline_wait_s - wait0, len(requests), fill)
         st.auto_bound = self.policy.bound or 0.0
+        st.auto_policy_s += time.perf_counter() - t_ran
         return responses
 
     def fail(self, requests: Sequence[Any], message: str) -> list[Any] | None:
