@@ -432,8 +432,10 @@ def permutation_p(a: Sequence[float], b: Sequence[float]) -> float | None:
 
     The share of all ways to split the pooled values into groups of ``len(a)`` and ``len(b)`` whose medians
     differ by at least as much as the two measured groups do: how often labelling the same searches (or
-    rounds) at random gives a gap as large. Two searches a side can give no p under 1/3; four a side none
-    under 1/35. None when a side holds fewer than two values or the splits exceed :data:`PERMUTATIONS_MAX`.
+    rounds) at random gives a gap as large. The measured split and its mirror always count, so two searches a
+    side give no p under 1/3 (three a side: 1/10; four: 1/35, and medians that ignore the extremes make even
+    fully separated groups 2/35). None when a side holds fewer than two values or the splits exceed
+    :data:`PERMUTATIONS_MAX`.
     """
     if len(a) < 2 or len(b) < 2 or math.comb(len(a) + len(b), len(a)) > PERMUTATIONS_MAX:
         return None
@@ -865,7 +867,7 @@ def _plain_cell(plain: Entry | None, own: bool, sync: Entry | None, stalling: Se
     """The plain baseline's cell: its capacity; from another sitting (not ``own``), its share of ``sync`` there.
 
     ``sync`` is what :func:`sync_beside` found in the plain search's sitting; ``stalling`` the shares of
-    :func:`stalling_plain_shares` (two or more: their range is shown, the newest host's figure being no better).
+    :func:`stalling_plain_shares` (two or more: each is shown, the newest host's figure being no better).
     """
     if plain is None:
         return "not measured beside sync"
