@@ -484,7 +484,7 @@ def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, fl
     """
     rounds = p99_rounds_side_by_side(es, sync, other)
     if rounds:
-        return {rate: statistics.median(p) / statistics.median(s) for rate, (s, p) in sorted(rounds.items())}
+        return _median_ratios(rounds)
     s99m, p99m = p99_by_rate(sync), p99_by_rate(other)
     return {rate: p99m[rate] / s99m[rate] for rate in sorted(set(s99m) & set(p99m))}
 
@@ -507,18 +507,21 @@ def p99_rounds_side_by_side(
     return dict(sorted(rounds.items()))
 
 
+def _median_ratios(rounds: Mapping[float, tuple[list[float], list[float]]]) -> dict[float, float]:
+    """Per rate, the median of the other side's rounds over the median of sync's."""
+    return {rate: statistics.median(p) / statistics.median(s) for rate, (s, p) in sorted(rounds.items())}
+
+
 def worst_p99_p(es: Iterable[Entry], sync: Entry, other: Entry) -> tuple[float | None, int, int]:
     """:func:`permutation_p` of the rounds at the rate of the largest p99 ratio, with each side's round count.
 
     (None, n, m) where that rate had fewer than two rounds a side, or no round ran side by side.
     """
-    es = list(es)
-    ratios = p99_ratios(es, sync, other)
     rounds = p99_rounds_side_by_side(es, sync, other)
-    if not ratios or not rounds:
+    if not rounds:
         return None, 0, 0
-    worst = max(ratios, key=lambda rate: ratios[rate])
-    s, p = rounds.get(worst, ([], []))
+    ratios = _median_ratios(rounds)
+    s, p = rounds[max(ratios, key=lambda rate: ratios[rate])]
     return permutation_p(s, p), len(s), len(p)
 
 
