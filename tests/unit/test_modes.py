@@ -215,8 +215,39 @@ def test_auto_policy_answers_an_idle_instance_in_band_and_probes_nothing() -> No
     clock.t = 0.0
     reasons = _period(p, clock, probe_cycle_s=0.001, gap_s=0.1)  # long gaps: the device wait a small part
     assert p.bound is not None and p.bound < 1.02
-    assert set(reasons[:100]) == {"reference"} and set(reasons[100:]) == {"inline"}
+    # the first batch measures the bound; from then on the fast in-band path: inline in every window
+    assert reasons == ["reference"] + ["inline"] * 999
     assert p.gain is None
+
+
+class _CountingClock(Clock):
+    def __init__(self, t: float = 0.0) -> None:
+        super().__init__(t)
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.t
+
+
+def test_auto_policy_fast_in_band_path_reads_no_clock_and_counts_nothing_under_bound_min() -> None:
+    """Under ``bound_min`` no window can defer: ``decide`` reads no clock and ``ran`` fills no tally; a bound
+    that rises to ``bound_min`` mid-period finds that period's reference window uncounted (in-band, unsaturated)
+    and the next period's reference window measures it (then it probes)."""
+    clock = _CountingClock()
+    p = AutoPolicy(bound_min=1.25, gain_min=1.05, period_s=10.0, window_s=1.0, min_batches=4, clock=clock)
+    reasons = _period(p, clock, probe_cycle_s=0.001, gap_s=0.1)  # bound about 1.01
+    assert clock.reads == 1 and reasons == ["reference"] + ["inline"] * 999
+    assert p._tallies["reference"].batches == 0 and p._tallies["probe"].batches == 0
+    # the load rises mid-period (the device wait now 30% of the cycle): the bound passes bound_min, not bound_high
+    clock.t = 13.0
+    reasons = _period(p, clock, probe_cycle_s=0.002, seconds=7.0, wait_s=0.0015)
+    assert p.bound is not None and 1.25 <= p.bound < 1.5
+    assert "reference" not in reasons and "probe" not in reasons and reasons[-1] == "unsaturated"
+    # the next period's reference window is counted, finds the instance saturated, and its probe runs
+    reasons = _period(p, clock, probe_cycle_s=0.002, wait_s=0.0015)
+    assert set(reasons[:100]) == {"reference"} and set(reasons[100:200]) == {"probe"}
+    assert set(reasons[200:]) == {"deferred"} and p.gain == pytest.approx(5 / 2)
 
 
 def test_auto_policy_without_enough_batches_stays_in_band_unless_gain_min_is_0() -> None:

@@ -212,7 +212,8 @@ class ExecutorStats:
         "inflight_auto_unsaturated_batches_total",
     )
     auto_reference: int = _stat(
-        "auto: batches answered in-band in a reference window (the start of each probe period; ``AutoPolicy``).",
+        "auto: batches answered in-band in a reference window (the start of each probe period, while the "
+        "overlap bound is at ``auto_bound_min`` or over; under it they count as inline; ``AutoPolicy``).",
         "inflight_auto_reference_batches_total",
     )
     auto_no_gain: int = _stat(
@@ -1157,12 +1158,20 @@ class AutoPolicy:
 
         Returns:
             The decision and its reason: in-band ``reference`` (the period's reference window),
-            ``unmeasured``, ``inline`` (bound under ``bound_min``), ``unsaturated`` (the reference
+            ``unmeasured``, ``inline`` (bound under ``bound_min``, in any window: the fast path, which
+            reads no clock and counts nothing), ``unsaturated`` (the reference
             window under ``busy_min`` and ``fill_min``) or ``no_gain`` (the probe did not gain
             ``gain_min``, or from ``bound_high`` measured a loss, or measured too few batches; or a
             period quieted by a loss under ``bound_high``);
             deferred ``probe`` or ``deferred`` (also every batch of a skipped period).
         """
+        if self.bound is not None and self.bound < self.bound_min:
+            # the fast in-band path: no window can defer under bound_min (a skip follows a deferral from
+            # bound_high, and a skipped period measures no bound), so the clock's windows are not read and
+            # ``ran`` counts nothing; a bound that rises to bound_min mid-period finds that period's reference
+            # window uncounted (unsaturated: in-band until the next period's window measures it)
+            self._window = ""
+            return False, "inline"
         self._window = self._where()
         if self._window == "skip":
             return True, "deferred"
@@ -1172,8 +1181,6 @@ class AutoPolicy:
             return False, "reference"
         if self.bound is None:
             return False, "unmeasured"
-        if self.bound < self.bound_min:
-            return False, "inline"
         if self.gain_min <= 0:
             return True, "deferred"
         if self._saturated is None:
@@ -1232,6 +1239,8 @@ class AutoPolicy:
             return
         sample = cycle / max(cycle - min(wait_s, cycle), 1e-9)
         self.bound = sample if self.bound is None else self.bound + self.alpha * (sample - self.bound)
+        if not self._window:  # decided on the fast in-band path (or not decided): no window to count in
+            return
         self._count("reference", cycle, execute_s, requests, fill)
         if self._window == "skip" or not self._high_and_no_loss():
             return
