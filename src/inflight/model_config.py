@@ -54,7 +54,7 @@ class BackendParameters:
         auto_bound_min: ``auto``: the overlap bound (the execute thread's cycle per batch over
             that cycle without the device wait, measured on in-band batches) from which batches
             are deferred; below it they are answered in-band (1: defer once measured; 0, the
-            default: 1.25 on a GPU instance, in-band always on a CPU instance, whose compute
+            default: 1.4 on a GPU instance, in-band always on a CPU instance, whose compute
             shares the server's cores).
         auto_bound_high: ``auto``: the overlap bound from which a saturated instance defers unless
             its probe measured a loss (a gain under ``1 / auto_gain_min``); below it, only when the

@@ -172,7 +172,7 @@ def inflight_deployment(server_cpus: int, params: BackendParameters, gpus: int =
       cores idle, more only add processes that take turns on them. The best sync configuration
       in those sittings is also one instance per core.
     * **``mode=auto``.** Each instance answers a batch in-band, on the sync mode's path, unless
-      the overlap bound its in-band batches measure reaches ``auto_bound_min`` (1.25) and a probe
+      the overlap bound its in-band batches measure reaches ``auto_bound_min`` (1.4) and a probe
       of the saturated instance measured a gain of ``auto_gain_min`` (from ``auto_bound_high``,
       1.5: no loss; ``AutoPolicy``): then it defers batches as the pipelined mode does.
       bert-tiny's bound at capacity was 1.07-1.24 (sync wins there, and auto stays in-band);

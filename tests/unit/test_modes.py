@@ -570,7 +570,7 @@ def test_auto_defers_from_1_25_on_a_gpu_and_never_on_a_cpu_unless_the_bound_is_s
     from inflight.runtime.assembly import auto_bound_min
 
     default = BackendParameters(mode="auto")
-    assert auto_bound_min(default, on_device=True) == 1.25
+    assert auto_bound_min(default, on_device=True) == 1.4
     assert auto_bound_min(default, on_device=False) == math.inf
     p = _rest_policy(bound_min=math.inf, bound=50.0)
     assert {p.decide() for _ in range(100)} == {(False, "inline")}

@@ -235,9 +235,15 @@ def build_mode(params: BackendParameters, runner: Runner, answering: Answering) 
 
 
 #: ``auto``'s overlap bound from which a GPU instance defers, unless ``auto_bound_min`` sets one
-#: (bert-tiny measured 1.07-1.11 where sync served as much as pipelining, bert-small 1.51 where one
-#: pipelined instance served 1.39x one sync instance; ``AutoPolicy``).
-AUTO_BOUND_MIN_GPU = 1.25
+#: (``AutoPolicy``). Every probe of bert-tiny on the H100s and H200s (4 and 8 server cores) measured a loss
+#: (gains 0.1-0.77) at bounds of 1.06-1.29; bert-small and seqlen_head gained at 1.9-3.9. At 1.25, on one
+#: H200 with 4 server cores, one instance whose bound wandered over it probed while the others could not
+#: (under it), measured a gain of 1.72 and deferred 3,004 batches (32,373 responses through its senders, 31 s
+#: of send calls on the server's four cores) in a search where the default held 0.89x the sync search
+#: before it (``results/modes/20261127-h200-4cores-fast``): a gain one instance measures alone is not the
+#: server's (the others share Triton's queue and cores). 1.4 keeps a margin over bert-tiny's bounds and
+#: under the heavy models'.
+AUTO_BOUND_MIN_GPU = 1.4
 
 
 def auto_bound_min(params: BackendParameters, *, on_device: bool) -> float:

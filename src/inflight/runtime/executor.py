@@ -1068,7 +1068,7 @@ class AutoPolicy:
         gap_s: The gap before the current ``execute()`` (``between``).
     """
 
-    bound_min: float = 1.25
+    bound_min: float = 1.4
     bound_high: float = 1.5
     gain_min: float = 1.15
     period_s: float = 10.0
