@@ -10,6 +10,7 @@ here is read from those files.
 from __future__ import annotations
 
 import json
+import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -134,12 +135,25 @@ def section(root: Path) -> list[str]:
             ),
         )
         lines.append("")
-    trials = sorted((folder / "trials").glob("*.log")) if (folder / "trials").is_dir() else []
+    trials = _trial_logs(folder / "trials", root)
     if trials:
         lines += [
             "Rewrites tried and not served (their bench and profile logs, from the runs that measured them): "
-            + ", ".join(f"`{p.relative_to(root)}`" for p in trials)
+            + ", ".join(f"`{t}`" for t in trials)
             + ". LAB.md says why each was dropped.",
             "",
         ]
     return lines
+
+
+def _trial_logs(trials: Path, root: Path) -> list[str]:
+    """The trial logs under ``trials``: each ``*.log``, and each log packed in ``logs.tar.gz`` (named inside it)."""
+    if not trials.is_dir():
+        return []
+    names = [str(p.relative_to(root)) for p in sorted(trials.glob("*.log"))]
+    packed = trials / "logs.tar.gz"
+    if packed.is_file():
+        with tarfile.open(packed) as tar:
+            inside = sorted(m.name for m in tar.getmembers() if m.isfile() and m.name.endswith(".log"))
+        names += [f"{n} in {packed.relative_to(root)}" for n in inside]
+    return names
