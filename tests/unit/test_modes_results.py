@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -516,3 +517,67 @@ def test_the_worst_p99_ratios_rounds_are_tested_at_its_rate_and_a_missed_target_
     # a target met shows no p of its own
     (met,) = modes_results.headline_rows({"capacity": [{**row, "capacity_ratio": 1.0}]})
     assert met[3] == "**missed** (p99); as far apart under a random labelling of the same runs: p99 p 0.67"
+
+
+def _rounds_part(sitting: str, kind: str, rounds: dict[float, list[float]]) -> Entry:
+    """One variant of a fixed-rate part: per offered rate, its p99 in rounds 1, 2, ..."""
+    sweep = [
+        {"offered_rps": r, "p99_ms": p, "valid": True, "round": i}
+        for r, p99s in rounds.items()
+        for i, p in enumerate(p99s, start=1)
+    ]
+    return Entry(
+        path=Path("results/modes") / sitting / "fixed" / "ab.json",
+        doc={"started": "2026-11-27T06:00:00", "runs": [{"variant": kind}]},
+        summary={"variant": kind, "spec": f"bert_tiny_{kind}", "sweep": sweep},
+        variant={"variant": kind},
+    )
+
+
+def test_the_sign_test_is_two_sided_and_exact() -> None:
+    assert modes_results.sign_p(3, 0) == pytest.approx(2 / 8)
+    assert modes_results.sign_p(0, 3) == pytest.approx(2 / 8)
+    assert modes_results.sign_p(17, 12) == pytest.approx(2 * sum(math.comb(29, k) for k in range(17, 30)) / 2**29)
+    assert modes_results.sign_p(2, 2) == 1.0 and modes_results.sign_p(0, 0) is None
+
+
+def test_pooled_p99_pairs_rounds_and_places_each_rate_at_its_sittings_load_point() -> None:
+    """Each sitting's rates count for the load point nearest their share of its median sync search; rounds
+    pair by number within a file; a sitting without a sync search, and a rate at the knee, count for none."""
+    a = [  # sync searched 10,000 and 12,000: median 11,000; 2,200 is 20%, 8,800 is 80%
+        _entry("a", "sync", 10_000.0, True, "2026-11-27T05:00:00"),
+        _entry("a", "sync", 12_000.0, True, "2026-11-27T05:02:00"),
+        _rounds_part("a", "sync", {2_200.0: [4.0, 5.0], 8_800.0: [10.0, 30.0], 11_000.0: [40.0, 45.0]}),
+        _rounds_part("a", "inflight", {2_200.0: [4.4, 4.5], 8_800.0: [20.0, 15.0], 11_000.0: [41.0, 44.0]}),
+    ]
+    b = [  # a sync capacity of 5,000: its 4,000 is 80%
+        _entry("b", "sync", 5_000.0, True, "2026-11-27T06:00:00"),
+        _rounds_part("b", "sync", {4_000.0: [8.0]}),
+        _rounds_part("b", "inflight", {4_000.0: [12.0]}),
+    ]
+    orphan = [  # no sync search in its sitting: no reference, so no load point
+        _rounds_part("c", "sync", {4_000.0: [8.0]}),
+        _rounds_part("c", "inflight", {4_000.0: [80.0]}),
+    ]
+    got = modes_results.pooled_p99(a + b + orphan, "bert_tiny_sync", "bert_tiny_inflight")
+    assert set(got) == {0.2, 0.8}  # 11,000 req/s is the knee (100%): no load point
+    assert got[0.2] == {"ratio": pytest.approx(1.0), "rounds": 2, "sittings": 1, "above": 1, "sign_p": 1.0}
+    # 80%: rounds 20/10 and 15/30 in a, 12/8 in b -> 2.0, 0.5, 1.5: median 1.5, two of three above
+    assert got[0.8]["ratio"] == pytest.approx(1.5) and got[0.8]["rounds"] == 3 and got[0.8]["sittings"] == 2
+    assert got[0.8]["above"] == 2 and got[0.8]["sign_p"] == pytest.approx(1.0)
+    row = {
+        "device": "GPU",
+        "server_cpus": 4,
+        "best_pipelined_is_lower_bound": False,
+        "capacity_ratio": 1.0,
+        "default_share": 1.0,
+        "p99_ratio_max": 1.2,
+        "p99_pooled": {f"{k:g}": v for k, v in got.items()},
+    }
+    (head,) = modes_results.headline_rows({"capacity": [row]})
+    assert head[3] == (
+        "**missed** (p99); p99 ratio over every sitting's paired rounds "
+        "20%: 1.00 (2 in 1; p 1.00), 80%: 1.50 (3 in 2; p 1.00)"
+    )
+    (met,) = modes_results.headline_rows({"capacity": [{**row, "p99_ratio_max": 1.0}]})
+    assert met[3] == "met"  # a met target shows no pooled figure

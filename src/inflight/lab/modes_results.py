@@ -341,6 +341,7 @@ def core_budget(es: list[Entry]) -> dict[str, Any] | None:
         "p99_p": p99_p,
         "p99_sitting": sitting_of(at_fixed[0]),
         "p99_sync_spread": p99_spread(at_fixed, sync.summary["spec"]),
+        "p99_pooled": pooled_p99(every, sync.summary["spec"], pipe.summary["spec"]),
         # the fewest of sync's rounds behind one of the ratios (each side's p99 is its median over them)
         "p99_rounds": min((len(sync_rounds.get(r, [])) for r in ratios), default=0),
     }
@@ -525,6 +526,81 @@ def worst_p99_p(es: Iterable[Entry], sync: Entry, other: Entry) -> tuple[float |
     return permutation_p(s, p), len(s), len(p)
 
 
+#: Item 2's load points, as shares of a sitting's sync capacity (the median of its bracketed searches of the
+#: sync spec): a fixed rate counts for the nearest one within :data:`POOL_SHARE_TOLERANCE`, so a rate at the
+#: knee (0.95 or more) counts for none.
+P99_LOAD_POINTS = (0.2, 0.5, 0.8)
+POOL_SHARE_TOLERANCE = 0.15
+
+
+def _p99_by_round(e: Entry) -> dict[tuple[float, int], float]:
+    """p99 (ms) of the variant's :func:`_windows` by (offered rate, round)."""
+    return {(float(w["offered_rps"]), int(w.get("round") or 0)): float(w["p99_ms"]) for w in _windows(e)}
+
+
+def sign_p(above: int, below: int) -> float | None:
+    """Two-sided exact sign test: how likely a split at least this uneven is when either side is as likely."""
+    n = above + below
+    if n == 0:
+        return None
+    k = max(above, below)
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n)
+
+
+def pooled_p99(every: Iterable[Entry], sync_spec: str, other_spec: str) -> dict[float, dict[str, Any]]:
+    """Per load point of item 2, ``other_spec``'s p99 over ``sync_spec``'s round by round, over every sitting.
+
+    One sitting's few rounds at a rate rank the two either way (sync against itself spreads 5x at 80% of
+    its capacity on four H200 cores), so beside the newest sitting's ratios this pools the paired rounds of
+    every sitting of the core budget that searched ``sync_spec`` and ran both specs side by side at fixed
+    rates: each round's two p99s (the same file, the same round) give one ratio, and each rate counts for
+    the load point nearest its share of that sitting's median sync search (:data:`P99_LOAD_POINTS`). A
+    sitting measured the rule of its day's code; where the pipelined variant answered in-band throughout,
+    what it ran is sync's path (the reports show how many batches each deferred).
+
+    Returns:
+        Per load point with a round: ``ratio`` (the median of the round ratios), ``rounds``, ``sittings``,
+        ``above`` (rounds where ``other_spec``'s p99 was the higher) and ``sign_p`` (:func:`sign_p`).
+    """
+    ratios: dict[float, list[float]] = {}
+    sittings: dict[float, set[Path]] = {}
+    by_sitting: dict[Path, list[Entry]] = {}
+    for e in every:
+        by_sitting.setdefault(sitting_of(e), []).append(e)
+    for sitting, group in by_sitting.items():
+        caps = searches(group, sync_spec, bracketed=True)
+        if not caps:
+            continue
+        reference = statistics.median(caps)
+        for here in _by_file(group):
+            if any(_search_ran(e) for e in here):
+                continue
+            s = next((e for e in here if e.summary.get("spec") == sync_spec), None)
+            o = next((e for e in here if e.summary.get("spec") == other_spec), None)
+            if s is None or o is None:
+                continue
+            mine, theirs = _p99_by_round(s), _p99_by_round(o)
+            for key in sorted(set(mine) & set(theirs)):
+                share = key[0] / reference
+                point = min(P99_LOAD_POINTS, key=lambda x: abs(x - share))
+                if abs(point - share) > POOL_SHARE_TOLERANCE or mine[key] <= 0:
+                    continue
+                ratios.setdefault(point, []).append(theirs[key] / mine[key])
+                sittings.setdefault(point, set()).add(sitting)
+    out = {}
+    for point in sorted(ratios):
+        r = ratios[point]
+        above, below = sum(x > 1 for x in r), sum(x < 1 for x in r)
+        out[point] = {
+            "ratio": statistics.median(r),
+            "rounds": len(r),
+            "sittings": len(sittings[point]),
+            "above": above,
+            "sign_p": sign_p(above, below),
+        }
+    return out
+
+
 def p99_rounds(es: Iterable[Entry], spec: str) -> dict[float, list[float]]:
     """One variant's p99s by offered rate over every file of ``es`` (one per round), for the spread and the count."""
     by_rate: dict[float, list[float]] = {}
@@ -688,6 +764,9 @@ def summary(root: Path) -> dict[str, Any] | None:
                 # sync against itself: its own p99s over rounds at one rate, largest max / min (the noise)
                 "p99_sync_spread_max": b["p99_sync_spread"],
                 "p99_rounds": b["p99_rounds"],
+                # every sitting's paired rounds pooled per load point (pooled_p99); the targets read the newest
+                "p99_pooled": {f"{point:g}": v for point, v in b["p99_pooled"].items()},
+                "p99_pooled_ratio_max": max((v["ratio"] for v in b["p99_pooled"].values()), default=None),
                 "sitting": str(b["sitting"].relative_to(root)),
                 # where the p99 ratios were measured (the sitting, or the newest one with a fixed-rate part)
                 "p99_sitting": str(b["p99_sitting"].relative_to(root)),
@@ -731,6 +810,15 @@ TARGET_DEFAULT_SHARE = NEEDED_FRACTION
 TARGET_ONE_INSTANCE_RATIO = 1.3
 
 
+def _pooled_cell(pooled: Mapping[str, Mapping[str, Any]]) -> str:
+    """``pooled_p99`` as one cell: per load point, the median ratio (rounds in sittings; sign p)."""
+    return ", ".join(
+        f"{float(point):.0%}: {v['ratio']:.2f} ({v['rounds']} in {v['sittings']}; p {v['sign_p']:.2f})"
+        for point, v in pooled.items()
+        if v.get("sign_p") is not None
+    )
+
+
 def headline_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
     """RESULTS' "At a glance" rows of the ``modes`` block: [figure, value, target, verdict] per core budget and model.
 
@@ -765,6 +853,9 @@ def headline_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
         ]
         if chances:
             verdict += "; as far apart under a random labelling of the same runs: " + ", ".join(chances)
+        pooled = c.get("p99_pooled") or {}
+        if not checks["p99"] and pooled:
+            verdict += "; p99 ratio over every sitting's paired rounds " + _pooled_cell(pooled)
         rows.append(
             [
                 f"bert-tiny, {c['device']}, {c['server_cpus']} server cores: pipelined / sync capacity"
@@ -1071,6 +1162,7 @@ def section(root: Path) -> list[str]:
                 (", ".join(f"{r / 1e3:g}k: {v:.2f}" for r, v in b["p99_ratios"].items()) or "n/a")
                 + (f" (`{b['p99_sitting'].name}`)" if b["p99_sitting"] != b["sitting"] else ""),
                 fmt(worst, ".2f"),
+                _pooled_cell({f"{k:g}": v for k, v in b["p99_pooled"].items()}) or "n/a",
                 (
                     f"{b['p99_sync_spread']:.2f} ({b['p99_rounds']} rounds)"
                     if b["p99_sync_spread"] is not None
@@ -1098,6 +1190,8 @@ def section(root: Path) -> list[str]:
                     "labelling of the same searches gives medians as far apart)",
                     "p99 pipelined / sync by rate (from the sitting named where the searches' had no fixed part)",
                     "worst p99 ratio",
+                    "p99 pipelined / sync by load point, every sitting's paired rounds pooled (median; rounds in "
+                    "sittings; sign p: how likely a split of higher and lower rounds as uneven is by chance)",
                     "sync against itself: p99 max / min over rounds (fewest rounds at a rate)",
                     "best pipelined",
                     "default (as built) req/s",

@@ -119,9 +119,12 @@ def generator_verified(es: Iterable[Entry]) -> tuple[float, Entry] | None:
 
 
 def report_file(path: Path) -> Path:
-    """What a report links for an A/B file: its ``.md`` beside it, or the JSON itself where none was kept."""
-    md = path.with_suffix(".md")
-    return md if md.is_file() else path
+    """What a report links for an A/B file: the JSON itself.
+
+    The ``.md`` an A/B run writes beside it is kept out of git (``.gitignore``; ``inflight ab-report``
+    writes it again from the JSON), so a link to it would hold only on the machine that ran it.
+    """
+    return path
 
 
 def is_open_loop(doc: Mapping[str, Any]) -> bool:
