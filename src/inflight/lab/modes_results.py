@@ -228,12 +228,17 @@ def newest_comparison(es: list[Entry]) -> list[Entry]:
     return _newest_sitting(es, _compares)
 
 
+def _by_sitting(es: Iterable[Entry]) -> dict[Path, list[Entry]]:
+    """The entries of ``es`` grouped by their sitting (:func:`sitting_of`)."""
+    groups: dict[Path, list[Entry]] = {}
+    for e in es:
+        groups.setdefault(sitting_of(e), []).append(e)
+    return groups
+
+
 def _newest_sitting(es: Iterable[Entry], complete: Callable[[list[Entry]], bool]) -> list[Entry]:
     """The entries of ``es`` in the newest sitting whose entries are ``complete`` (``[]`` when none are)."""
-    by_sitting: dict[Path, list[Entry]] = {}
-    for e in es:
-        by_sitting.setdefault(sitting_of(e), []).append(e)
-    groups = [group for group in by_sitting.values() if complete(group)]
+    groups = [group for group in _by_sitting(es).values() if complete(group)]
     return max(groups, key=lambda g: max(map(_started, g))) if groups else []
 
 
@@ -564,10 +569,7 @@ def pooled_p99(every: Iterable[Entry], sync_spec: str, other_spec: str) -> dict[
     """
     ratios: dict[float, list[float]] = {}
     sittings: dict[float, set[Path]] = {}
-    by_sitting: dict[Path, list[Entry]] = {}
-    for e in every:
-        by_sitting.setdefault(sitting_of(e), []).append(e)
-    for sitting, group in by_sitting.items():
+    for sitting, group in _by_sitting(every).items():
         caps = searches(group, sync_spec, bracketed=True)
         if not caps:
             continue
@@ -810,8 +812,11 @@ TARGET_DEFAULT_SHARE = NEEDED_FRACTION
 TARGET_ONE_INSTANCE_RATIO = 1.3
 
 
-def _pooled_cell(pooled: Mapping[str, Mapping[str, Any]]) -> str:
-    """``pooled_p99`` as one cell: per load point, the median ratio (rounds in sittings; sign p)."""
+def _pooled_cell(pooled: Mapping[Any, Mapping[str, Any]]) -> str:
+    """``pooled_p99`` as one cell: per load point, the median ratio (rounds in sittings; sign p).
+
+    The load points are shares as :func:`pooled_p99` returns them, or their text as ``summary.json`` holds them.
+    """
     return ", ".join(
         f"{float(point):.0%}: {v['ratio']:.2f} ({v['rounds']} in {v['sittings']}; p {v['sign_p']:.2f})"
         for point, v in pooled.items()
@@ -1162,7 +1167,7 @@ def section(root: Path) -> list[str]:
                 (", ".join(f"{r / 1e3:g}k: {v:.2f}" for r, v in b["p99_ratios"].items()) or "n/a")
                 + (f" (`{b['p99_sitting'].name}`)" if b["p99_sitting"] != b["sitting"] else ""),
                 fmt(worst, ".2f"),
-                _pooled_cell({f"{k:g}": v for k, v in b["p99_pooled"].items()}) or "n/a",
+                _pooled_cell(b["p99_pooled"]) or "n/a",
                 (
                     f"{b['p99_sync_spread']:.2f} ({b['p99_rounds']} rounds)"
                     if b["p99_sync_spread"] is not None
