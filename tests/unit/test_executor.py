@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 from tests.helpers import TOY_SPEC
 
+from inflight.errors import ShuttingDownError
 from inflight.models.spec import ModelSpec, TensorSpec
 from inflight.runtime.batch import (
     Batch,
     Buckets,
     Item,
     Layout,
+    Slot,
     gather,
     outputs_for,
     partition_values,
@@ -591,3 +593,32 @@ def test_the_ring_starts_its_threads_with_the_first_deferred_batch_only() -> Non
     with PipelinedExecutor(_runner(ToyEngine()), Sink(), slots=2, response_threads=2) as idle:
         idle.run(Batch([_item(20, 1, 5, rng)]))
     assert not ours()
+
+
+def test_in_band_before_any_deferral_skips_the_ring_and_after_one_goes_through_it() -> None:
+    """Until the first ``submit`` only the execute thread uses the ring, so ``run`` takes the slot without
+    ``acquire``/``release`` (sync's cost); from the first deferral on, the ring hands out the slots again. A
+    closing ring refuses either way."""
+    rng = np.random.default_rng(13)
+    with PipelinedExecutor(_runner(ToyEngine(delay_s=0.002)), Sink(), slots=2, response_threads=1) as ring:
+        taken: list[int] = []
+        acquire = ring.ring.acquire
+
+        def counting() -> Slot:
+            slot = acquire()
+            taken.append(slot.index)
+            return slot
+
+        ring.ring.acquire = counting  # type: ignore[method-assign]
+        for b in range(3):
+            item = _item(b, 2, 5, rng)
+            np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+        assert taken == [] and ring.stats.depth_launches[1] == 3 and ring.stats.max_depth == 1
+        ring.submit(Batch([_item(10, 2, 5, rng)]))
+        item = _item(11, 2, 5, rng)
+        np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+        assert len(taken) == 2  # the deferred batch's slot and the in-band one's, each from the ring
+    with PipelinedExecutor(_runner(ToyEngine()), Sink(), slots=2, response_threads=1) as closing:
+        closing.ring.drain(time.monotonic())
+        with pytest.raises(ShuttingDownError):
+            closing.run(Batch([_item(20, 2, 5, rng)]))

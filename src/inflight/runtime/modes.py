@@ -433,8 +433,21 @@ class AutoMode(Mode[PipelinedExecutor]):
     def execute(self, requests: Sequence[Any]) -> list[Any] | None:
         """Defer the batch, or answer it in-band; either way the policy measures the execute thread's cycle."""
         t_decide = time.perf_counter()
-        defer, why = self.policy.decide()
         st = self.executor.stats
+        if self.policy.inline():
+            # the fast in-band path (bound under bound_min): the sync mode's path and the bound's update, nothing
+            # else (no window, gain or fill to read); ``execute`` below is the same decision, with its windows
+            st.auto_inline += 1
+            self._current = self._in_band
+            wait0 = st.inline_wait_s
+            t0 = time.perf_counter()
+            responses = self._in_band.execute(requests)
+            t_ran = time.perf_counter()
+            self.policy.ran(t_ran - t0, st.inline_wait_s - wait0, len(requests))
+            st.auto_bound = self.policy.bound or 0.0
+            st.auto_policy_s += (t0 - t_decide) + (time.perf_counter() - t_ran)
+            return responses
+        defer, why = self.policy.decide()
         st.auto_gain = self.policy.gain or 0.0
         st.auto_busy = self.policy.busy or 0.0
         t0 = time.perf_counter()
