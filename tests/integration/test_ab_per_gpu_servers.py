@@ -37,12 +37,15 @@ def _tritonservers_under(pid: int) -> set[int]:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return set()
-    found = set()
+    found: dict[int, int] = {}  # pid -> parent pid
     for c in children:
         with contextlib.suppress(psutil.Error):
             if c.name() == "tritonserver":
-                found.add(c.pid)
-    return found
+                found[c.pid] = c.ppid()
+    # a server starts each Python stub by fork, a trial run of the stub through system(), then exec of bash
+    # (python_backend src/stub_launcher.cc, StubLauncher::Launch): until the exec the child is named tritonserver
+    # too (a CI run on the CPU host, 2026-11-27, saw one), so a tritonserver whose parent is one is not a server
+    return {pid for pid, parent in found.items() if parent not in found}
 
 
 def _run_ab(cmd: list[str], log: Path, env: dict[str, str]) -> tuple[int, set[int]]:
