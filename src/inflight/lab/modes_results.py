@@ -495,17 +495,24 @@ def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, fl
     return {rate: p99m[rate] / s99m[rate] for rate in sorted(set(s99m) & set(p99m))}
 
 
+def _pair_in(here: Iterable[Entry], sync_spec: str, other_spec: str) -> tuple[Entry, Entry] | None:
+    """The sync and the other variant of one A/B file's entries (None unless the file ran both specs)."""
+    here = list(here)
+    s = next((e for e in here if e.summary.get("spec") == sync_spec), None)
+    o = next((e for e in here if e.summary.get("spec") == other_spec), None)
+    return None if s is None or o is None else (s, o)
+
+
 def p99_rounds_side_by_side(
     es: Iterable[Entry], sync: Entry, other: Entry
 ) -> dict[float, tuple[list[float], list[float]]]:
     """Per rate, sync's and ``other``'s p99 in every round of the files of ``es`` that ran both (empty: none did)."""
     rounds: dict[float, tuple[list[float], list[float]]] = {}
     for here in _by_file(list(es)):
-        s = next((e for e in here if _is_sync(e) and e.summary["spec"] == sync.summary["spec"]), None)
-        p = next((e for e in here if e.summary["spec"] == other.summary["spec"]), None)
-        if s is None or p is None:
+        pair = _pair_in(here, sync.summary["spec"], other.summary["spec"])
+        if pair is None:
             continue
-        s99, p99 = _p99s_by_rate(s), _p99s_by_rate(p)
+        s99, p99 = _p99s_by_rate(pair[0]), _p99s_by_rate(pair[1])
         for rate in set(s99) & set(p99):
             mine, theirs = rounds.setdefault(rate, ([], []))
             mine.extend(s99[rate])
@@ -577,11 +584,10 @@ def pooled_p99(every: Iterable[Entry], sync_spec: str, other_spec: str) -> dict[
         for here in _by_file(group):
             if any(_search_ran(e) for e in here):
                 continue
-            s = next((e for e in here if e.summary.get("spec") == sync_spec), None)
-            o = next((e for e in here if e.summary.get("spec") == other_spec), None)
-            if s is None or o is None:
+            pair = _pair_in(here, sync_spec, other_spec)
+            if pair is None:
                 continue
-            mine, theirs = _p99_by_round(s), _p99_by_round(o)
+            mine, theirs = _p99_by_round(pair[0]), _p99_by_round(pair[1])
             for key in sorted(set(mine) & set(theirs)):
                 share = key[0] / reference
                 point = min(P99_LOAD_POINTS, key=lambda x: abs(x - share))

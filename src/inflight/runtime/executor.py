@@ -361,6 +361,13 @@ class _Base:
                 self.stats.graph_replays += replays
                 self.stats.eager_launches += len(slot.groups) - replays
 
+    def _count_sole_slot(self, t0: float) -> None:
+        """Count an in-band launch on a slot no other thread uses (depth 1) and the time since ``t0`` as the slot's."""
+        with self._lock:
+            self.stats.depth_launches[1] += 1
+            self.stats.max_depth = max(self.stats.max_depth, 1)
+        self.stats.slot_s += time.perf_counter() - t0
+
     def _run_in_band(self, slot: Slot, batch: Batch) -> list[dict[str, np.ndarray]]:
         """The sync path on ``slot``: gather, launch, wait for the device, return per-request output views.
 
@@ -427,10 +434,7 @@ class SyncExecutor(_Base):
         self._check_open()
         (slot,) = self.slots
         t0 = time.perf_counter()
-        with self._lock:
-            self.stats.depth_launches[1] += 1
-            self.stats.max_depth = 1
-        self.stats.slot_s += time.perf_counter() - t0
+        self._count_sole_slot(t0)
         return self._run_in_band(slot, batch)
 
     def in_flight(self) -> int:
@@ -915,10 +919,7 @@ class PipelinedExecutor(_Base):
             # acquire and release cost 17-19 us a batch where sync's slot cost 4-6
             # (results/modes/20261127-h200-4cores-p99c)
             slot = self.ring.unshared()
-            with self._lock:
-                self.stats.depth_launches[1] += 1
-                self.stats.max_depth = max(self.stats.max_depth, 1)
-            self.stats.slot_s += time.perf_counter() - t0
+            self._count_sole_slot(t0)
             return self._run_in_band(slot, batch)
         slot = self.ring.acquire()
         took = time.perf_counter() - t0

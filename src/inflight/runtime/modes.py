@@ -436,17 +436,11 @@ class AutoMode(Mode[PipelinedExecutor]):
         st = self.executor.stats
         if self.policy.inline():
             # the fast in-band path (bound under bound_min): the sync mode's path and the bound's update, nothing
-            # else (no window, gain or fill to read); ``execute`` below is the same decision, with its windows
+            # else (no window, gain or busy to read); ``decide`` below is the same decision, with its windows
             st.auto_inline += 1
-            self._current = self._in_band
-            wait0 = st.inline_wait_s
             t0 = time.perf_counter()
-            responses = self._in_band.execute(requests)
-            t_ran = time.perf_counter()
-            self.policy.ran(t_ran - t0, st.inline_wait_s - wait0, len(requests))
-            st.auto_bound = self.policy.bound or 0.0
-            st.auto_policy_s += (t0 - t_decide) + (time.perf_counter() - t_ran)
-            return responses
+            st.auto_policy_s += t0 - t_decide
+            return self._answer_in_band(requests, t0)
         defer, why = self.policy.decide()
         st.auto_gain = self.policy.gain or 0.0
         st.auto_busy = self.policy.busy or 0.0
@@ -469,6 +463,11 @@ class AutoMode(Mode[PipelinedExecutor]):
             st.auto_unsaturated += 1
         else:
             st.auto_inline += 1
+        return self._answer_in_band(requests, t0)
+
+    def _answer_in_band(self, requests: Sequence[Any], t0: float) -> list[Any]:
+        """Answer the batch on the sync mode's path; the policy measures it (``execute()`` time from ``t0``)."""
+        st = self.executor.stats
         self._current = self._in_band
         wait0, items0 = st.inline_wait_s, st.items
         responses = self._in_band.execute(requests)
