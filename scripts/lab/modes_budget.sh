@@ -18,7 +18,10 @@
 # request path's own p99 at the same rates (what no mode can go below; on a host that stalls, it stalls too).
 # BUDGET_PARTS ("cap fixed") runs one part alone in a call: "fixed" reads the sync reference's capacity from a
 # cap part already under $CAMPAIGN (e.g. brought back from the previous call and extracted into the tree, which
-# then travels with it).
+# then travels with it). STEADY_GATE=1 stops before the fixed part (exit 3, nothing more spent on the host) when a
+# sync search of the sitting ran on a host that stalls: its p99 at its lowest rate >= 5x its p50
+# (`python -m inflight.lab.modes_results SITTING`, modes_results.STALL_SPREAD); BUDGET_PARTS=steady with it runs
+# the check alone.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/gpu-out}
@@ -33,6 +36,15 @@ if [[ " $BUDGET_PARTS " == *" cap "* ]]; then
   PARTS=cap bash scripts/lab/gpu_session.sh modes > "$LOGS/cap${CAP_TAG:+-$CAP_TAG}.log" 2>&1
   pack_results "$OUT/results-modes.tgz" "$CAMPAIGN"
   grep -E "capacity|CPU sets|rror" "$LOGS/cap${CAP_TAG:+-$CAP_TAG}.log" | tail -20
+fi
+if [ "${STEADY_GATE:-0}" = 1 ]; then
+  $PY -m inflight.lab.modes_results "$CAMPAIGN" 2>&1 | tee -a "$LOGS/steady.log"
+  steady=${PIPESTATUS[0]}
+  case $steady in
+    0|4) ;;  # steady, or no sync search to judge by (the fixed part then has no capacity to start from)
+    3) exit 3 ;;
+    *) echo "STEADY_GATE: the check itself failed (rc=$steady): stopping before the fixed part"; exit "$steady" ;;
+  esac
 fi
 [[ " $BUDGET_PARTS " == *" fixed "* ]] || exit 0
 rates=$(python3 - "$CAMPAIGN" "${FIXED_SHARES:-0.2,0.5,0.8}" <<'EOF'

@@ -5,6 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -581,3 +585,33 @@ def test_pooled_p99_pairs_rounds_and_places_each_rate_at_its_sittings_load_point
     )
     (met,) = modes_results.headline_rows({"capacity": [{**row, "p99_ratio_max": 1.0}]})
     assert met[3] == "met"  # a met target shows no pooled figure
+
+
+STEADY_SITTING = ROOT / "results" / "modes" / "20261127-h100-4cores-plainc"  # sync's p99 <= 2.8x its p50
+STALLING_SITTING = ROOT / "results" / "modes" / "20261127-h100-4cores-plain"  # 11.2x at 2,000 req/s
+
+
+def test_the_steady_check_names_a_host_that_stalls_and_passes_a_steady_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert modes_results.steady_main([str(STEADY_SITTING)]) == 0
+    assert "steady: sync's p99 at most 2.8x its p50" in capsys.readouterr().out
+    assert modes_results.steady_main([str(STALLING_SITTING)]) == 3
+    out = capsys.readouterr().out
+    assert "the host stalls" in out and "11.2x its p50 at 2,000 req/s" in out
+    [(spec, rate, spread)] = modes_results.stalling_searches(STALLING_SITTING.parent, STALLING_SITTING)
+    assert spec.startswith("bert_tiny_sync@") and rate == 2_000.0 and spread >= modes_results.STALL_SPREAD
+    # a sitting of fixed rates alone has no search to judge the host by
+    assert modes_results.steady_main([str(ROOT / "results" / "modes" / "20261126-h100-4cores-stalls")]) == 4
+
+
+@pytest.mark.parametrize(("sitting", "rc"), [(STALLING_SITTING, 3), (STEADY_SITTING, 0)])
+def test_modes_budget_stops_before_the_fixed_part_on_a_host_that_stalls(tmp_path: Path, sitting: Path, rc: int) -> None:
+    campaign = tmp_path / sitting.name
+    shutil.copytree(sitting, campaign, ignore=shutil.ignore_patterns("logs"))
+    env = {**os.environ, "CAMPAIGN": str(campaign), "BUDGET_PARTS": "steady", "STEADY_GATE": "1"}
+    env.update(OUT=str(tmp_path / "out"), PYTHON=sys.executable)
+    r = subprocess.run(
+        ["bash", "scripts/lab/modes_budget.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == rc, r.stdout + r.stderr
+    assert ("the host stalls" in r.stdout) == (rc == 3)
+    assert (campaign / "logs" / "steady.log").read_text() == r.stdout
