@@ -597,8 +597,9 @@ def test_the_steady_check_names_a_host_that_stalls_and_passes_a_steady_one(capsy
     assert modes_results.steady_main([str(STALLING_SITTING)]) == 3
     out = capsys.readouterr().out
     assert "the host stalls" in out and "11.2x its p50 at 2,000 req/s" in out
-    [(spec, rate, spread)] = modes_results.stalling_searches(STALLING_SITTING.parent, STALLING_SITTING)
+    [(spec, rate, spread)] = modes_results.sync_tail_spreads(STALLING_SITTING)
     assert spec.startswith("bert_tiny_sync@") and rate == 2_000.0 and spread >= modes_results.STALL_SPREAD
+    assert len(modes_results.sync_tail_spreads(STEADY_SITTING)) == 3  # every sync search of the sitting
     # a sitting of fixed rates alone has no search to judge the host by
     assert modes_results.steady_main([str(ROOT / "results" / "modes" / "20261126-h100-4cores-stalls")]) == 4
 

@@ -130,16 +130,17 @@ def stalls(e: Entry | None) -> bool:
     return spread is not None and spread[1] >= STALL_SPREAD
 
 
-def stalling_searches(results: Path, sitting: Path) -> list[tuple[str, float, float]]:
-    """(spec, lowest rate, p99 / p50) of each sync search of ``sitting`` run on a host that stalls (:func:`stalls`).
+def sync_tail_spreads(sitting: Path) -> list[tuple[str, float, float]]:
+    """(spec, lowest rate, p99 / p50) of each sync search of ``sitting`` (:func:`tail_spread`), in file order.
 
-    What a sitting's first sync search says of the host before the rest of a device call is spent on it: a
-    comparison on a host whose stalls set the tail measures the host, not the modes.
+    What a sitting's first sync search says of the host before the rest of a device call is spent on it: one
+    at or over :data:`STALL_SPREAD` ran on a host whose stalls set the tail, where a comparison measures the
+    host, not the modes.
     """
     out = []
-    for e in entries(results, sitting):
+    for e in entries(sitting.parent, sitting):
         spread = tail_spread(e) if _is_sync(e) and _search_ran(e) else None
-        if spread is not None and spread[1] >= STALL_SPREAD:
+        if spread is not None:
             out.append((str(e.summary.get("spec")), *spread))
     return out
 
@@ -155,19 +156,18 @@ def steady_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m inflight.lab.modes_results", description=steady_main.__doc__)
     p.add_argument("sitting", type=Path, help="A sitting folder, e.g. results/modes/<date>-<device>-4cores.")
     args = p.parse_args(argv)
-    sitting = args.sitting.resolve()
-    judged = [e for e in entries(sitting.parent, sitting) if _is_sync(e) and _search_ran(e) and tail_spread(e)]
-    if not judged:
+    spreads = sync_tail_spreads(args.sitting.resolve())
+    if not spreads:
         print(f"{args.sitting}: no sync search with a window to judge the host by; run the sync search first")  # noqa: T201
         return 4
-    bad = stalling_searches(sitting.parent, sitting)
+    bad = [(spec, rate, spread) for spec, rate, spread in spreads if spread >= STALL_SPREAD]
     for spec, rate, spread in bad:
         print(  # noqa: T201 - the command's output
             f"{args.sitting}: the host stalls: {spec}'s p99 is {spread:.1f}x its p50 at {rate:,.0f} req/s, its lowest "
             f"rate (>= {STALL_SPREAD:g}x: its stalls, not a queue, set the tail); compare the modes on another host"
         )
     if not bad:
-        worst = max(spread[1] for spread in (tail_spread(e) for e in judged) if spread)
+        worst = max(spread for _, _, spread in spreads)
         print(f"{args.sitting}: steady: sync's p99 at most {worst:.1f}x its p50 at its lowest rate")  # noqa: T201
     return 3 if bad else 0
 
