@@ -616,3 +616,21 @@ def test_modes_budget_stops_before_the_fixed_part_on_a_host_that_stalls(tmp_path
     assert r.returncode == rc, r.stdout + r.stderr
     assert ("the host stalls" in r.stdout) == (rc == 3)
     assert (campaign / "logs" / "steady.log").read_text() == r.stdout
+
+
+def test_the_plain_cell_reads_plains_p99_against_syncs_at_the_lowest_rate_both_searched() -> None:
+    sync = _with_lowest_window(_entry("a", "sync", 14_750.0, True, "2026-11-25T12:28:00"), 6_000, 3.4, 8.3)
+    plain = _with_lowest_window(_entry("a", "plain", 13_000.0, True, "2026-11-25T12:31:00"), 6_000, 7.0, 15.0)
+    # 3,000 req/s is generator-limited on both (no evidence); 12,000 is common too but not the lowest
+    assert modes_results.plain_p99_over_sync(plain, sync) == (6_000.0, 15.0 / 8.3)
+    cell = modes_results._plain_cell(plain, False, sync)
+    assert cell == "13,000 (1 inst.) (0.88x sync there, p99 1.81x sync's at 6,000 req/s, `a`)"
+    assert modes_results._plain_cell(plain, True, sync) == "13,000 (1 inst.) (p99 1.81x sync's at 6,000 req/s)"
+    elsewhere = _with_lowest_window(_entry("b", "plain", 9_000.0, True, "2026-11-25T13:00:00"), 5_000, 7.0, 15.0)
+    assert modes_results.plain_p99_over_sync(elsewhere, sync) is None  # no rate in common
+    assert modes_results.plain_p99_over_sync(None, sync) is None
+    # on the committed steady H100 sitting: 8,000 req/s, plain's p99 46.2 ms against sync's 25.1
+    es = entries(ROOT / "results", STEADY_SITTING)
+    best = {kind: max((e for e in es if e.kind == kind), key=lambda e: e.capacity or 0) for kind in ("sync", "plain")}
+    rate, ratio = modes_results.plain_p99_over_sync(best["plain"], best["sync"]) or (0.0, 0.0)
+    assert rate == 8_000.0 and ratio == pytest.approx(46.2 / 25.1, rel=0.01)

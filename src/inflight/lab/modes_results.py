@@ -803,6 +803,8 @@ def summary(root: Path) -> dict[str, Any] | None:
                 "plain_host_stalls": stalls(b["plain_sync"]),
                 # where no steady host searched plain beside sync: its share on every host that stalls, oldest first
                 "plain_shares_on_stalling_hosts": b["plain_stalling_shares"],
+                # plain's p99 over sync's at the lowest rate both searches of that sitting measured
+                "plain_p99_over_sync": _rate_ratio(plain_p99_over_sync(b["plain"], b["plain_sync"])),
                 "default": b["default"].summary["spec"] if b["default"] is not None else None,
                 "default_instances": instances(b["default"]) if b["default"] is not None else None,
                 "best_sync": b["best_sync"].summary["spec"],
@@ -1010,6 +1012,26 @@ def _deploy(es: list[Entry], *candidates: Entry | None) -> str | None:
     return f"{_deployment(e)}: {at_least}{fmt(values[k])} req/s" + (" (median)" if medians else "")
 
 
+def plain_p99_over_sync(plain: Entry | None, sync: Entry | None) -> tuple[float, float] | None:
+    """(rate, plain's p99 / sync's) at the lowest offered rate both searches measured, or None (no common rate).
+
+    The lowest common rate of two searches of one sitting is the bracket's low end, where neither queues much:
+    what the usual deployment's tail is beside sync's at equal load (capacity alone shows the queue's knee).
+    """
+    if plain is None or sync is None:
+        return None
+    s99, p99 = p99_by_rate(sync), p99_by_rate(plain)
+    common = sorted(set(s99) & set(p99))
+    if not common or not s99[common[0]]:
+        return None
+    return common[0], p99[common[0]] / s99[common[0]]
+
+
+def _rate_ratio(pair: tuple[float, float] | None) -> dict[str, float] | None:
+    """``{"rate": ..., "ratio": ...}`` for ``summary.json`` (None stays None)."""
+    return {"rate": pair[0], "ratio": pair[1]} if pair else None
+
+
 def _plain_cell(plain: Entry | None, own: bool, sync: Entry | None, stalling: Sequence[float] = ()) -> str:
     """The plain baseline's cell: its capacity; from another sitting (not ``own``), its share of ``sync`` there.
 
@@ -1018,8 +1040,10 @@ def _plain_cell(plain: Entry | None, own: bool, sync: Entry | None, stalling: Se
     """
     if plain is None:
         return "not measured beside sync"
+    tail = plain_p99_over_sync(plain, sync)
+    p99 = f"p99 {tail[1]:.2f}x sync's at {fmt(tail[0])} req/s" if tail else ""
     if own:
-        return _cap_of(plain)
+        return f"{_cap_of(plain)} ({p99})" if p99 else _cap_of(plain)
     if len(stalling) > 1:
         shares = ", ".join(f"{x:.2f}x" for x in stalling)
         return (
@@ -1029,7 +1053,7 @@ def _plain_cell(plain: Entry | None, own: bool, sync: Entry | None, stalling: Se
     share = f"{(plain.capacity or 0.0) / sync.capacity:.2f}x sync there, " if sync and sync.capacity else ""
     spread = tail_spread(sync) if sync is not None and stalls(sync) else None
     host = f"a host that stalls: sync's p99 {spread[1]:.0f}x its p50 at {fmt(spread[0])} req/s, " if spread else ""
-    return f"{_cap_of(plain)} ({share}{host}`{sitting_of(plain).name}`)"
+    return f"{_cap_of(plain)} ({share}{p99 + ', ' if p99 else ''}{host}`{sitting_of(plain).name}`)"
 
 
 #: The markers between which the README holds the generated decision table.
