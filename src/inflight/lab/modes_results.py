@@ -1033,7 +1033,9 @@ def _rate_ratio(pair: tuple[float, float] | None) -> dict[str, float] | None:
 
 
 def _plain_cell(plain: Entry | None, own: bool, sync: Entry | None, stalling: Sequence[float] = ()) -> str:
-    """The plain baseline's cell: its capacity; from another sitting (not ``own``), its share of ``sync`` there.
+    """The plain baseline's cell: its capacity and p99 against ``sync``'s; from another sitting, its share too.
+
+    The p99 is :func:`plain_p99_over_sync`'s; the share (not ``own``) is of ``sync``'s capacity there.
 
     ``sync`` is what :func:`sync_beside` found in the plain search's sitting; ``stalling`` the shares of
     :func:`stalling_plain_shares` (two or more: each is shown, the newest host's figure being no better).
