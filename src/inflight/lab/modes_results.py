@@ -533,6 +533,11 @@ def p99_ratios(es: Iterable[Entry], sync: Entry, other: Entry) -> dict[float, fl
     rounds = p99_rounds_side_by_side(es, sync, other)
     if rounds:
         return _median_ratios(rounds)
+    return searches_p99_ratios(sync, other)
+
+
+def searches_p99_ratios(sync: Entry, other: Entry) -> dict[float, float]:
+    """``other``'s p99 over ``sync``'s at each rate both variants' own windows visited (:func:`p99_by_rate`)."""
     s99m, p99m = p99_by_rate(sync), p99_by_rate(other)
     return {rate: p99m[rate] / s99m[rate] for rate in sorted(set(s99m) & set(p99m))}
 
@@ -1018,13 +1023,8 @@ def plain_p99_over_sync(plain: Entry | None, sync: Entry | None) -> tuple[float,
     The lowest common rate of two searches of one sitting is the bracket's low end, where neither queues much:
     what the usual deployment's tail is beside sync's at equal load (capacity alone shows the queue's knee).
     """
-    if plain is None or sync is None:
-        return None
-    s99, p99 = p99_by_rate(sync), p99_by_rate(plain)
-    common = sorted(set(s99) & set(p99))
-    if not common or not s99[common[0]]:
-        return None
-    return common[0], p99[common[0]] / s99[common[0]]
+    ratios = searches_p99_ratios(sync, plain) if plain is not None and sync is not None else {}
+    return next(iter(ratios.items()), None)
 
 
 def _rate_ratio(pair: tuple[float, float] | None) -> dict[str, float] | None:
