@@ -12,12 +12,15 @@ Python backend's examples serve a PyTorch model (``triton-inference-server/pytho
   responses. One batch at a time: the copy back to the host waits for the GPU, as in the examples.
   No CUDA graphs, no compiler, no pinned buffers, no copy streams.
 
-The module is the model's reference build (``ModelSpec.reference_options``: plain PyTorch
-operators, the whole last layer), the same function ``<model>_inflight`` and ``<model>_sync``
-compute, so their outputs agree within fp16 tolerance. A Python-based backend runs in the same
-stub as ``backend: "python"`` with ``model.py`` in the version folder; keeping the file here lets
-``inflight build-models`` write ``<model>_plain`` as a config only. It imports the ``inflight``
-package for the model definition (``inflight.models``) only.
+The model is what its config and its version folder say, as for every Triton backend: the
+tensors and value checks from config.pbtxt (``inflight.model_spec``), the module from the
+folder's ``model.pt2`` (a ``torch.export`` program run eagerly; ``inflight build-models`` and
+``inflight import-hf`` write it with plain PyTorch operators and the whole last layer, the same
+function ``<model>_inflight`` and ``<model>_sync`` compute, so their outputs agree within fp16
+tolerance), and a text input tokenized with the folder's ``tokenizer.json`` as the inflight
+backend does (``inflight.runtime.text``). A Python-based backend runs in the same stub as
+``backend: "python"`` with ``model.py`` in the version folder; keeping the file here lets the
+tools write ``<model>_plain`` as a config and an artifact.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import traceback
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,8 +37,10 @@ import triton_python_backend_utils as pb_utils
 try:
     import torch
 
-    from inflight.errors import ValidationError
-    from inflight.models.registry import get_model
+    from inflight.errors import InflightError, ValidationError
+    from inflight.model_config import ModelParameters, parameters_of, proto_from_json
+    from inflight.model_spec import spec_from_config
+    from inflight.models.artifact import load_module
 except ImportError as e:  # the stub's Python cannot see torch or the package
     raise pb_utils.TritonModelException(
         f"the plain backend needs torch and the inflight package ({e}); install both into the Python environment "
@@ -47,19 +53,28 @@ class TritonPythonModel:
 
     def initialize(self, args: dict[str, str]) -> None:
         """Build the module on the instance's device (fp16 on a GPU, fp32 on a CPU)."""
-        cfg = json.loads(args["model_config"])
-        self.name = str(cfg.get("name", args.get("model_name", "?")))
-        try:
-            self.spec = get_model(self.name)
-        except KeyError as e:
-            raise pb_utils.TritonModelException(
-                f"{self.name}: {e.args[0]}; name the model <model>_plain (inflight build-models writes those)"
-            ) from None
+        cfg = proto_from_json(args["model_config"])
+        self.name = cfg.name or args.get("model_name", "?")
+        version_dir = Path(args["model_repository"]) / str(args.get("model_version", "1"))
         gpu = args.get("model_instance_kind") == "GPU" and torch.cuda.is_available()
         self.device = torch.device("cuda", int(args.get("model_instance_device_id", 0))) if gpu else torch.device("cpu")
         self.dtype = torch.float16 if gpu else torch.float32
-        module = self.spec.make_module(0, **self.spec.reference_options)
-        self.module: torch.nn.Module | None = module.to(self.device, self.dtype).eval()
+        self.text: Any = None
+        try:
+            self.spec = spec_from_config(cfg, version_dir=version_dir)
+            if self.spec.text_input is not None:
+                from inflight.runtime.text import TextEncoder
+
+                mp = ModelParameters.from_parameters(parameters_of(cfg))
+                self.text = TextEncoder(
+                    version_dir / mp.tokenizer, max_len=self.spec.max_seq_len or 512, max_bytes=mp.max_text_bytes
+                )
+            module = load_module(version_dir / "model.pt2", spec=self.spec)
+        except InflightError as e:
+            raise pb_utils.TritonModelException(f"{self.name}: {e}") from None
+        self.module: Any = module.to(self.device)
+        if gpu:
+            self.module = self.module.to(self.dtype)
         self.outputs = [(t.name, np.dtype(t.dtype)) for t in self.spec.outputs]
         self.variable = {t.name for t in self.spec.inputs if t.variable}
         self.instance = args.get("model_instance_name", "?")
@@ -72,9 +87,7 @@ class TritonPythonModel:
         valid: list[tuple[int, dict[str, np.ndarray], int]] = []
         for i, request in enumerate(requests):
             try:
-                arrays = {
-                    t.name: pb_utils.get_input_tensor_by_name(request, t.name).as_numpy() for t in self.spec.inputs
-                }
+                arrays = self._read(request)
                 valid.append((i, arrays, self.spec.validate(arrays)))
             except (ValidationError, AttributeError) as e:
                 message = str(e) if isinstance(e, ValidationError) else f"{self.name}: an input is missing ({e})"
@@ -101,6 +114,31 @@ class TritonPythonModel:
                     )
         self.stats["requests"] += len(requests)
         return responses
+
+    def _read(self, request: Any) -> dict[str, np.ndarray]:
+        """The request's arrays; a text request's texts tokenized (one request at a time, as users write it)."""
+        if self.text is not None:
+            tensor = pb_utils.get_input_tensor_by_name(request, self.spec.text_input)
+            if tensor is not None:
+                sent = [t.name for t in self.spec.inputs if pb_utils.get_input_tensor_by_name(request, t.name)]
+                if sent:
+                    raise ValidationError(
+                        f"this request sends both {self.spec.text_input!r} and {sent}; send the text or the token "
+                        "inputs, not both",
+                        "text_and_tokens",
+                    )
+                (result,) = self.text.encode_batch([tensor.as_numpy()])
+                if isinstance(result, ValidationError):
+                    raise result
+                ids, mask = result
+                return {self.spec.token_input or "input_ids": ids, self.spec.mask_input or "attention_mask": mask}
+        arrays = {}
+        for t in self.spec.inputs:
+            tensor = pb_utils.get_input_tensor_by_name(request, t.name)
+            if tensor is None:
+                raise ValidationError(f"{self.name}: input {t.name!r} is missing", "missing_input")
+            arrays[t.name] = tensor.as_numpy()
+        return arrays
 
     def _forward(self, batch: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
         """Stack the requests' arrays (padding variable dimensions with 0) and run the module."""

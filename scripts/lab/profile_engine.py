@@ -191,7 +191,7 @@ def max_abs_error(engine: Any, spec: Any, seq: int | None) -> float:
     from inflight.runtime.engines.torch_engine import _forward
 
     x = spec.example_inputs(256, seq_len=seq, rng=np.random.default_rng(1))
-    ref_module = spec.make_module(0, **spec.reference_options)
+    ref_module = spec.build_module(0, **spec.reference_options)
     with torch.inference_mode():
         ref = ref_module(*[torch.from_numpy(x[t.name]) for t in spec.inputs]).double()
         args = {t.name: torch.from_numpy(x[t.name]).to(engine.device) for t in spec.inputs}
@@ -242,7 +242,7 @@ def main() -> None:
         from inflight.build import export_torch
 
         artifact = a.out.with_suffix(".pt2")
-        export_torch(spec, spec.make_module(0, **options), artifact)
+        export_torch(spec, spec.build_module(0, **options), artifact)
     if a.no_cudnn_sdp:
         torch.backends.cuda.enable_cudnn_sdp(False)
     engine = TorchEngine(artifact, spec, device_id=0, precision=a.precision, compile=a.compile)

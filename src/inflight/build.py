@@ -134,6 +134,7 @@ def write_configs(
             variant=variant,
             batching=dataclasses.replace(batching, instances=instances) if inflight else batching,
             params=deployed if inflight else params,
+            model_spec=spec,
         )
         d = vc.write(repository)
         (d / "1" / ".gitkeep").touch()
@@ -226,7 +227,7 @@ def build_model(
     summary: dict[str, Any] = {"model": name, "configs": [f"{name}_{v}" for v in VARIANTS]}
     if configs_only:
         return summary
-    module = spec.make_module(seed)
+    module = spec.build_module(seed)
     pt2 = repository / f"{name}_inflight" / "1" / "model.pt2"
     export_torch(spec, module, pt2)
     _link_or_copy(pt2, repository / f"{name}_sync" / "1" / "model.pt2")
@@ -238,13 +239,20 @@ def build_model(
         "parameters": int(sum(p.numel() for p in module.parameters())),
         "sha256": _sha256(pt2),
     }
+    # the usual deployment's artifact: the reference build (plain PyTorch operators, the whole last layer)
+    export_torch(
+        spec, spec.build_module(seed, **spec.reference_options), repository / f"{name}_plain" / "1" / "model.pt2"
+    )
     if onnx:
         path = repository / f"{name}_trt" / "1" / "model.onnx"
         # the same weights without the fused operators, which ONNX cannot express
-        export_onnx(spec, spec.make_module(seed, **spec.portable_options), path)
+        export_onnx(spec, spec.build_module(seed, **spec.portable_options), path)
         summary["onnx"] = str(path)
         meta["onnx_sha256"] = _sha256(path)
+    if spec.unpadded and "architecture" in spec.extra:  # the engine rebuilds it for unpadded launches
+        meta["architecture"] = spec.extra["architecture"].to_json()
     (pt2.parent / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
+    _link_or_copy(pt2.parent / "model.json", repository / f"{name}_sync" / "1" / "model.json")
     summary.update(meta)
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     LOGGER.info("built %s in %.1f s", name, summary["seconds"])
@@ -298,7 +306,7 @@ def source_digest() -> str:
 def artifacts_current(repository: Path, name: str, *, seed: int = 0, onnx: bool = False) -> bool:
     """True when ``name``'s artifacts exist and were built from the current model sources and ``seed``."""
     meta_path = repository / f"{name}_inflight" / "1" / "model.json"
-    if not all((repository / f"{name}_{v}" / "1" / "model.pt2").is_file() for v in ("inflight", "sync")):
+    if not all((repository / f"{name}_{v}" / "1" / "model.pt2").is_file() for v in ("inflight", "sync", "plain")):
         return False
     if onnx and not (repository / f"{name}_trt" / "1" / "model.onnx").is_file():
         return False
@@ -331,3 +339,101 @@ def ensure_built(
         else:  # the configs are cheap and follow the generator (a new variant, another deployment rule)
             write_configs(repository, MODELS[name], server_cpus=server_cpus)
     return built
+
+
+def import_checkpoint(
+    repository: Path,
+    checkpoint: Path,
+    name: str,
+    *,
+    allow_pickle: bool = False,
+    max_batch_size: int = 512,
+    onnx: bool = True,
+    server_cpus: int | None = None,
+    gpus: int | None = None,
+) -> dict[str, Any]:
+    """Write a Hugging Face BERT checkpoint into ``repository``: ``NAME_inflight``, ``_sync``, ``_plain``, ``_trt``.
+
+    The tensors and value checks go into each config.pbtxt (``input_ids``, ``attention_mask``, and a
+    ``text`` input where the checkpoint has a tokenizer.json; the output ``embedding``, pooled as the
+    checkpoint says), the weights into ``model.pt2`` (fused kernels; ``_plain``: plain PyTorch
+    operators), the architecture into ``model.json`` and the tokenizer beside them.
+
+    Args:
+        repository: The model repository.
+        checkpoint: The checkpoint's folder (config.json, model.safetensors...; ``inflight.hf_import``).
+        name: The model's name (letters, digits, ``_``).
+        allow_pickle: Read a ``pytorch_model.bin`` (unpickling runs the file's code).
+        max_batch_size: Largest batch (sequences) of the configs.
+        onnx: Also export ``NAME_trt/1/model.onnx`` for a TensorRT plan.
+        server_cpus: Cores the server will get (``write_configs``).
+        gpus: GPUs the server will see (``write_configs``).
+
+    Raises:
+        ConfigError: for a checkpoint that cannot be served faithfully (what differs), or a bad name.
+    """
+    from inflight.hf_import import read_checkpoint
+    from inflight.models.spec import TensorSpec
+
+    if not name or not all(c.isalnum() or c == "_" for c in name) or name in MODELS:
+        raise ConfigError(f"--name {name!r}: use letters, digits and '_', and not a built-in model's name")
+    t0 = time.perf_counter()
+    ckpt = read_checkpoint(checkpoint, allow_pickle=allow_pickle)
+    arch = ckpt.architecture
+    tokens = TensorSpec(name="input_ids", dtype="int64", dims=(-1,))
+    spec = ModelSpec(
+        name=name,
+        description=f"{name}: {checkpoint.name} ({arch.shape.layers} layers, hidden {arch.shape.hidden}, "
+        f"{arch.pooling} pooling{', normalized' if arch.normalize else ''})",
+        inputs=(tokens, dataclasses.replace(tokens, name="attention_mask")),
+        outputs=(TensorSpec(name="embedding", dtype="float32", dims=(arch.shape.hidden,)),),
+        max_batch_size=max_batch_size,
+        make_module=arch.make,
+        default_seq_len=min(64, ckpt.max_seq_len),
+        max_seq_len=ckpt.max_seq_len,
+        vocab_size=arch.shape.vocab,
+        token_input="input_ids",
+        seq_input="input_ids",
+        mask_input="attention_mask",
+        unpadded=True,
+        text_input="text" if ckpt.tokenizer is not None else None,
+        portable_options={"kernels": False},
+        reference_options={"cls_only": False, "kernels": False},
+        extra={"architecture": arch},
+    )
+    params = BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
+    write_configs(repository, spec, params=params, server_cpus=server_cpus, gpus=gpus)
+    weights = ckpt.state_dict
+
+    def module(**options: Any) -> Any:
+        m = arch.make(0, **options)
+        m.load_state_dict(weights, strict=True)
+        return m.eval()
+
+    pt2 = repository / f"{name}_inflight" / "1" / "model.pt2"
+    export_torch(spec, module(), pt2)
+    export_torch(spec, module(**spec.reference_options), repository / f"{name}_plain" / "1" / "model.pt2")
+    meta: dict[str, Any] = {
+        "model": name,
+        "checkpoint": ckpt.source,
+        "architecture": arch.to_json(),
+        "max_seq_len": ckpt.max_seq_len,
+        "parameters": int(sum(v.numel() for v in weights.values())),
+        "sha256": _sha256(pt2),
+    }
+    if onnx:
+        path = repository / f"{name}_trt" / "1" / "model.onnx"
+        export_onnx(spec, module(**spec.portable_options), path)
+        meta["onnx_sha256"] = _sha256(path)
+    (pt2.parent / "model.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    for variant in ("sync", "plain"):
+        d = repository / f"{name}_{variant}" / "1"
+        _link_or_copy(pt2.parent / "model.json", d / "model.json")
+        if variant == "sync":
+            _link_or_copy(pt2, d / "model.pt2")
+    if ckpt.tokenizer is not None:
+        for variant in ("inflight", "sync", "plain"):
+            _link_or_copy(ckpt.tokenizer, repository / f"{name}_{variant}" / "1" / "tokenizer.json")
+    seconds = round(time.perf_counter() - t0, 1)
+    LOGGER.info("imported %s as %s in %.1f s", checkpoint, name, seconds)
+    return {"model": name, "configs": [f"{name}_{v}" for v in VARIANTS], **meta, "seconds": seconds}

@@ -91,6 +91,52 @@ def build_models_cmd(
         typer.echo(json.dumps(s))
 
 
+@app.command("import-hf")
+def import_hf_cmd(
+    checkpoint: Annotated[
+        Path, typer.Argument(help="A Hugging Face BERT checkpoint folder (config.json + safetensors).")
+    ],
+    name: Annotated[str, typer.Option(help="The model's name: NAME_inflight, NAME_sync, NAME_plain, NAME_trt.")],
+    repository: Annotated[Path, typer.Option(help="Model repository to write.")] = REPO_DEFAULT,
+    max_batch_size: Annotated[int, typer.Option(help="Largest batch (sequences) of the configs.")] = 512,
+    server_cpus: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="Cores the server will run on (8 or 0-7): NAME_inflight gets one instance per core."),
+    ] = None,
+    gpus: Annotated[Optional[int], typer.Option(help="GPUs the server will see (default: as build-models).")] = None,  # noqa: UP045
+    onnx: Annotated[bool, typer.Option(help="Also export ONNX for a TensorRT plan.")] = True,
+    allow_pickle: Annotated[
+        bool,
+        typer.Option(
+            help="Read pytorch_model.bin: unpickling runs code from the file; only for checkpoints you trust."
+        ),
+    ] = False,
+    verbose: bool = False,
+) -> None:
+    """Serve your own BERT-family checkpoint: its configs, artifacts, architecture and tokenizer into the repository."""
+    setup_logging(verbose)
+    from inflight.build import import_checkpoint
+    from inflight.loadtest.openloop import parse_cpus
+
+    try:
+        cores = None
+        if server_cpus is not None:
+            cores = int(server_cpus) if server_cpus.isdigit() else len(parse_cpus(server_cpus))
+        out = import_checkpoint(
+            repository,
+            checkpoint,
+            name,
+            allow_pickle=allow_pickle,
+            max_batch_size=max_batch_size,
+            onnx=onnx,
+            server_cpus=cores,
+            gpus=gpus,
+        )
+    except InflightError as e:
+        fail(e)
+    typer.echo(json.dumps(out, default=str))
+
+
 @app.command("serve")
 def serve_cmd(
     repository: Annotated[Path, typer.Option(help="Model repository.")] = REPO_DEFAULT,

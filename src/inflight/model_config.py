@@ -204,30 +204,11 @@ class BackendParameters:
             ConfigError: on an unknown key or a value of the wrong form.
         """
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(params) - set(fields))
+        shared = {f.name for f in dataclasses.fields(ModelParameters)}  # the model's own keys, parsed apart
+        unknown = sorted(set(params) - set(fields) - shared)
         if unknown:
-            raise ConfigError(f"unknown inflight parameter(s) {unknown}; known: {sorted(fields)}")
-        kwargs: dict[str, Any] = {}
-        default = cls()
-        for key, raw in params.items():
-            raw = raw.strip()
-            current = getattr(default, key)
-            try:
-                if isinstance(current, bool):
-                    if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                        raise ValueError("use true or false")
-                    kwargs[key] = raw.lower() in ("true", "1", "yes")
-                elif isinstance(current, int):
-                    kwargs[key] = int(raw)
-                elif isinstance(current, float):
-                    kwargs[key] = float(raw)
-                elif isinstance(current, tuple):
-                    kwargs[key] = tuple(int(x) for x in raw.replace(" ", "").split(",") if x)
-                else:
-                    kwargs[key] = raw
-            except ValueError as e:
-                raise ConfigError(f"parameter {key}={raw!r} is invalid: {e}") from None
-        p = cls(**kwargs)
+            raise ConfigError(f"unknown inflight parameter(s) {unknown}; known: {sorted({*fields, *shared})}")
+        p = cls(**_parse(cls(), {k: v for k, v in params.items() if k in fields}))
         p.check()
         return p
 
@@ -292,6 +273,97 @@ class BackendParameters:
             raise ConfigError(f"graph_memory_mb={self.graph_memory_mb}: must be >= 0 (0 captures at load nothing)")
         if self.drain_timeout_s < 0:
             raise ConfigError(f"drain_timeout_s={self.drain_timeout_s}: must be >= 0")
+
+
+def _parse(default: Any, params: Mapping[str, str]) -> dict[str, Any]:
+    """Each ``params`` string as the type of ``default``'s field of that name.
+
+    Raises:
+        ConfigError: naming the key whose value is of the wrong form.
+    """
+    kwargs: dict[str, Any] = {}
+    for key, raw in params.items():
+        raw = raw.strip()
+        current = getattr(default, key)
+        try:
+            if isinstance(current, bool):
+                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError("use true or false")
+                kwargs[key] = raw.lower() in ("true", "1", "yes")
+            elif isinstance(current, int):
+                kwargs[key] = int(raw)
+            elif isinstance(current, float):
+                kwargs[key] = float(raw)
+            elif isinstance(current, tuple):
+                kwargs[key] = tuple(int(x) for x in raw.replace(" ", "").split(",") if x)
+            else:
+                kwargs[key] = raw
+        except ValueError as e:
+            raise ConfigError(f"parameter {key}={raw!r} is invalid: {e}") from None
+    return kwargs
+
+
+#: Longest UTF-8 text of one item the backend tokenizes (``ModelParameters.max_text_bytes``).
+DEFAULT_MAX_TEXT_BYTES = 65536
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelParameters:
+    """What config.pbtxt's ``parameters`` say of the model itself (not how to run it): its value checks and text.
+
+    The tensors come from the config's ``input``/``output``; these keys add what a tensor's type
+    cannot say. Every check is off unless its key is set. ``inflight build-models`` and ``inflight
+    import-hf`` write them; the inflight and plain backends read them (``inflight.model_spec``).
+
+    Attributes:
+        token_input: The input that holds token ids (checked against ``vocab_size``; what a ``text``
+            input is tokenized into).
+        vocab_size: Token ids must lie in ``[0, vocab_size)``; 0: no check (a model without token ids).
+        mask_input: The input that holds the attention mask (values 0 and 1 only; a masked token
+            takes no part in the output, so the engine may pad with mask 0 and leave such tokens out);
+            empty: no mask.
+        max_seq_len: Longest sequence a request may send (tokens); 0: the longest sequence bucket.
+        tokenizer: A Hugging Face ``tokenizers`` file (``tokenizer.json``), relative to the version
+            folder, that the config's TYPE_STRING input is tokenized with (truncated to
+            ``max_seq_len``; padded only to the batch's buckets).
+        max_text_bytes: Longest text of one item in UTF-8 bytes; a longer one is refused (400).
+        architecture: Where the model's architecture is described for the engine's unpadded
+            launches (a JSON file beside the artifact, relative to the version folder; see
+            ``inflight.models.bert.Architecture``); missing file: every launch runs padded.
+    """
+
+    token_input: str = "input_ids"
+    vocab_size: int = 0
+    mask_input: str = ""
+    max_seq_len: int = 0
+    tokenizer: str = ""
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
+    architecture: str = "model.json"
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, str]) -> ModelParameters:
+        """The model's keys of the config's parameters map (the others are the backend's or another backend's).
+
+        Raises:
+            ConfigError: naming a key whose value is of the wrong form or out of range.
+        """
+        fields = {f.name for f in dataclasses.fields(cls)}
+        p = cls(**_parse(cls(), {k: v for k, v in params.items() if k in fields}))
+        if p.vocab_size < 0 or p.max_seq_len < 0 or p.max_text_bytes < 1:
+            raise ConfigError(
+                f"vocab_size={p.vocab_size}, max_seq_len={p.max_seq_len}, max_text_bytes={p.max_text_bytes}: use "
+                "vocab_size >= 0 and max_seq_len >= 0 (0: no check) and max_text_bytes >= 1"
+            )
+        return p
+
+    def to_parameters(self) -> dict[str, str]:
+        """The keys that differ from the defaults, as config.pbtxt stores them."""
+        default = ModelParameters()
+        return {
+            f.name: str(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(default, f.name)
+        }
 
 
 @functools.cache

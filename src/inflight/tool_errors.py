@@ -7,7 +7,7 @@ Every message says what was wrong and how to fix it.
 
 from __future__ import annotations
 
-from inflight.errors import InflightError
+from inflight.errors import ConfigError, InflightError
 
 
 class ServerError(InflightError):
@@ -35,3 +35,7 @@ class NsysExportError(InflightError, ValueError):
 
     Also a ``ValueError``, as it was before it joined this tree, for callers that catch that.
     """
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint ``inflight import-hf`` cannot serve faithfully (the message says what was found and what to do)."""

@@ -27,7 +27,8 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
-from inflight.model_config import BackendParameters, Mode, parameters_of
+from inflight.model_config import BackendParameters, Mode, ModelParameters, parameters_of
+from inflight.model_spec import TEXT_TYPE, spec_from_config
 from inflight.models.registry import get_model
 from inflight.models.spec import ModelSpec
 
@@ -81,11 +82,27 @@ class VariantConfig:
     sender_threads: int = 0
     """``null`` variant only: 0 returns the responses from ``execute()``; N > 0 defers them to N threads
     that send each through its request's response sender (the pipelined response path, no inflight code)."""
+    model_spec: ModelSpec | None = None
+    """The model's tensors and value checks (a config read back, an imported checkpoint); None: the built-in
+    model ``model`` of the registry."""
+    tokenizer: str = "tokenizer.json"
+    """The tokenizer file in the version folder, for a model with a text input."""
 
     @property
     def spec(self) -> ModelSpec:
-        """The model's registry entry."""
-        return get_model(self.model)
+        """The model: ``model_spec``, or the registry's built-in ``model``."""
+        return self.model_spec if self.model_spec is not None else get_model(self.model)
+
+    def model_parameters(self) -> ModelParameters:
+        """What config.pbtxt says of the model itself (``inflight.model_config.ModelParameters``)."""
+        spec = self.spec
+        return ModelParameters(
+            token_input=spec.token_input or "input_ids",
+            vocab_size=spec.vocab_size or 0,
+            mask_input=spec.mask_input or "",
+            max_seq_len=spec.max_seq_len or 0,
+            tokenizer=self.tokenizer if spec.text_input else "",
+        )
 
     @property
     def model_name(self) -> str:
@@ -106,13 +123,18 @@ class VariantConfig:
         # batcher may put requests of different lengths into one batch (without it, it batches
         # only equal shapes, and a mix of lengths fragments into small batches)
         ragged = self.variant in ("inflight", "sync")
+        # a text input is an alternative to the token inputs: each of them is optional then
+        text = spec.text_input if self.variant in ("inflight", "sync", "plain") else None
         for t in spec.inputs:
             cfg.input.add(
                 name=t.name,
                 data_type=mc.DataType.Value(t.triton_type),
                 dims=list(t.dims),
                 allow_ragged_batch=ragged and t.variable,
+                optional=text is not None,
             )
+        if text is not None:
+            cfg.input.add(name=text, data_type=mc.DataType.Value(TEXT_TYPE), dims=[1], optional=True)
         for t in spec.outputs:
             cfg.output.add(name=t.name, data_type=mc.DataType.Value(t.triton_type), dims=list(t.dims))
         b = self.batching
@@ -130,16 +152,20 @@ class VariantConfig:
             cfg.parameters["sleep_us"].string_value = str(self.sleep_us)
             if self.sender_threads:
                 cfg.parameters["sender_threads"].string_value = str(self.sender_threads)
-        elif self.variant == "plain":
-            pass  # no parameters: the usual deployment is a model.py and a config
-        else:
+        elif self.variant in ("inflight", "sync"):
             # the variant decides sync or not; an inflight variant keeps its own non-sync mode
             mode: Mode = self.params.mode if self.params.mode != "sync" else "pipelined"
             if self.variant == "sync":
                 mode = "sync"
             p = dataclasses.replace(self.params, mode=mode)
+            if p.compile == "auto" and spec.gpu_compile == "none":  # the built-in model's measured choice
+                p = dataclasses.replace(p, compile="none")
             for k, v in p.to_parameters(full=False).items():
                 cfg.parameters[k].string_value = v
+        if self.variant in ("inflight", "sync", "plain"):  # the backends that read the model's own keys
+            for k, v in self.model_parameters().to_parameters().items():
+                if not (k == "tokenizer" and text is None):
+                    cfg.parameters[k].string_value = v
         return cfg
 
     def to_pbtxt(self) -> str:
@@ -217,8 +243,8 @@ def parse_pbtxt(text: str) -> mc.ModelConfig:
 
 
 def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
-    """Rebuild a ``VariantConfig`` from a parsed config (inverse of ``to_proto``)."""
-    spec = get_model(cfg.name)
+    """Rebuild a ``VariantConfig`` from a parsed config (inverse of ``to_proto``): any model a config describes."""
+    spec = spec_from_config(cfg)
     variant: Variant
     sleep_us = sender_threads = 0
     if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":
@@ -252,13 +278,15 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
         gpus=tuple(group.gpus),
     )
     vc = VariantConfig(
-        model=spec.name,
+        model=base_name(cfg.name),
         variant=variant,
         batching=batching,
         max_batch_size=cfg.max_batch_size,
         name=cfg.name,
         sleep_us=sleep_us,
         sender_threads=sender_threads,
+        model_spec=spec,
+        tokenizer=ModelParameters.from_parameters(parameters_of(cfg)).tokenizer or "tokenizer.json",
     )
     if variant in ("inflight", "sync"):
         vc.params = BackendParameters.from_parameters(parameters_of(cfg))
@@ -341,7 +369,18 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
         name=name,
         sleep_us=sleep_us,
         sender_threads=sender_threads,
+        model_spec=vc.model_spec,
+        tokenizer=vc.tokenizer,
     )
+
+
+def base_name(name: str) -> str:
+    """The model a variant name serves: ``bert_tiny_sync`` -> ``bert_tiny``, ``minilm_inflight_auto`` -> ``minilm``."""
+    for variant in VARIANTS:
+        base, sep, _ = name.partition(f"_{variant}")
+        if sep and base and (name == f"{base}_{variant}" or name.startswith(f"{base}_{variant}_")):
+            return base
+    return name
 
 
 def parse_variant_arg(arg: str) -> tuple[str, dict[str, str]]:

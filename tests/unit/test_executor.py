@@ -325,6 +325,7 @@ TOKENS = ModelSpec(
     max_seq_len=16,
     vocab_size=100,
     seq_input="input_ids",
+    mask_input="attention_mask",  # its values are checked because it is declared (as config.pbtxt's mask_input)
 )
 
 

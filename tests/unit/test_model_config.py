@@ -69,10 +69,11 @@ def test_write_configs_deploys_inflight_for_the_server_cores_and_leaves_the_othe
     assert configs["bert_tiny_sync"].params.mode == "sync"
 
 
-def test_plain_variant_is_the_plain_backend_without_parameters() -> None:
+def test_plain_variant_is_the_plain_backend_with_the_models_own_parameters_only() -> None:
     cfg = VariantConfig(model="bert_tiny", variant="plain").to_proto()
     assert cfg.backend == "plain" and cfg.name == "bert_tiny_plain"
-    assert not cfg.parameters
+    # what the model is (its value checks), not how the inflight backend runs it
+    assert sorted(cfg.parameters) == ["mask_input", "max_seq_len", "vocab_size"]
     assert not any(i.allow_ragged_batch for i in cfg.input)  # the usual config: equal shapes batch together
     back = variant_from_proto(cfg)
     assert back.variant == "plain"

@@ -207,7 +207,7 @@ def _artifact(cfg: BenchConfig, v: Variant, tmp: Path) -> Path:
     spec = get_model(cfg.model)
     path = tmp / ("-".join(f"{k}={val}" for k, val in v.module) + ".pt2")
     if not path.is_file():
-        export_torch(spec, spec.make_module(0, **dict(v.module)), path)
+        export_torch(spec, spec.build_module(0, **dict(v.module)), path)
     return path
 
 
@@ -497,7 +497,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     spec = get_model(cfg.model)
     seq = cfg.seq_len if spec.variable_seq else None
     peak = peak_for(cuda.device_name(cfg.device_id))
-    reference = spec.make_module(0, **spec.reference_options)
+    reference = spec.build_module(0, **spec.reference_options)
     mixed_seqs: tuple[int, ...] | None = None
     if spec.variable_seq:
         mixed_seqs = tuple(s for s in BackendParameters().seq_buckets if s <= max(cfg.mixed[1], seq or 0))

@@ -5,14 +5,21 @@ bert-tiny (prajjwal1/bert-tiny): 2 layers, hidden 128, 2 attention heads, FFN 51
 hidden 512, 8 heads, FFN 2048 (29M parameters), the same code at another ``BertShape``. The
 model hub is unreachable here and throughput does not depend on weight values, so weights are
 drawn from a seeded generator. Output: the CLS token's final hidden state.
+
+The same encoder computes a user's BERT checkpoint (:mod:`inflight.hf_import` loads its weights):
+``BertShape.eps`` is its layer-norm epsilon, and ``make_module(pooling="mean", normalize=True)``
+the masked mean of the last layer's token states, L2-normalized, as sentence-transformers models
+such as all-MiniLM-L6-v2 define their embedding. :class:`Architecture` is all of that as data.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from inflight.models.architecture import Architecture as Architecture
+from inflight.models.architecture import l2_normalize, mean_pool, mean_pool_varlen
 from inflight.models.spec import ModelSpec, TensorSpec
 
 if TYPE_CHECKING:
@@ -37,6 +44,8 @@ class BertShape:
         ffn: Feed-forward inner size.
         vocab: Token ids accepted.
         positions: Longest sequence.
+        token_types: Rows of the token-type embedding (only row 0, single texts, is ever added).
+        eps: Epsilon of every layer norm.
     """
 
     layers: int
@@ -45,6 +54,8 @@ class BertShape:
     ffn: int
     vocab: int = VOCAB
     positions: int = POSITIONS
+    token_types: int = 2
+    eps: float = 1e-12
 
 
 #: prajjwal1/bert-tiny's shape.
@@ -64,6 +75,8 @@ def make_module(
     attention: str = "sdpa",
     cls_attention: str | None = None,
     kernels: bool = True,
+    pooling: Literal["cls", "mean"] = "cls",
+    normalize: bool = False,
 ) -> torch.nn.Module:
     """Build bert-tiny (or another ``shape``) in fp32 on the CPU, eval mode, weights from ``seed``.
 
@@ -81,6 +94,14 @@ def make_module(
             attention through the fused operators of :mod:`inflight.models.kernels` (Triton kernels
             on a GPU; on the CPU, and for shapes a kernel does not cover, the same PyTorch ops as
             ``kernels=False``). False: plain PyTorch ops only (what ONNX export needs).
+        pooling: The output: ``cls``, the first token's final state; ``mean``, the mean of the
+            last layer's states over the tokens whose mask bit is 1 (sentence-transformers'
+            mean-tokens pooling; every position of the last layer is computed, ``cls_only`` is
+            ignored). ``forward_packed`` serves ``cls`` only.
+        normalize: L2-normalize the pooled vector (sentence-transformers' ``Normalize``).
+
+    Raises:
+        ValueError: for an unknown ``attention``, ``cls_attention`` or ``pooling``.
     """
     import torch
     from torch import nn
@@ -92,8 +113,11 @@ def make_module(
     for name, value in (("attention", attention), ("cls_attention", cls_how)):
         if value not in ("sdpa", "explicit"):
             raise ValueError(f"{name}={value!r}: use 'sdpa' or 'explicit'")
+    if pooling not in ("cls", "mean"):
+        raise ValueError(f"pooling={pooling!r}: use 'cls' or 'mean'")
+    last_cls = cls_only and pooling == "cls"
     HIDDEN, HEADS, FFN, LAYERS = shape.hidden, shape.heads, shape.ffn, shape.layers
-    VOCAB, POSITIONS = shape.vocab, shape.positions
+    VOCAB, POSITIONS, EPS = shape.vocab, shape.positions, shape.eps
     head_dim = HIDDEN // HEADS
 
     def attend(
@@ -135,10 +159,10 @@ def make_module(
             super().__init__()
             self.qkv = nn.Linear(HIDDEN, 3 * HIDDEN)
             self.attn_out = nn.Linear(HIDDEN, HIDDEN)
-            self.ln1 = nn.LayerNorm(HIDDEN, eps=1e-12)
+            self.ln1 = nn.LayerNorm(HIDDEN, eps=EPS)
             self.ffn_in = nn.Linear(HIDDEN, FFN)
             self.ffn_out = nn.Linear(FFN, HIDDEN)
-            self.ln2 = nn.LayerNorm(HIDDEN, eps=1e-12)
+            self.ln2 = nn.LayerNorm(HIDDEN, eps=EPS)
 
         def ffn(self, x: torch.Tensor) -> torch.Tensor:
             """The feed-forward block, its residual and its layer norm."""
@@ -214,8 +238,8 @@ def make_module(
             super().__init__()
             self.word = nn.Embedding(VOCAB, HIDDEN)
             self.position = nn.Embedding(POSITIONS, HIDDEN)
-            self.token_type = nn.Embedding(2, HIDDEN)
-            self.ln = nn.LayerNorm(HIDDEN, eps=1e-12)
+            self.token_type = nn.Embedding(shape.token_types, HIDDEN)
+            self.ln = nn.LayerNorm(HIDDEN, eps=EPS)
             self.layers = nn.ModuleList([Layer() for _ in range(LAYERS)])
             # a buffer, not torch.arange(device=...): export would bake the device into the graph
             self.register_buffer("position_ids", torch.arange(POSITIONS), persistent=False)
@@ -227,13 +251,18 @@ def make_module(
             x = self.ln(x)
             keep = attention_mask[:, None, None, :].bool()
             layers: list[Any] = list(self.layers)
-            if cls_only:
+            if last_cls:
                 for layer in layers[:-1]:
                     x = layer(x, keep)
-                return layers[-1].forward_cls(x, keep).float()
+                return self.finish(layers[-1].forward_cls(x, keep))
             for layer in layers:
                 x = layer(x, keep)
-            return x[:, 0].float()
+            return self.finish(mean_pool(x, attention_mask) if pooling == "mean" else x[:, 0])
+
+        def finish(self, pooled: torch.Tensor) -> torch.Tensor:
+            """The pooled ``[n, h]`` as the output: fp32, L2-normalized with ``normalize``."""
+            pooled = pooled.float()
+            return l2_normalize(pooled) if normalize else pooled
 
         def forward_packed(
             self,
@@ -257,7 +286,16 @@ def make_module(
             A token attends to the unmasked tokens of its own sequence only (and to itself, so that a
             row's padding attends to something: those states never reach an output), so each
             sequence's CLS state is the one the unpacked model computes for it alone.
+
+            Raises:
+                ValueError: for a module built with ``pooling="mean"`` (use ``forward`` or
+                    ``forward_unpadded``).
             """
+            if pooling != "cls":
+                raise ValueError(
+                    f"forward_packed computes CLS states only, and this module pools with {pooling!r}; "
+                    "serve it through forward or forward_unpadded (build it with pooling='cls' to pack rows)"
+                )
             x = self.word(input_ids) + self.position(position_ids) + self.token_type.weight[0]
             x = self.ln(x)
             s = segment.shape[1]
@@ -273,7 +311,7 @@ def make_module(
             keep_q = (segment[:, None, :] == which[None, :, None]) & key_on
             # a query slot with no sequence sees the row's first position (its output is not read)
             keep_q = keep_q | (~keep_q.any(-1, keepdim=True) & (diag == 0)[None, None, :])
-            return layers[-1].forward_queries(x, keep_q[:, None], cls_pos).float()
+            return self.finish(layers[-1].forward_queries(x, keep_q[:, None], cls_pos))
 
         def forward_unpadded(
             self, input_ids: torch.Tensor, position_ids: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int
@@ -287,16 +325,22 @@ def make_module(
                 max_len: The longest sequence (a bound: FlashAttention's tile count).
 
             Every token computes only with the tokens of its own sequence, so sequence i's output is
-            the CLS state the padded model computes for it with its masked tokens left out.
+            the one the padded model computes for it with its masked tokens left out (its CLS state,
+            or with ``pooling="mean"`` the mean over its tokens; tokens past ``cu_seqlens[-1]`` are
+            in no sequence).
             """
             x = self.word(input_ids) + self.position(position_ids) + self.token_type.weight[0]
             x = self.ln(x)
             layers: list[Any] = list(self.layers)
+            if pooling == "mean":
+                for layer in layers:
+                    x = layer.forward_varlen(x, cu_seqlens, max_len)
+                return self.finish(mean_pool_varlen(x, cu_seqlens))
             for layer in layers[:-1]:
                 x = layer.forward_varlen(x, cu_seqlens, max_len)
             n = cu_seqlens.shape[0] - 1
             cu_one = torch.arange(n + 1, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
-            return layers[-1].forward_varlen_cls(x, cu_seqlens, cu_one, max_len).float()
+            return self.finish(layers[-1].forward_varlen_cls(x, cu_seqlens, cu_one, max_len))
 
     torch.manual_seed(seed)
     m = BertTiny()
@@ -327,13 +371,14 @@ def make_packed_module(seed: int = 0, **options: Any) -> torch.nn.Module:
     return Packed(make_module(seed, **options)).eval()
 
 
-def make_unpadded_module(seed: int = 0, max_len: int = 128) -> torch.nn.Module:
+def make_unpadded_module(seed: int = 0, max_len: int = 128, **options: Any) -> torch.nn.Module:
     """bert-tiny (the weights of ``make_module(seed)``) over unpadded sequences: ``forward`` is ``forward_unpadded``.
 
     The sequences of a batch are laid end to end with their masked tokens left out
     (:func:`inflight.models.packing.unpad`), so no token is padding and no attention score is
     masked: each GEMM, norm and GELU runs over real tokens only, and attention is FlashAttention's
-    variable-length kernel on a GPU. ``max_len`` bounds every sequence's length.
+    variable-length kernel on a GPU. ``max_len`` bounds every sequence's length. ``options``: further
+    :func:`make_module` options (``shape``, ``pooling``, ``normalize``...).
     """
     from torch import nn
 
@@ -347,7 +392,7 @@ def make_unpadded_module(seed: int = 0, max_len: int = 128) -> torch.nn.Module:
         ) -> torch.Tensor:
             return self.base.forward_unpadded(input_ids, position_ids, cu_seqlens, max_len)  # type: ignore[operator]
 
-    return Unpadded(make_module(seed)).eval()
+    return Unpadded(make_module(seed, **options)).eval()
 
 
 SPEC = ModelSpec(
@@ -363,11 +408,14 @@ SPEC = ModelSpec(
     default_seq_len=64,
     max_seq_len=POSITIONS,
     vocab_size=VOCAB,
+    token_input="input_ids",
     seq_input="input_ids",
     mask_input="attention_mask",
     unpadded=True,
     portable_options={"kernels": False},
     reference_options={"cls_only": False, "kernels": False},
+    # written into model.json: the engine rebuilds the module from it for unpadded launches
+    extra={"architecture": Architecture(shape=TINY)},
 )
 
 SMALL_SPEC = ModelSpec(
@@ -380,6 +428,7 @@ SMALL_SPEC = ModelSpec(
     default_seq_len=64,
     max_seq_len=SMALL.positions,
     vocab_size=SMALL.vocab,
+    token_input="input_ids",
     seq_input="input_ids",
     mask_input="attention_mask",
     portable_options={"kernels": False},

@@ -88,7 +88,12 @@ class ModelSpec:
         default_seq_len: Sequence length used by load tests and warm-up (variable models only).
         max_seq_len: Longest sequence the model accepts (variable models only).
         vocab_size: Token ids must be below this (token models only).
-        make_module: Builds the Torch module with seeded random weights (fp32, CPU, eval mode).
+        token_input: Name of the input that holds token ids (checked against ``vocab_size``; None:
+            ``seq_input``).
+        make_module: Builds the Torch module (fp32, CPU, eval mode): seeded random weights for a
+            built-in model; for a served model, the architecture its artifact's ``model.json``
+            describes (the engine loads the artifact's weights into it for unpadded launches); None
+            when nothing but the artifact describes the model.
         seq_input: Name of the input whose variable dimension is the sequence length.
         mask_input: Name of the attention-mask input (token models): a token whose bit is 0 takes
             no part in the output.
@@ -96,6 +101,8 @@ class ModelSpec:
             position_ids, cu_seqlens, max_len)`` over sequences laid end to end without their
             masked tokens (see ``inflight.models.packing``); the Torch engine on a GPU then runs
             launches with much padding that way (``unpad`` parameter).
+        text_input: Name of a text input (one string per item) that the backend tokenizes into
+            ``token_input`` and ``mask_input``, as an alternative to sending them; None: no text.
         portable_options: ``make_module`` options for exports that take plain PyTorch ops only
             (ONNX): e.g. bert_tiny's ``kernels=False`` leaves its fused operators out.
         reference_options: ``make_module`` options that build the model without any of its
@@ -110,17 +117,34 @@ class ModelSpec:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     max_batch_size: int
-    make_module: Callable[..., torch.nn.Module]
+    make_module: Callable[..., torch.nn.Module] | None = None
     default_seq_len: int | None = None
     max_seq_len: int | None = None
     vocab_size: int | None = None
+    token_input: str | None = None
     seq_input: str | None = None
     mask_input: str | None = None
     unpadded: bool = False
+    text_input: str | None = None
     portable_options: Mapping[str, Any] = field(default_factory=dict)
     reference_options: Mapping[str, Any] = field(default_factory=dict)
     gpu_compile: Literal["inductor", "none"] = "inductor"
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def build_module(self, seed: int = 0, **options: Any) -> torch.nn.Module:
+        """``make_module(seed, **options)``.
+
+        Raises:
+            ConfigError: when nothing but the artifact describes the model (no module to build).
+        """
+        if self.make_module is None:
+            from inflight.errors import ConfigError
+
+            raise ConfigError(
+                f"model {self.name!r} is described by its artifact alone; this needs its architecture (a model.json "
+                "beside the artifact, as `inflight import-hf` writes) or a built-in model"
+            )
+        return self.make_module(seed, **options)
 
     @property
     def variable_seq(self) -> bool:
@@ -152,8 +176,12 @@ class ModelSpec:
             lengths = rng.integers(max(1, seq_len // 2), seq_len + 1, size=batch)
             mask = (np.arange(seq_len)[None, :] < lengths[:, None]).astype(np.int64)
             ids *= mask
-            out["input_ids"] = ids
-            out["attention_mask"] = mask
+            out[self.token_input or "input_ids"] = ids
+            if self.mask_input is not None:
+                out[self.mask_input] = mask
+            for t in self.inputs:  # any other input: zeros of its shape
+                if t.name not in out:
+                    out[t.name] = np.zeros(t.shape(batch, seq_len), t.dtype)
             return out
         for t in self.inputs:
             out[t.name] = rng.standard_normal(t.shape(batch, seq_len)).astype(t.dtype)
@@ -189,9 +217,10 @@ class ModelSpec:
         for name, dtype, ndim, dims in self._checks:
             a = inputs.get(name)
             if a is None:
+                alternative = f", or {self.text_input!r} (BYTES [-1, 1], one text per item)" if self.text_input else ""
                 raise ValidationError(
                     f"missing input(s) {[t.name for t in self.inputs if t.name not in inputs]}; model "
-                    f"{self.name!r} needs {[(t.name, t.wire_type, [-1, *t.dims]) for t in self.inputs]}",
+                    f"{self.name!r} needs {[(t.name, t.wire_type, [-1, *t.dims]) for t in self.inputs]}{alternative}",
                     "missing_input",
                 )
             if a.dtype != dtype:
@@ -257,20 +286,24 @@ class ModelSpec:
         Raises:
             ValidationError: naming the offending value.
         """
-        if self.vocab_size is None:
-            return
-        # one reduction each: seen as unsigned, a negative id is huge, so max() catches both ends
-        ids = inputs["input_ids"]
-        if ids.size and int(ids.view(np.uint64).max()) >= self.vocab_size:
+        tokens = self.token_input or self.seq_input
+        if self.vocab_size is not None and tokens is not None:
+            self._check_ids(inputs[tokens], self.vocab_size)
+        if self.mask_input is not None:
+            mask = inputs[self.mask_input]
+            if mask.size and int(mask.view(_UNSIGNED[mask.dtype.itemsize]).max()) > 1:
+                raise ValidationError(f"{self.mask_input} must contain only 0 and 1", "mask_value")
+
+    @staticmethod
+    def _check_ids(ids: np.ndarray, vocab_size: int) -> None:
+        # one reduction: seen as unsigned, a negative id is huge, so max() catches both ends
+        if ids.size and int(ids.view(_UNSIGNED[ids.dtype.itemsize]).max()) >= vocab_size:
             lo, hi = int(ids.min()), int(ids.max())
-            bad = hi if hi >= self.vocab_size else lo
+            bad = hi if hi >= vocab_size else lo
             raise ValidationError(
-                f"token id {bad} is outside the vocabulary [0, {self.vocab_size}); use the model's tokenizer",
+                f"token id {bad} is outside the vocabulary [0, {vocab_size}); use the model's tokenizer",
                 "token_out_of_range",
             )
-        mask = inputs["attention_mask"]
-        if mask.size and int(mask.view(np.uint64).max()) > 1:
-            raise ValidationError("attention_mask must contain only 0 and 1", "mask_value")
 
     def dynamic_shapes(self) -> dict[str, dict[int, str]]:
         """Variable axes per input: batch always, and the sequence axis where there is one."""
@@ -282,6 +315,10 @@ class ModelSpec:
                     axes[axis] = "seq"
             out[t.name] = axes
         return out
+
+
+#: unsigned view of an integer array by item size (a negative value is then larger than any valid one)
+_UNSIGNED: dict[int, type] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _wire(dtype: np.dtype) -> str:

@@ -72,7 +72,7 @@ def partition_values(spec: ModelSpec, items: Sequence[Item]) -> tuple[list[Item]
     Returns:
         The valid requests in order, and each bad one with the error that names its value.
     """
-    if spec.vocab_size is None or not items:
+    if (spec.vocab_size is None and spec.mask_input is None) or not items:
         return list(items), []
     try:
         spec.check_values({t.name: np.concatenate([np.ravel(it.inputs[t.name]) for it in items]) for t in spec.inputs})

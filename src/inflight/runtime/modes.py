@@ -155,6 +155,8 @@ class Answering:
         sink: Builds and sends responses.
         rejections: Counts and answers refused requests.
         ranges: NVTX ranges.
+        tokenize: Tokenizes a batch's text requests in place and returns the bad ones
+            (``RequestReader.tokenize``); None: the model has no text input.
         parse_s: Seconds spent reading requests, by every mode over this instance (the finalize log).
     """
 
@@ -163,6 +165,7 @@ class Answering:
     sink: TritonSink
     rejections: Rejections
     ranges: Ranges
+    tokenize: Callable[[Sequence[Item]], list[tuple[Item, ValidationError]]] | None = None
     parse_s: float = 0.0
 
 
@@ -261,7 +264,14 @@ class Mode(ABC, Generic[X]):
                     continue
                 read.append((i, Item(inputs=inputs, count=count, seq=seq, handle=handle)))
             position = {id(item): i for i, item in read}
-            good, bad = partition_values(self.spec, [item for _, item in read])
+            items = [item for _, item in read]
+            if self.answering.tokenize is not None:
+                untokenized = self.answering.tokenize(items)
+                if untokenized:
+                    failed = {id(item) for item, _ in untokenized}
+                    items = [item for item in items if id(item) not in failed]
+                    taken.bad.extend((position[id(item)], item.handle, e) for item, e in untokenized)
+            good, bad = partition_values(self.spec, items)
         taken.items = good
         taken.index = [position[id(item)] for item in good]
         taken.bad.extend((position[id(item)], item.handle, e) for item, e in bad)

@@ -10,6 +10,7 @@ normally. The diagnostics for the finalize log and a profiler are ``inflight.run
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -20,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from inflight.log import gpu_metrics_provider, install_stack_dump, route_to_triton
-from inflight.model_config import BackendParameters, parameters_of, proto_from_json
-from inflight.runtime.assembly import assemble, build_mode, capture_at_load
+from inflight.model_config import BackendParameters, ModelParameters, parameters_of, proto_from_json
+from inflight.model_spec import spec_from_config
+from inflight.runtime.assembly import assemble, build_mode, capture_at_load, seq_buckets_for
 from inflight.runtime.gcwatch import GcWatch
 from inflight.runtime.modes import REJECT_LOG_INTERVAL_S, Answering, Rejections, TritonSink
 from inflight.runtime.probes import ExecuteTiming, GilProbe, NvtxRanges
-from inflight.runtime.reading import RequestReader, check_tensors, resolve_spec
+from inflight.runtime.reading import RequestReader, text_encoder
 
 LOGGER = logging.getLogger(__name__)
 
@@ -51,23 +53,30 @@ class InflightModel:
         self.model_name = args["model_name"]
         self.instance = args.get("model_instance_name", self.model_name)
         self.params = p = BackendParameters.from_parameters(parameters_of(cfg))
-        self.spec = resolve_spec(self.model_name)
+        version_dir = Path(args["model_repository"]) / str(args.get("model_version", "1"))
+        # the model is what its config and the files of its version folder say (inflight.model_spec)
+        self.spec = spec_from_config(cfg, version_dir=version_dir)
         if p.gil_switch_interval_us > 0:
             # the stub process runs this one instance: the setting is ours to make
             sys.setswitchinterval(p.gil_switch_interval_us / 1e6)
-        check_tensors(self.spec, cfg)
-        self.max_batch = int(cfg.max_batch_size) or self.spec.max_batch_size
+        self.max_batch = self.spec.max_batch_size
         kind = args.get("model_instance_kind", "CPU")
         self.device_id = int(args.get("model_instance_device_id", "0")) if kind == "GPU" else None
-        version_dir = Path(args["model_repository"]) / str(args.get("model_version", "1"))
         self.sink = TritonSink(pb_utils)
         self.ranges = NvtxRanges(p.nvtx, "inflight")
         self.rejections = Rejections(self.sink, self.model_name)
         self._failure_logged: dict[str, float] = {}
+        # before the engine: a missing tokenizer fails the load with nothing to release
+        max_seq = (seq_buckets_for(self.spec, p) or (0,))[-1]
+        if self.spec.variable_seq and self.spec.max_seq_len is None:  # the longest bucket is the limit
+            self.spec = dataclasses.replace(self.spec, max_seq_len=max_seq)
+        text = text_encoder(self.spec, ModelParameters.from_parameters(parameters_of(cfg)), version_dir, max_seq)
         parts = assemble(p, self.spec, max_batch=self.max_batch, version_dir=version_dir, device_id=self.device_id)
         self.runner = parts.runner
-        read = RequestReader(pb_utils, self.spec, self.max_batch)
-        answering = Answering(self.spec, read, self.sink, self.rejections, self.ranges)
+        self.reader = read = RequestReader(pb_utils, self.spec, self.max_batch, text)
+        answering = Answering(
+            self.spec, read, self.sink, self.rejections, self.ranges, tokenize=read.tokenize if text else None
+        )
         self.mode = build_mode(p, parts.runner, answering)
         graphs, graph_note = capture_at_load(parts, p)  # after the mode's executor made its slots
         self.metrics = self._make_metrics()
@@ -77,11 +86,12 @@ class InflightModel:
         # last: the freeze keeps what the load built (engine, graphs, warm-up) out of later collections
         self._gc = GcWatch(freeze=p.gc_freeze)
         LOGGER.info(
-            "%s (%s): %s; %s; %d CUDA graph(s)%s; ready in %.1f s",
+            "%s (%s): %s; %s%s; %d CUDA graph(s)%s; ready in %.1f s",
             self.model_name,
             self.instance,
             self.mode.describe(),
             self.runner.describe(),
+            f"; text input {self.spec.text_input!r}: {text.describe()}" if text is not None else "",
             graphs,
             graph_note,
             time.perf_counter() - t_start,
@@ -200,6 +210,8 @@ class InflightModel:
         """The finalize log's figures (the executor's, the execute thread's, the engine's...); stops the probes."""
         stats = self.mode.stats.snapshot()
         stats.update(self.timing.figures, parse_s=self.mode.parse_s)
+        if self.reader.text is not None:
+            stats.update(tokenize_s=self.reader.tokenize_s, tokenize_max_s=self.reader.tokenize_max_s)
         stats.update(build_s=self.sink.build_s, send_call_s=self.sink.call_s, rejected=dict(self.rejections.counts))
         counters = getattr(self.runner.engine, "counters", None)
         if counters is not None:

@@ -126,7 +126,7 @@ class TorchHostEngine(HostEngine):
         self.precision = "fp32"
         self._torch = torch
         t0 = time.perf_counter()
-        self.module: Any = _compiled(load_module(artifact), self.compile_mode)
+        self.module: Any = _compiled(load_module(artifact, spec=spec), self.compile_mode)
         self.load_s = time.perf_counter() - t0
 
     def describe(self) -> str:
@@ -201,13 +201,13 @@ class TorchEngine(DeviceEngine):
         self.device = torch.device(f"cuda:{device_id}")
         torch.cuda.set_device(self.device)
         self._mem0 = torch.cuda.memory_reserved(self.device)
-        loaded = load_module(artifact, str(self.device)).to(self.device)
+        loaded = load_module(artifact, str(self.device), spec=spec).to(self.device)
         if self.dtype != torch.float32:
             loaded = loaded.to(self.dtype)
         self.module: Any = _compiled(loaded, self.compile_mode)
         self._unpad_fn: Any = None
         self._rows = 0  # items the slot buffers hold (the unpadded graphs' static rows)
-        if unpad and spec.unpadded and spec.mask_input is not None:
+        if unpad and spec.unpadded and spec.mask_input is not None and spec.make_module is not None:
             self._unpad_fn = self._compile_unpadded(loaded)
         self.precision = precision
         self._views: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
@@ -239,7 +239,7 @@ class TorchEngine(DeviceEngine):
         torch = self._torch
         from inflight.models.packing import forward_rows_unpadded
 
-        base = self.spec.make_module(0)
+        base = self.spec.build_module(0)
         base.load_state_dict(loaded.state_dict(), strict=True)
         base = base.to(self.device).to(self.dtype).eval()
 
