@@ -169,9 +169,10 @@ class _Process:
         with self.lock:  # test_start may come while init still prepares
             if key == self.key:
                 return False
-            w.check()
             if options.pool_file:
                 pool = wl.load_pool(Path(options.pool_file))
+                w = dataclasses.replace(w, config=pool.workload.config)  # a model not built in: its config
+                w.check()
                 # a pool serves every variant of its base model (bert_tiny_sync, bert_tiny_inflight...)
                 same_model = pool.workload.spec.name == w.spec.name
                 if not same_model or dataclasses.replace(pool.workload, model=w.model) != w:
@@ -183,7 +184,9 @@ class _Process:
                     raise ConfigError(f"--check: --pool-file {options.pool_file} has no reference outputs")
             elif options.check:
                 pool = _pool_from_subprocess(w, Path(options.repository))
+                w = pool.workload
             else:
+                w = dataclasses.replace(w, config=wl.model_config(Path(options.repository), w.model))
                 pool = wl.build_pool(w)
             spec = w.spec
             self.http = [wl.http_request(spec, x) for x in pool.inputs]

@@ -244,7 +244,7 @@ def parse_pbtxt(text: str) -> mc.ModelConfig:
 
 def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
     """Rebuild a ``VariantConfig`` from a parsed config (inverse of ``to_proto``): any model a config describes."""
-    spec = spec_from_config(cfg)
+    spec = dataclasses.replace(spec_from_config(cfg), name=base_name(cfg.name))
     variant: Variant
     sleep_us = sender_threads = 0
     if cfg.platform == "tensorrt_plan" or cfg.backend == "tensorrt":

@@ -224,3 +224,41 @@ def test_a_config_that_does_not_match_its_artifact_fails_the_load_saying_so(serv
         assert "input 'w' is float32 of rank 2; config input 'w' is TYPE_INT64" in e.value.message()
     finally:
         cfg.write_text(good)
+
+
+@pytest.mark.parametrize("tokens", ["text", "uniform"])
+def test_the_load_test_draws_a_repository_models_inputs_from_its_config(
+    repository: Path, minilm_repo: str, tmp_path: Path, tokens: str
+) -> None:
+    """``inflight ab`` open loop against ``minilm_inflight`` and ``_plain``: texts, or token ids of real lengths."""
+    import json
+    import subprocess
+
+    from tests.helpers import ab_command
+
+    out = tmp_path / tokens
+    cmd = ab_command(
+        "minilm_inflight@kind=cpu,instances=1",
+        "minilm_plain@kind=cpu",
+        "--rate",
+        "5",
+        "--token-dist",
+        tokens,
+        "--length-dist",
+        "real",
+        "--check-every",
+        "1",
+        repository=repository,
+        out=out,
+        window=3,
+        items=4,
+        seq_len=64,
+    )
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, f"inflight ab failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"
+    (path,) = out.glob("ab-*.json")
+    doc = json.loads(path.read_text())
+    assert doc["valid"], doc["problems"]
+    assert doc["load"]["token_dist"] == tokens and doc["load"]["length_dist"] == "real"
+    for run in doc["runs"]:
+        assert run["locust"]["failures"] == 0 and run["generator"]["completed"] > 0, run

@@ -26,6 +26,7 @@ memory, executor counters) into the figures of one deployment.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import importlib.metadata
 import json
@@ -59,6 +60,7 @@ from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
 from inflight.log import DIAGNOSTICS_GROUP, plugin
+from inflight.models.registry import MODELS
 from inflight.server import control
 from inflight.variants import VariantConfig, parse_variant_arg
 
@@ -882,7 +884,9 @@ class AbRunner:
             base = v.config.spec.name
             if base in pools:
                 continue
-            w = wl.Workload.of(v.name, s)
+            # a model that is not built in travels as its config (in the pool file, to every generator process)
+            config = "" if base in MODELS else v.config.to_json()
+            w = dataclasses.replace(wl.Workload.of(v.name, s), config=config)
             path = self.data / f"pool-{base}.npz"
             wl.save_pool(wl.build_pool(w, repository=self.config.repository, check=s.check), path)
             pools[base] = path

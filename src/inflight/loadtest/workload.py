@@ -10,9 +10,15 @@ answer.
 Input distributions (token models):
 
 * ``token_dist``: ``uniform`` ids in ``[1, vocab)``; ``zipf`` ids drawn from a Zipf law
-  truncated to the vocabulary (rank 1 most frequent), closer to real text.
+  truncated to the vocabulary (rank 1 most frequent), closer to real text; ``text``: one English
+  text per item sent as the model's text input (models whose config has one), of common words
+  that are one token each in BERT's WordPiece vocabularies, so its token count is its words + 2.
 * ``length_dist``: ``full`` every item uses all ``seq_len`` positions; ``uniform`` each item has a
-  random length in ``[1, seq_len]``, the rest is padding (id 0, mask 0).
+  random length in ``[1, seq_len]``; ``real`` in ``[seq_len / 8, seq_len]`` (16-128 at 128: the
+  lengths of sentences and short passages); the rest is padding (id 0, mask 0).
+
+A model that is not built in (``inflight import-hf``, a user's config) is described by its config:
+``Workload.config`` holds it, and the pool file carries it to every generator process.
 
 Feature models (the heads) get standard normal features; the distributions do not apply.
 """
@@ -20,6 +26,7 @@ Feature models (the heads) get standard normal features; the distributions do no
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import re
@@ -37,10 +44,121 @@ from inflight.models.spec import ModelSpec
 
 LOGGER = logging.getLogger(__name__)
 
-TokenDist = Literal["uniform", "zipf"]
-LengthDist = Literal["full", "uniform"]
-TOKEN_DISTS: tuple[str, ...] = ("uniform", "zipf")
-LENGTH_DISTS: tuple[str, ...] = ("full", "uniform")
+TokenDist = Literal["uniform", "zipf", "text"]
+LengthDist = Literal["full", "uniform", "real"]
+TOKEN_DISTS: tuple[str, ...] = ("uniform", "zipf", "text")
+LENGTH_DISTS: tuple[str, ...] = ("full", "uniform", "real")
+#: Common English words, each one token in bert-base-uncased's vocabulary (all-MiniLM-L6-v2's too).
+WORDS = (
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "that",
+    "on",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "his",
+    "it",
+    "an",
+    "were",
+    "are",
+    "which",
+    "this",
+    "be",
+    "or",
+    "has",
+    "had",
+    "not",
+    "also",
+    "first",
+    "one",
+    "their",
+    "its",
+    "new",
+    "after",
+    "but",
+    "who",
+    "they",
+    "have",
+    "her",
+    "she",
+    "two",
+    "been",
+    "other",
+    "when",
+    "there",
+    "all",
+    "during",
+    "into",
+    "school",
+    "time",
+    "may",
+    "years",
+    "more",
+    "most",
+    "only",
+    "over",
+    "city",
+    "some",
+    "world",
+    "would",
+    "where",
+    "later",
+    "up",
+    "such",
+    "used",
+    "many",
+    "can",
+    "state",
+    "about",
+    "national",
+    "out",
+    "known",
+    "university",
+    "united",
+    "then",
+    "made",
+    "between",
+    "people",
+    "while",
+    "part",
+    "since",
+    "under",
+    "three",
+    "four",
+    "five",
+    "well",
+    "work",
+    "life",
+    "game",
+    "season",
+    "team",
+    "film",
+    "music",
+    "water",
+    "light",
+    "house",
+    "long",
+    "small",
+    "large",
+    "great",
+    "high",
+    "old",
+    "early",
+    "late",
+    "south",
+    "north",
+    "east",
+    "west",
+)
 
 #: Zipf exponent of the ``zipf`` token distribution (word frequencies follow s ~ 1).
 ZIPF_EXPONENT = 1.1
@@ -78,7 +196,9 @@ DEFAULT_TOLERANCE = Tolerance(rtol=5e-2, atol=5e-2, scale_by_max=True)
 
 def tolerance_for(model: str) -> Tolerance:
     """The tolerance of ``model`` (a base or variant name)."""
-    return TOLERANCES.get(get_model(model).name, DEFAULT_TOLERANCE)
+    from inflight.variants import base_name
+
+    return TOLERANCES.get(base_name(model), DEFAULT_TOLERANCE)
 
 
 _LOAD_FIELDS = ("items", "seq_len", "token_dist", "length_dist", "seed", "pool")
@@ -96,6 +216,8 @@ class Workload:
         length_dist: ``full`` or ``uniform`` (random padding) lengths.
         seed: Seed of the pool; the same seed gives the same requests in every variant.
         pool: Distinct requests prepared per Locust process.
+        config: The served model's config as JSON (``VariantConfig.to_json``), for a model that is not
+            built in; empty: the built-in model of that name.
     """
 
     model: str
@@ -105,6 +227,7 @@ class Workload:
     length_dist: LengthDist = "full"
     seed: int = 0
     pool: int = 16
+    config: str = ""
 
     @classmethod
     def of(cls, model: str, load: Any) -> Workload:
@@ -117,8 +240,20 @@ class Workload:
 
     @property
     def spec(self) -> ModelSpec:
-        """The model's registry entry."""
-        return get_model(self.model)
+        """The model: what ``config`` says, else the built-in model of that name.
+
+        Raises:
+            ConfigError: for a model that is neither.
+        """
+        if self.config:
+            return _spec_of_config(self.config)
+        try:
+            return get_model(self.model)
+        except KeyError:
+            raise ConfigError(
+                f"model {self.model!r} is not built in; the load test reads its config from the repository "
+                "(--repository, where `inflight import-hf` or you wrote it)"
+            ) from None
 
     def check(self) -> None:
         """Reject a workload the model cannot serve.
@@ -140,6 +275,10 @@ class Workload:
             raise ConfigError(f"--length-dist {self.length_dist!r}: choose one of {list(LENGTH_DISTS)}")
         if self.pool < 1:
             raise ConfigError(f"--pool {self.pool}: prepare at least one request")
+        if self.token_dist == "text" and spec.text_input is None:
+            raise ConfigError(
+                f"--token-dist text: {self.model} has no text input (its config has no TYPE_STRING input)"
+            )
 
     def inputs(self, index: int) -> dict[str, np.ndarray]:
         """The inputs of pool entry ``index`` (deterministic in ``seed`` and ``index``)."""
@@ -173,6 +312,14 @@ def draw_inputs(
     seq = seq_len if seq_len is not None else spec.default_seq_len
     assert seq is not None
     vocab = spec.vocab_size
+    if length_dist in ("uniform", "real"):
+        lengths = rng.integers(1 if length_dist == "uniform" else max(1, seq // 8), seq + 1, size=items)
+    else:
+        lengths = np.full(items, seq)
+    if token_dist == "text":  # CLS and SEP are two of an item's tokens
+        words = np.array(WORDS)
+        texts = [" ".join(rng.choice(words, size=max(1, int(n) - 2))) for n in lengths]
+        return {spec.text_input or "text": np.array([[t.encode()] for t in texts], dtype=np.bytes_)}
     if token_dist == "zipf":
         ranks = np.arange(1, vocab, dtype=np.float64)
         p = ranks**-ZIPF_EXPONENT
@@ -180,12 +327,11 @@ def draw_inputs(
         ids = rng.choice(np.arange(1, vocab, dtype=np.int64), size=(items, seq), p=p)
     else:
         ids = rng.integers(1, vocab, size=(items, seq), dtype=np.int64)
-    if length_dist == "uniform":
-        lengths = rng.integers(1, seq + 1, size=items)
-        mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64)
-    else:
-        mask = np.ones((items, seq), dtype=np.int64)
-    return {"input_ids": (ids * mask).astype(np.int64), "attention_mask": mask}
+    mask = (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64)
+    out = {spec.token_input or spec.seq_input or "input_ids": (ids * mask).astype(np.int64)}
+    if spec.mask_input is not None:
+        out[spec.mask_input] = mask
+    return out
 
 
 @dataclass(frozen=True)
@@ -201,9 +347,8 @@ def http_request(spec: ModelSpec, inputs: Mapping[str, np.ndarray]) -> HttpReque
     import tritonclient.http as httpclient
 
     tensors = []
-    for t in spec.inputs:
-        a = np.ascontiguousarray(inputs[t.name])
-        i = httpclient.InferInput(t.name, list(a.shape), t.wire_type)
+    for name, a in _wire_arrays(inputs):
+        i = httpclient.InferInput(name, list(a.shape), _wire_type(a))
         i.set_data_from_numpy(a, binary_data=True)
         tensors.append(i)
     outputs = [httpclient.InferRequestedOutput(t.name, binary_data=True) for t in spec.outputs]
@@ -218,15 +363,56 @@ def http_request(spec: ModelSpec, inputs: Mapping[str, np.ndarray]) -> HttpReque
 def grpc_request(spec: ModelSpec, model_name: str, inputs: Mapping[str, np.ndarray]) -> Any:
     """Build a ``ModelInferRequest`` with raw input contents, ready to send as is."""
     from tritonclient.grpc import service_pb2
+    from tritonclient.utils import serialize_byte_tensor
 
     req = service_pb2.ModelInferRequest(model_name=model_name)
-    for t in spec.inputs:
-        a = np.ascontiguousarray(inputs[t.name])
-        req.inputs.add(name=t.name, datatype=t.wire_type, shape=list(a.shape))
-        req.raw_input_contents.append(a.tobytes())
+    for name, a in _wire_arrays(inputs):
+        req.inputs.add(name=name, datatype=_wire_type(a), shape=list(a.shape))
+        raw = serialize_byte_tensor(a) if a.dtype == np.object_ else a  # texts: each length-prefixed
+        req.raw_input_contents.append(raw.item() if raw.dtype == np.object_ else raw.tobytes())
     for t in spec.outputs:
         req.outputs.add(name=t.name)
     return req
+
+
+def model_config(repository: Path | None, model: str) -> str:
+    """``Workload.config`` for ``model``: its config.pbtxt in ``repository`` as JSON, or empty for a built-in model.
+
+    Raises:
+        ConfigError: when a model that is not built in has no config there.
+    """
+    from inflight.models.registry import MODELS
+    from inflight.variants import base_name, parse_pbtxt, variant_from_proto
+
+    if base_name(model) in MODELS:
+        return ""
+    path = Path(repository or "model_repository") / model / "config.pbtxt"
+    if not path.is_file():
+        raise ConfigError(f"{model} is not built in and {path} does not exist: pass --repository with its repository")
+    return variant_from_proto(parse_pbtxt(path.read_text())).to_json()
+
+
+def _wire_arrays(inputs: Mapping[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    """The request's arrays as sent: contiguous, texts (stored as fixed-width bytes) as objects."""
+    return [(k, v.astype(np.object_) if v.dtype.kind == "S" else np.ascontiguousarray(v)) for k, v in inputs.items()]
+
+
+def _wire_type(a: np.ndarray) -> str:
+    """The KServe v2 datatype of ``a`` (``BYTES`` for texts)."""
+    from inflight.models.spec import WIRE_TYPES
+
+    return "BYTES" if a.dtype == np.object_ else WIRE_TYPES[a.dtype.name]
+
+
+@functools.lru_cache(maxsize=16)
+def _spec_of_config(config: str) -> ModelSpec:
+    """The model a config (JSON) describes, named by its base model."""
+    from inflight.model_config import proto_from_json
+    from inflight.model_spec import spec_from_config
+    from inflight.variants import base_name
+
+    cfg = proto_from_json(config)
+    return dataclasses.replace(spec_from_config(cfg), name=base_name(cfg.name))
 
 
 def check_output(
@@ -410,11 +596,13 @@ def compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> str | N
 
 def artifact_path(repository: Path, model: str) -> Path:
     """The Torch artifact the backend serves, ``<repo>/<model>_inflight/1/model.pt2``."""
-    return Path(repository) / f"{get_model(model).name}_inflight" / "1" / "model.pt2"
+    from inflight.variants import base_name
+
+    return Path(repository) / f"{base_name(model)}_inflight" / "1" / "model.pt2"
 
 
 def reference_outputs(
-    repository: Path, model: str, inputs: Sequence[Mapping[str, np.ndarray]]
+    repository: Path, model: str, inputs: Sequence[Mapping[str, np.ndarray]], spec: ModelSpec | None = None
 ) -> list[dict[str, np.ndarray]]:
     """Run the model's artifact in PyTorch on the CPU (fp32) for each input set.
 
@@ -429,7 +617,7 @@ def reference_outputs(
         )
     import torch
 
-    spec = get_model(model)
+    spec = spec if spec is not None else get_model(model)
     module = load_module(path)
     out: list[dict[str, np.ndarray]] = []
     with torch.no_grad():
@@ -468,7 +656,9 @@ def build_pool(workload: Workload, *, repository: Path | None = None, check: boo
     if check:
         if repository is None:
             raise ConfigError("--check needs --repository, the model repository holding the Torch artifact")
-        references = reference_outputs(repository, workload.model, inputs)
+        if workload.token_dist == "text":
+            raise ConfigError("--check compares token-id requests with the artifact's outputs; use token ids with it")
+        references = reference_outputs(repository, workload.model, inputs, workload.spec)
     return Pool(workload=workload, inputs=inputs, references=references)
 
 
@@ -562,7 +752,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    w = Workload.of(a.model, a)
+    try:
+        w = dataclasses.replace(Workload.of(a.model, a), config=model_config(a.repository, a.model))
+    except ConfigError as e:
+        LOGGER.error("%s", e)
+        return 2
     try:
         save_pool(build_pool(w, repository=a.repository, check=a.check), a.out)
     except ConfigError as e:
