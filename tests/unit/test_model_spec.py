@@ -141,3 +141,43 @@ def test_the_artifact_is_checked_against_the_config(tmp_path: Path) -> None:
     wide = spec_from_config(_config(GENERIC.replace("dims: [ 1 ] }", "dims: [ 4 ] }")))
     with pytest.raises(ConfigError, match=r"output 'score' has dims \[1\] per item; the config says \[4\]"):
         load_module(pt2, spec=wide)
+
+
+class _Plan:
+    """The four ICudaEngine calls check_plan_io makes (TensorRT is importable on no host here: see LIMITS)."""
+
+    def __init__(self, tensors: list[tuple[str, str, str, tuple[int, ...]]]) -> None:
+        self.tensors = tensors
+        self.num_io_tensors = len(tensors)
+
+    def get_tensor_name(self, i: int) -> str:
+        return self.tensors[i][0]
+
+    def _t(self, name: str) -> tuple[str, str, str, tuple[int, ...]]:
+        return next(t for t in self.tensors if t[0] == name)
+
+    def get_tensor_mode(self, name: str) -> str:
+        return f"TensorIOMode.{self._t(name)[1]}"
+
+    def get_tensor_dtype(self, name: str) -> str:
+        return f"DataType.{self._t(name)[2]}"
+
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        return self._t(name)[3]
+
+
+def test_a_tensorrt_plans_tensors_are_checked_against_the_config() -> None:
+    from inflight.runtime.engines.tensorrt_engine import check_plan_io
+
+    spec = spec_from_config(VariantConfig(model="bert_tiny", variant="trt").to_proto())
+    ok = [
+        ("input_ids", "INPUT", "INT64", (-1, -1)),
+        ("attention_mask", "INPUT", "INT64", (-1, -1)),
+        ("cls", "OUTPUT", "FLOAT", (-1, 128)),
+    ]
+    check_plan_io(_Plan(ok), spec, Path("model.plan"))
+    with pytest.raises(ConfigError, match=r"has tensors \['attention_mask', 'cls', 'input_ids', 'logits'\]"):
+        check_plan_io(_Plan([*ok, ("logits", "OUTPUT", "FLOAT", (-1, 2))]), spec, Path("model.plan"))
+    wrong = [("input_ids", "INPUT", "INT32", (-1, -1)), *ok[1:]]
+    with pytest.raises(ConfigError, match=r"input 'input_ids' is int32 of rank 2; the config's input is TYPE_INT64"):
+        check_plan_io(_Plan(wrong), spec, Path("model.plan"))

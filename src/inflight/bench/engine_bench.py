@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 
 from inflight.model_config import BackendParameters
-from inflight.models.registry import get_model
+from inflight.models.artifact import load_module
+from inflight.models.registry import MODELS, get_model
+from inflight.models.spec import ModelSpec
 from inflight.runtime.assembly import assemble, capture_at_load
 from inflight.runtime.batch import (
     GPU_LAUNCH_COST_TOKENS,
@@ -42,6 +44,7 @@ from inflight.runtime.batch import (
 from inflight.runtime.engines.torch_engine import TorchEngine
 from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CudaRunner
+from inflight.variants import repository_spec
 
 LOGGER = logging.getLogger(__name__)
 
@@ -130,7 +133,7 @@ class Variant:
     module: tuple[tuple[str, Any], ...] | None = None
 
 
-def variants_for(model: str, precision: str) -> list[Variant]:
+def variants_for(model: str, precision: str, spec: ModelSpec | None = None) -> list[Variant]:
     """The engines compared for ``model``: the served one first, then the others.
 
     bert_tiny compares its rewrites and kernels one by one; a head compares the served engine
@@ -151,7 +154,7 @@ def variants_for(model: str, precision: str) -> list[Variant]:
             ),
             Variant("inductor + Triton kernels, CLS-only last layer (served), bf16", "inductor", "bf16"),
         ]
-    spec = get_model(model)
+    spec = spec if spec is not None else get_model(model)
     served, other = spec.gpu_compile, "none" if spec.gpu_compile == "inductor" else "inductor"
     name = {"inductor": "inductor", "none": "eager"}
     rewrite = "bias+ReLU in the GEMM epilogue, " if model == "linear_head" else ""
@@ -204,11 +207,16 @@ def _artifact(cfg: BenchConfig, v: Variant, tmp: Path) -> Path:
         return cfg.artifact
     from inflight.build import export_torch
 
-    spec = get_model(cfg.model)
+    spec = _spec(cfg)
     path = tmp / ("-".join(f"{k}={val}" for k, val in v.module) + ".pt2")
     if not path.is_file():
         export_torch(spec, spec.build_module(0, **dict(v.module)), path)
     return path
+
+
+def _spec(cfg: BenchConfig) -> ModelSpec:
+    """The benchmarked model: built in, or what the repository holding the artifact says."""
+    return repository_spec(cfg.artifact.parents[2], cfg.model)
 
 
 def _group(rows: int, seq: int | None, spec: Any) -> Group:
@@ -494,10 +502,12 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     from inflight.bench.floor import batch_work, floor_us, peak_for
     from inflight.runtime import cuda
 
-    spec = get_model(cfg.model)
+    spec = _spec(cfg)
     seq = cfg.seq_len if spec.variable_seq else None
     peak = peak_for(cuda.device_name(cfg.device_id))
-    reference = spec.build_module(0, **spec.reference_options)
+    # a repository model's reference is its own artifact, run eagerly in fp32
+    built_in = cfg.model in MODELS
+    reference = spec.build_module(0, **spec.reference_options) if built_in else load_module(cfg.artifact)
     mixed_seqs: tuple[int, ...] | None = None
     if spec.variable_seq:
         mixed_seqs = tuple(s for s in BackendParameters().seq_buckets if s <= max(cfg.mixed[1], seq or 0))
@@ -505,7 +515,7 @@ def bench_variants(cfg: BenchConfig, tmp: Path) -> tuple[list[dict[str, Any]], d
     rows_out: list[dict[str, Any]] = []
     mixed: dict[str, Any] = {}
     work = {b: batch_work(spec, reference, b, seq, cfg.precision) for b in cfg.batches}
-    for i, v in enumerate(variants_for(cfg.model, cfg.precision)):
+    for i, v in enumerate(variants_for(cfg.model, cfg.precision, spec)):
         t0 = time.perf_counter()
         artifact = _artifact(cfg, v, tmp)
         # the served engine as the server builds and loads it (every batch bucket and the unpadded
@@ -657,14 +667,14 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
 
     from inflight.runtime import cuda
 
-    spec = get_model(cfg.model)
+    spec = _spec(cfg)
     seq = cfg.seq_len if spec.variable_seq else None
     max_rows = max(cfg.batches)
     variant_rows: list[dict[str, Any]] = []
     mixed: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="inflight-bench-") as tmp:
         variant_rows, mixed = bench_variants(cfg, Path(tmp))
-    served = variants_for(cfg.model, cfg.precision)[0].label
+    served = variants_for(cfg.model, cfg.precision, spec)[0].label
     # the served engine padded at the measured batch sizes, one runner per executor (the sync
     # executor gets 1 slot, the pipelined one `slots`), each with its own engine as two instances have
     params = BackendParameters(

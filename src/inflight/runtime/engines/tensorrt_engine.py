@@ -91,6 +91,7 @@ class TensorRTEngine(DeviceEngine):
                 f"{mod.__name__} {getattr(mod, '__version__', '?')} refused plan {plan}: "
                 f"{'; '.join(self._log.errors[-3:]) or 'no message'}; rebuild the plan on this GPU and TensorRT version"
             )
+        check_plan_io(self.engine, spec, plan)
         profiles = int(self.engine.num_optimization_profiles)
         if profiles < slots:
             raise EngineError(
@@ -246,3 +247,32 @@ class _Logger:
                     LOGGER.warning("TensorRT: %s", msg)
 
         return Logger()
+
+
+#: numpy dtype name of each TensorRT ``DataType`` name the config's tensors may have.
+_TRT_DTYPES = {"INT64": "int64", "INT32": "int32", "FLOAT": "float32", "HALF": "float16", "BOOL": "bool"}
+
+
+def check_plan_io(engine: Any, spec: ModelSpec, plan: Path) -> None:
+    """Check a plan's I/O tensors against the model's config: the same names, kinds, datatypes and ranks.
+
+    Raises:
+        ConfigError: naming the first mismatch and the fix.
+    """
+    from inflight.errors import ConfigError
+
+    names = [engine.get_tensor_name(i) for i in range(int(engine.num_io_tensors))]
+    want = {t.name: (t, "input") for t in spec.inputs} | {t.name: (t, "output") for t in spec.outputs}
+    fix = "rebuild the plan from this model's ONNX file (scripts/build_engine.py) or correct config.pbtxt"
+    if sorted(names) != sorted(want):
+        raise ConfigError(f"plan {plan} has tensors {sorted(names)}; the config gives {sorted(want)}: {fix}")
+    for name in names:
+        t, role = want[name]
+        mode = str(engine.get_tensor_mode(name)).rsplit(".", 1)[-1].lower()
+        dtype = _TRT_DTYPES.get(str(engine.get_tensor_dtype(name)).rsplit(".", 1)[-1], "?")
+        rank = len(engine.get_tensor_shape(name))
+        if mode != role or (dtype != t.dtype and role == "input") or rank != len(t.dims) + 1:
+            raise ConfigError(
+                f"plan {plan}: {mode} {name!r} is {dtype} of rank {rank}; the config's {role} is {t.triton_type} "
+                f"[batch, {', '.join(map(str, t.dims))}]: {fix}"
+            )
