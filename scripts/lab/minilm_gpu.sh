@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# all-MiniLM-L6-v2 on the GPU host (issue 51): the GPU tests, and a short open-loop run of minilm_inflight
+# beside minilm_plain, the model imported as a user imports it (`inflight import-hf`).
+#
+# The host has no network and a call carries 64 MiB: the real weights do not travel beside the offline kit,
+# so the served runs use seeded random weights of the checkpoint's shape (what the GPU computes costs the
+# same), written by transformers from the checkpoint's own config.json, with its tokenizer and pooling files
+# (.minilm/, carried). The fp16 equality with the real weights runs without the kit (tests/gpu/test_minilm_gpu.py
+# with INFLIGHT_MINILM_DIR).
+#
+#   PART=tests OUT=... bash scripts/lab/minilm_gpu.sh     # tests/gpu, log in $OUT/tests-gpu.txt
+#   PART=load  OUT=... bash scripts/lab/minilm_gpu.sh     # import + open loop, JSON in $OUT/ab-*
+#
+# Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
+set -uo pipefail
+source scripts/gpu_lib.sh
+kit_setup
+OUT=${OUT:?set OUT}
+PART=${PART:-tests}
+SERVER_CPUS=${SERVER_CPUS:-0-7}
+CLIENT_CPUS=${CLIENT_CPUS:-8-15}
+RATES=${RATES:-250,1000,2000}
+
+if [ "$PART" = tests ]; then
+  timeout "${TESTS_TIMEOUT:-540}" $PY -m pytest -q -p no:cacheprovider tests/gpu -rs 2>&1 | tee "$OUT/tests-gpu.txt"
+  exit "${PIPESTATUS[0]}"
+fi
+
+ckpt=/tmp/minilm-random
+$PY - <<'EOF'
+import shutil
+import sys
+from pathlib import Path
+
+# the kit's numpy 1.26 (the stub needs it) breaks the image's scipy/scikit-learn, which transformers imports lazily
+sys.modules["scipy"] = sys.modules["sklearn"] = None  # type: ignore[assignment]
+import torch
+from transformers import BertConfig, BertModel
+
+src, dst = Path(".minilm"), Path("/tmp/minilm-random")
+torch.manual_seed(0)
+model = BertModel(BertConfig.from_json_file(str(src / "config.json")), add_pooling_layer=False).eval()
+model.save_pretrained(str(dst))
+for f in ("tokenizer.json", "modules.json", "sentence_bert_config.json", "1_Pooling/config.json"):
+    (dst / f).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src / f, dst / f)
+print("random-weight checkpoint of all-MiniLM-L6-v2's shape in", dst)
+EOF
+inflight import-hf "$ckpt" --name minilm --server-cpus "$SERVER_CPUS" --gpus 1 --no-onnx | tail -c 400
+for tokens in ${TOKENS:-text uniform}; do
+  inflight ab "minilm_inflight@instances=${INSTANCES:-2},capture_at_load=false" "minilm_plain@instances=${INSTANCES:-2}" \
+    --rate "$RATES" --items 32 --seq-len 128 --token-dist "$tokens" --length-dist real \
+    --window "${WINDOW:-8}" --warmup "${WARMUP:-4}" --generator asyncio --processes 7 \
+    --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" --out "$OUT/ab-$tokens" 2>&1 | tail -n 25
+done

