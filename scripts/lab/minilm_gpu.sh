@@ -9,7 +9,7 @@
 # with INFLIGHT_MINILM_DIR).
 #
 #   PART=tests OUT=... bash scripts/lab/minilm_gpu.sh     # tests/gpu, log in $OUT/tests-gpu.txt
-#   PART=load  OUT=... bash scripts/lab/minilm_gpu.sh     # import + open loop, JSON in $OUT/ab-*
+#   PART=load  OUT=... bash scripts/lab/minilm_gpu.sh     # import + open loop, JSON in $OUT/<tokens>-ab-*.json
 #
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
 set -uo pipefail
@@ -51,5 +51,7 @@ for tokens in ${TOKENS:-text uniform}; do
   inflight ab "minilm_inflight@instances=${INSTANCES:-2},capture_at_load=false" "minilm_plain@instances=${INSTANCES:-2}" \
     --rate "$RATES" --items 32 --seq-len 128 --token-dist "$tokens" --length-dist real \
     --window "${WINDOW:-8}" --warmup "${WARMUP:-4}" --generator asyncio --processes 7 \
-    --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" --out "$OUT/ab-$tokens" 2>&1 | tail -n 25
+    --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" --out "/tmp/ab-$tokens" 2>&1 | tail -n 25
+  # at most 8 files come back from a call: the run's JSON holds every figure
+  for f in /tmp/ab-"$tokens"/ab-*.json; do cp "$f" "$OUT/$tokens-$(basename "$f")"; done
 done
