@@ -13,7 +13,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab import cost_results, faults, heads_results, modes_results, open_loop_results, two_gpu_results
+from inflight.lab import (
+    cost_results,
+    faults,
+    heads_results,
+    models_results,
+    modes_results,
+    open_loop_results,
+    two_gpu_results,
+)
 from inflight.lab.open_loop_results import markdown_table, report_file
 from inflight.loadtest import report
 from inflight.variants import parse_variant_arg
@@ -543,6 +551,7 @@ def render_pages(root: Path) -> dict[str, str]:
     lines += BASELINE
     if sj.is_file():
         lines += summary_section(sj, root)
+    lines += models_results.section(root)
     lines += open_loop_results.section(root)
     lines += modes_results.section(root)
     lines += faults.section(root)
@@ -1456,6 +1465,7 @@ def write(root: Path, out: Path | None = None) -> Path:
     open_loop_results.write_summary(root, two_gpu)
     cost_results.write_summary(root)
     modes_results.write_summary(root)
+    models_results.write_summary(root)
     pages = render_pages(root)
     written = []
     for rel, text in pages.items():

@@ -36,8 +36,14 @@ def ab_cmd(
     spawn_rate: Annotated[Optional[float], typer.Option(help="Users started per second.")] = None,  # noqa: UP045
     items: Annotated[Optional[int], typer.Option(help="Items per request.")] = None,  # noqa: UP045
     seq_len: Annotated[Optional[int], typer.Option(help="Sequence length (token models).")] = None,  # noqa: UP045
-    token_dist: Annotated[Optional[str], typer.Option(help="uniform or zipf token ids, or text (the model's text input).")] = None,  # noqa: UP045
-    length_dist: Annotated[Optional[str], typer.Option(help="full, uniform (random padding) or real (lengths in [seq/8, seq]) lengths.")] = None,  # noqa: UP045
+    token_dist: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="uniform or zipf token ids, or text (the model's text input)."),
+    ] = None,
+    length_dist: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(help="full, uniform (random padding) or real (lengths in [seq/8, seq]) lengths."),
+    ] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed of the request pool.")] = None,  # noqa: UP045
     processes: Annotated[
         Optional[int], typer.Option(help="Locust worker processes (0: one plain process).")  # noqa: UP045
