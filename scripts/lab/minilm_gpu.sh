@@ -10,6 +10,7 @@
 #
 #   PART=tests OUT=... bash scripts/lab/minilm_gpu.sh     # tests/gpu, log in $OUT/tests-gpu.txt
 #   PART=load  OUT=... bash scripts/lab/minilm_gpu.sh     # import + open loop, JSON in $OUT/<tokens>-ab-*.json
+#   PART=bench OUT=... bash scripts/lab/minilm_gpu.sh     # import + `inflight bench-engine --model minilm`
 #
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
 set -uo pipefail
@@ -47,6 +48,11 @@ for f in ("tokenizer.json", "modules.json", "sentence_bert_config.json", "1_Pool
 print("random-weight checkpoint of all-MiniLM-L6-v2's shape in", dst)
 EOF
 inflight import-hf "$ckpt" --name minilm --server-cpus "$SERVER_CPUS" --gpus 1 --no-onnx | tail -c 400
+if [ "$PART" = bench ]; then
+  inflight bench-engine --model minilm --batch 32 --batch 512 --seq-len "${SEQ:-128}" --iters "${ITERS:-50}" \
+    --out "$OUT/engine-bench-minilm.json" 2>&1 | tail -n 30
+  exit "${PIPESTATUS[0]}"
+fi
 for tokens in ${TOKENS:-text uniform}; do
   inflight ab "minilm_inflight@instances=${INSTANCES:-2},capture_at_load=false" "minilm_plain@instances=${INSTANCES:-2}" \
     --rate "$RATES" --items 32 --seq-len 128 --token-dist "$tokens" --length-dist real \
