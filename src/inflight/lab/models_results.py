@@ -200,7 +200,42 @@ def section(root: Path) -> list[str]:
                 lines.append(
                     f"| {doc['load']['token_dist']} | `{s.get('spec')}` | {cells} | {cap_cell} | [`{rel}`]({rel}) |"
                 )
+    for sitting in _sittings(root):
+        bench = sitting / "engine-bench-minilm.json"
+        if bench.is_file():
+            lines += ["", *_bench_lines(bench, root)]
     return [*lines, ""]
+
+
+def _bench_lines(path: Path, root: Path) -> list[str]:
+    """The engine bench of the imported model (seeded weights of its shape): bound, executors, mixed lengths."""
+    from inflight.lab.open_loop_results import executor_rows
+
+    doc = json.loads(path.read_text())
+    rel = path.relative_to(root)
+    lines = [
+        f"`inflight bench-engine --model minilm` on the imported model ({doc.get('device')}, fp16, seq "
+        f"{doc.get('config', {}).get('seq_len', 128)}, seeded weights of its shape; [`{rel}`]({rel})):",
+        "",
+        "| batch | engine-bound items/s | sync items/s | pipelined items/s | pipelined / bound | GPU activity sync, pipe |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in executor_rows(doc):
+        lines.append(
+            f"| {r['batch']} | {r['engine_bound_items_s']:,.0f} | {r['sync_items_s']:,.0f} | "
+            f"{r['pipelined_items_s']:,.0f} | {r['pipelined_fraction_of_bound']:.1%} | "
+            f"{r['sync_gpu_activity']:.0%}, {r['pipelined_gpu_activity']:.0%} |"
+        )
+    mixed = doc.get("mixed_length") or {}
+    if mixed.get("mixed"):
+        lines += [
+            "",
+            f"Mixed lengths {mixed['lengths'][0]}-{mixed['lengths'][1]} at batch {mixed['batch']}: "
+            f"{mixed['mixed']['tokens_per_s'] / 1e6:.1f}M real tokens/s against "
+            f"{mixed['uniform']['tokens_per_s'] / 1e6:.1f}M at a uniform {mixed['uniform']['launches'][0][1]} "
+            f"(padding waste {mixed['padding_waste']:.0%}).",
+        ]
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
