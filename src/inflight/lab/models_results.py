@@ -217,7 +217,7 @@ def _bench_lines(path: Path, root: Path) -> list[str]:
         f"`inflight bench-engine --model minilm` on the imported model ({doc.get('device')}, fp16, seq "
         f"{doc.get('config', {}).get('seq_len', 128)}, seeded weights of its shape; [`{rel}`]({rel})):",
         "",
-        "| batch | engine-bound items/s | sync items/s | pipelined items/s | pipelined / bound | GPU activity sync, pipe |",
+        "| batch | engine-bound items/s | sync items/s | pipelined items/s | pipelined / bound | GPU busy sync, pipe |",
         "|---|---|---|---|---|---|",
     ]
     for r in executor_rows(doc):
