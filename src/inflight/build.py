@@ -63,6 +63,38 @@ def export_onnx(spec: ModelSpec, module: Any, path: Path) -> None:
     assert program is not None
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path))
+    _unclash_outputs(path)
+
+
+def _unclash_outputs(path: Path) -> None:
+    """Rename inner values that carry an output's name, so that the ONNX file loads.
+
+    torch's exporter names ``aten.embedding``'s value ``embedding``; an output called ``embedding``
+    then has two definitions, and onnxruntime and TensorRT refuse the file.
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    outputs = {o.name for o in model.graph.output}
+    nodes = list(model.graph.node)
+    last = {name: i for i, n in enumerate(nodes) for name in n.output if name in outputs}
+    current: dict[str, str] = {}
+    changed = False
+    for i, n in enumerate(nodes):
+        for k, name in enumerate(n.input):
+            if name in current:
+                n.input[k] = current[name]
+        for k, name in enumerate(n.output):
+            if name in outputs and last[name] != i:
+                current[name] = n.output[k] = f"{name}__inner{i}"
+                changed = True
+            elif name in current:
+                del current[name]
+    if changed:
+        for v in model.graph.value_info:
+            if v.name in outputs:
+                model.graph.value_info.remove(v)
+        onnx.save(model, str(path))
 
 
 def _example_args(spec: ModelSpec) -> tuple[Any, ...]:

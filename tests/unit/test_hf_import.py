@@ -328,3 +328,36 @@ def test_real_all_minilm_l6_v2_matches_sentence_transformers() -> None:
         cos = (out * want).sum(-1) / (np.linalg.norm(out, axis=-1) * np.linalg.norm(want, axis=-1))
         err = np.abs(out - want).max(-1)
         assert cos.min() >= 0.9999 and err.max() <= 1e-4, (cos, err)
+
+
+def test_import_hf_writes_a_repository_whose_artifacts_compute_the_checkpoint(tmp_path: Path) -> None:
+    """`inflight import-hf`'s repository: configs of every variant, the pt2 programs and an ONNX file that loads."""
+    ort = pytest.importorskip("onnxruntime")
+    from inflight.build import import_checkpoint
+    from inflight.model_spec import spec_from_config
+    from inflight.models.artifact import load_module
+    from inflight.variants import parse_pbtxt
+
+    ckpt = tmp_path / "ckpt"
+    hf = _save_bert(ckpt)
+    _write_st(ckpt, modes={"pooling_mode_mean_tokens": True}, normalize=True)
+    repo = tmp_path / "repo"
+    out = import_checkpoint(repo, ckpt, "enc", server_cpus=2, gpus=0, max_batch_size=64)
+    assert out["configs"] == ["enc_inflight", "enc_sync", "enc_trt", "enc_null", "enc_plain"]
+    spec = spec_from_config(
+        parse_pbtxt((repo / "enc_inflight" / "config.pbtxt").read_text()), version_dir=repo / "enc_inflight" / "1"
+    )
+    assert spec.max_seq_len == 100 and spec.max_batch_size == 64 and spec.unpadded and spec.text_input is None
+    assert [t.name for t in spec.outputs] == ["embedding"] and spec.outputs[0].dims == (64,)
+    ids, mask = _batch(24)
+    with torch.no_grad():
+        want = _masked_mean(hf(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
+    want = torch.nn.functional.normalize(want, dim=-1).numpy()
+    for variant in ("inflight", "sync", "plain"):
+        got = load_module(repo / f"enc_{variant}" / "1" / "model.pt2", spec=spec)(ids, mask).detach().numpy()
+        assert abs(got - want).max() <= 1e-5, variant
+    onnx = ort.InferenceSession(str(repo / "enc_trt" / "1" / "model.onnx"))  # loads: no output defined twice
+    (got,) = onnx.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    assert abs(got - want).max() <= 1e-5
+    with pytest.raises(ConfigError, match="not a built-in model's name"):
+        import_checkpoint(repo, ckpt, "bert_tiny")
