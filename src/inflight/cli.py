@@ -65,15 +65,12 @@ def build_models_cmd(
     """Write configs (inflight, sync, trt, plain variants and the null control model) and the Torch/ONNX artifacts."""
     setup_logging(verbose)
     from inflight.build import build_models
-    from inflight.loadtest.openloop import parse_cpus
 
     kinds: dict[str, Kind] = {"auto": "auto", "gpu": "gpu", "cpu": "cpu"}
     if kind not in kinds:
         fail(ValueError(f"--kind {kind!r}: choose auto, gpu or cpu"))
     try:
-        cores = None
-        if server_cpus is not None:
-            cores = int(server_cpus) if server_cpus.isdigit() else len(parse_cpus(server_cpus))
+        cores = _core_count(server_cpus)
         out = build_models(
             repository,
             models,
@@ -89,6 +86,15 @@ def build_models_cmd(
         fail(e)
     for s in out:
         typer.echo(json.dumps(s))
+
+
+def _core_count(server_cpus: str | None) -> int | None:
+    """``--server-cpus`` as a count: ``8`` or a taskset list (``0-7``); None when not given."""
+    from inflight.loadtest.openloop import parse_cpus
+
+    if server_cpus is None:
+        return None
+    return int(server_cpus) if server_cpus.isdigit() else len(parse_cpus(server_cpus))
 
 
 @app.command("import-hf")
@@ -116,12 +122,9 @@ def import_hf_cmd(
     """Serve your own BERT-family checkpoint: its configs, artifacts, architecture and tokenizer into the repository."""
     setup_logging(verbose)
     from inflight.build import import_checkpoint
-    from inflight.loadtest.openloop import parse_cpus
 
     try:
-        cores = None
-        if server_cpus is not None:
-            cores = int(server_cpus) if server_cpus.isdigit() else len(parse_cpus(server_cpus))
+        cores = _core_count(server_cpus)
         out = import_checkpoint(
             repository,
             checkpoint,

@@ -17,15 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from inflight.lab.models_results import TEXTS as BASE_TEXTS
+
 pytestmark = pytest.mark.gpu
 
 TEXTS = [
-    "A man is eating food.",
-    "Triton serves the model; the GPU stays busy.",
-    "short",
-    "Sentence embeddings map text to vectors whose cosine similarity reflects meaning, which is what semantic "
-    "search, clustering and retrieval-augmented generation rely on.",
-    " ".join(f"word{i} and another token" for i in range(150)),  # over 256 tokens: truncated
+    *BASE_TEXTS,  # mixed lengths, one over 256 tokens (truncated)
     # enough rows that the launch (rows x 256) outweighs an unpadded launch's fixed cost (UNPAD_COST_TOKENS)
     *(f"query number {i}: how do I serve my own encoder with several batches in flight?" for i in range(195)),
 ]
