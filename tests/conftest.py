@@ -33,6 +33,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def _tree_status() -> str | None:
+    """``git status --porcelain`` of the checkout (None outside a git checkout or without git)."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tree_stays_clean() -> Iterator[None]:
+    """The tests leave the checkout as they found it: what they build goes under ignored folders (runs/, tmp)."""
+    before = _tree_status()
+    yield
+    after = _tree_status()
+    if before is not None and after is not None and after != before:
+        changed = sorted(set(after.splitlines()) - set(before.splitlines()))
+        pytest.fail(f"the tests changed the checkout (git status --porcelain): {changed[:20]}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def repository() -> Path:
     """The model repository with every model's configs and Torch artifacts (built once, reused while current).

@@ -369,7 +369,13 @@ def bench_engine_cmd(
 
 @app.command("demo")
 def demo_cmd(
-    repository: Annotated[Path, typer.Option(help="Model repository.")] = REPO_DEFAULT,
+    repository: Annotated[
+        Path,
+        typer.Option(
+            help="Model repository it builds the model into, for this host's cores (kept out of git; the committed "
+            "model_repository/ is written for 8 server cores and stays as it is)."
+        ),
+    ] = Path("runs/demo-repository"),
     window: Annotated[float, typer.Option(help="Measured seconds per variant.")] = 10.0,
     users: Annotated[int, typer.Option(help="Concurrent users.")] = 20,
     out: Annotated[Path, typer.Option(help="Where the A/B result goes.")] = Path("runs/demo"),
