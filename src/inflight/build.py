@@ -22,11 +22,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import text_format
+
 from inflight.errors import ConfigError
 from inflight.model_config import BackendParameters
 from inflight.models.registry import MODELS
 from inflight.models.spec import ModelSpec
-from inflight.variants import VARIANTS, BatchingConfig, Kind, VariantConfig, base_name, inflight_deployment
+from inflight.variants import (
+    _HEADER,
+    VARIANTS,
+    BatchingConfig,
+    Kind,
+    VariantConfig,
+    base_name,
+    inflight_deployment,
+    text_pipeline,
+)
 
 LOGGER = logging.getLogger(__name__)
 
@@ -480,6 +491,12 @@ def import_checkpoint(
     )
     params = BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
     write_configs(repository, spec, params=params, server_cpus=server_cpus, gpus=gpus)
+    if spec.text_input is not None:  # text tokenized off the encoder's execute thread: NAME_text
+        for cfg in text_pipeline(spec, name):
+            d = repository / cfg.name
+            (d / "1").mkdir(parents=True, exist_ok=True)
+            (d / "1" / ".gitkeep").touch()
+            (d / "config.pbtxt").write_text(_HEADER + text_format.MessageToString(cfg))
     if configs_only:
         return {"model": name, "configs": [f"{name}_{v}" for v in VARIANTS]}
     weights = ckpt.state_dict
@@ -511,7 +528,7 @@ def import_checkpoint(
         if variant == "sync":
             _link_or_copy(pt2, d / "model.pt2")
     if ckpt.tokenizer is not None:
-        for variant in ("inflight", "sync", "plain"):
+        for variant in ("inflight", "sync", "plain", "tokenizer"):
             _link_or_copy(ckpt.tokenizer, repository / f"{name}_{variant}" / "1" / "tokenizer.json")
     seconds = round(time.perf_counter() - t0, 1)
     LOGGER.info("imported %s as %s in %.1f s", checkpoint, name, seconds)

@@ -169,7 +169,7 @@ def backend_source_dir() -> Path:
 
 #: Python-based backends deployed beside ``inflight``: ``null`` (Triton's Python backend answering zeros,
 #: none of our code) and ``plain`` (the model served the usual Python-backend way, eager fp16).
-SIBLING_BACKENDS = ("null", "plain")
+SIBLING_BACKENDS = ("null", "plain", "tokenizer")
 
 
 def sibling_backend_dirs() -> dict[str, Path]:
