@@ -491,14 +491,16 @@ def import_checkpoint(
     )
     params = BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
     write_configs(repository, spec, params=params, server_cpus=server_cpus, gpus=gpus)
+    configs = [f"{name}_{v}" for v in VARIANTS]
     if spec.text_input is not None:  # text tokenized off the encoder's execute thread: NAME_text
         for cfg in text_pipeline(spec, name):
             d = repository / cfg.name
             (d / "1").mkdir(parents=True, exist_ok=True)
             (d / "1" / ".gitkeep").touch()
             (d / "config.pbtxt").write_text(_HEADER + text_format.MessageToString(cfg))
+            configs.append(cfg.name)
     if configs_only:
-        return {"model": name, "configs": [f"{name}_{v}" for v in VARIANTS]}
+        return {"model": name, "configs": configs}
     weights = ckpt.state_dict
 
     def module(**options: Any) -> Any:
@@ -532,4 +534,4 @@ def import_checkpoint(
             _link_or_copy(ckpt.tokenizer, repository / f"{name}_{variant}" / "1" / "tokenizer.json")
     seconds = round(time.perf_counter() - t0, 1)
     LOGGER.info("imported %s as %s in %.1f s", checkpoint, name, seconds)
-    return {"model": name, "configs": [f"{name}_{v}" for v in VARIANTS], **meta, "seconds": seconds}
+    return {"model": name, "configs": configs, **meta, "seconds": seconds}
