@@ -107,16 +107,17 @@ def spec_from_config(cfg: mc.ModelConfig, *, version_dir: Path | None = None) ->
                 f"tokenizer.json in the version folder); found {[x.name for x in texts]} with dims "
                 f"{[list(x.dims) for x in texts]}, tokenizer={mp.tokenizer!r}"
             )
-        if mp.token_input not in names or mp.mask_input not in names or not mp.vocab_size:
+        if names != {mp.token_input, mp.mask_input} or not mp.vocab_size:
             raise ConfigError(
                 f"{name}: text input {t.name!r} is tokenized into token_input={mp.token_input!r} and "
-                f"mask_input={mp.mask_input!r}, which must be inputs of the config, and needs vocab_size"
+                f"mask_input={mp.mask_input!r}, which must be the config's other inputs (it has {sorted(names)}), "
+                "and needs vocab_size"
             )
         text_input = t.name
-    for key in ("token_input", "mask_input"):
+    declared = {"token_input": mp.vocab_size > 0, "mask_input": bool(mp.mask_input)}  # the checks the config asks for
+    for key, checked in declared.items():
         value = getattr(mp, key)
-        wanted = (key == "mask_input" and value) or (key == "token_input" and mp.vocab_size)
-        if wanted and (value not in names or NUMPY_TYPES.get(_type_of(cfg, value)) not in ("int64", "int32")):
+        if checked and (value not in names or NUMPY_TYPES.get(_type_of(cfg, value)) not in ("int64", "int32")):
             raise ConfigError(
                 f"{name}: parameter {key}={value!r} must name an INT64 or INT32 input of the config (inputs: "
                 f"{sorted(names)})"
