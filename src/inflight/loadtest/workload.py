@@ -48,117 +48,16 @@ TokenDist = Literal["uniform", "zipf", "text"]
 LengthDist = Literal["full", "uniform", "real"]
 TOKEN_DISTS: tuple[str, ...] = ("uniform", "zipf", "text")
 LENGTH_DISTS: tuple[str, ...] = ("full", "uniform", "real")
-#: Common English words, each one token in bert-base-uncased's vocabulary (all-MiniLM-L6-v2's too).
-WORDS = (
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "was",
-    "for",
-    "that",
-    "on",
-    "with",
-    "as",
-    "by",
-    "at",
-    "from",
-    "his",
-    "it",
-    "an",
-    "were",
-    "are",
-    "which",
-    "this",
-    "be",
-    "or",
-    "has",
-    "had",
-    "not",
-    "also",
-    "first",
-    "one",
-    "their",
-    "its",
-    "new",
-    "after",
-    "but",
-    "who",
-    "they",
-    "have",
-    "her",
-    "she",
-    "two",
-    "been",
-    "other",
-    "when",
-    "there",
-    "all",
-    "during",
-    "into",
-    "school",
-    "time",
-    "may",
-    "years",
-    "more",
-    "most",
-    "only",
-    "over",
-    "city",
-    "some",
-    "world",
-    "would",
-    "where",
-    "later",
-    "up",
-    "such",
-    "used",
-    "many",
-    "can",
-    "state",
-    "about",
-    "national",
-    "out",
-    "known",
-    "university",
-    "united",
-    "then",
-    "made",
-    "between",
-    "people",
-    "while",
-    "part",
-    "since",
-    "under",
-    "three",
-    "four",
-    "five",
-    "well",
-    "work",
-    "life",
-    "game",
-    "season",
-    "team",
-    "film",
-    "music",
-    "water",
-    "light",
-    "house",
-    "long",
-    "small",
-    "large",
-    "great",
-    "high",
-    "old",
-    "early",
-    "late",
-    "south",
-    "north",
-    "east",
-    "west",
+_WORDS_TEXT = (
+    "the of and to in is was for that on with as by at from his it an were are which this be or has had "
+    "not also first one their its new after but who they have her she two been other when there all "
+    "during into school time may years more most only over city some world would where later up such used "
+    "many can state about national out known university united then made between people while part since "
+    "under three four five well work life game season team film music water light house long small large "
+    "great high old early late south north east west"
 )
+#: Common English words, each one token in bert-base-uncased's vocabulary (all-MiniLM-L6-v2's too).
+WORDS = tuple(_WORDS_TEXT.split())
 
 #: Zipf exponent of the ``zipf`` token distribution (word frequencies follow s ~ 1).
 ZIPF_EXPONENT = 1.1
@@ -251,8 +150,8 @@ class Workload:
             return get_model(self.model)
         except KeyError:
             raise ConfigError(
-                f"model {self.model!r} is not built in; the load test reads its config from the repository "
-                "(--repository, where `inflight import-hf` or you wrote it)"
+                f"unknown model {self.model!r}: it is not built in and the load test has no config of it; pass "
+                "--repository with the repository holding its config.pbtxt (`inflight import-hf` writes one)"
             ) from None
 
     def check(self) -> None:
