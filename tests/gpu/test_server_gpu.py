@@ -61,6 +61,9 @@ def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any,
     overrides = {"kind": "gpu", "instances": "1", "slots": "4", "mode": mode}
     if mode == "overlap":
         overrides["chunk_items"] = "128"  # batches of a few hundred items run as several chunks
+        # and batches that large must form: at the default 500 us the batcher's batches sometimes all stayed
+        # under 1.5 x 128 items, one chunk each (an H100, 2026-11-27: depths {1: 1891} in one run of three)
+        overrides["delay_us"] = "5000"
     if mode == "auto":
         # defer whenever the measured bound allows, with no probe (every batch but the reference windows')
         overrides.update(auto_bound_min="1", auto_gain_min="0")
