@@ -26,8 +26,11 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 try:
+    from tritonclient.grpc import model_config_pb2 as mc
+
     from inflight.errors import InflightError, ValidationError
     from inflight.model_config import ModelParameters, parameters_of, proto_from_json
+    from inflight.model_spec import TEXT_TYPE
     from inflight.runtime.text import TextEncoder
 except ImportError as e:  # the stub's Python cannot see the package
     raise pb_utils.TritonModelException(
@@ -43,7 +46,7 @@ class TritonPythonModel:
         """Load the tokenizer named by the config's parameters."""
         cfg = proto_from_json(args["model_config"])
         self.name = cfg.name or args.get("model_name", "?")
-        texts = [t.name for t in cfg.input if t.data_type == 13]  # TYPE_STRING
+        texts = [t.name for t in cfg.input if mc.DataType.Name(t.data_type) == TEXT_TYPE]
         outputs = [t.name for t in cfg.output]
         if len(texts) != 1 or len(outputs) != 2:
             raise pb_utils.TritonModelException(

@@ -22,14 +22,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import text_format
-
 from inflight.errors import ConfigError
 from inflight.model_config import BackendParameters
 from inflight.models.registry import MODELS
 from inflight.models.spec import ModelSpec
 from inflight.variants import (
-    _HEADER,
     VARIANTS,
     BatchingConfig,
     Kind,
@@ -37,6 +34,7 @@ from inflight.variants import (
     base_name,
     inflight_deployment,
     text_pipeline,
+    write_config,
 )
 
 LOGGER = logging.getLogger(__name__)
@@ -460,7 +458,7 @@ def import_checkpoint(
     Raises:
         ConfigError: for a checkpoint that cannot be served faithfully (what differs), or a bad name.
     """
-    from inflight.hf_import import read_checkpoint
+    from inflight.hf_import import load_module, read_checkpoint
     from inflight.models.spec import TensorSpec
 
     if not name or not all(c.isalnum() or c == "_" for c in name) or name in MODELS or base_name(name) != name:
@@ -494,34 +492,24 @@ def import_checkpoint(
     configs = [f"{name}_{v}" for v in VARIANTS]
     if spec.text_input is not None:  # text tokenized off the encoder's execute thread: NAME_text
         for cfg in text_pipeline(spec, name):
-            d = repository / cfg.name
-            (d / "1").mkdir(parents=True, exist_ok=True)
-            (d / "1" / ".gitkeep").touch()
-            (d / "config.pbtxt").write_text(_HEADER + text_format.MessageToString(cfg))
+            (write_config(repository, cfg) / "1" / ".gitkeep").touch()
             configs.append(cfg.name)
     if configs_only:
         return {"model": name, "configs": configs}
-    weights = ckpt.state_dict
-
-    def module(**options: Any) -> Any:
-        m = arch.make(0, **options)
-        m.load_state_dict(weights, strict=True)
-        return m.eval()
-
     pt2 = repository / f"{name}_inflight" / "1" / "model.pt2"
-    export_torch(spec, module(), pt2)
-    export_torch(spec, module(**spec.reference_options), repository / f"{name}_plain" / "1" / "model.pt2")
+    export_torch(spec, load_module(ckpt), pt2)
+    export_torch(spec, load_module(ckpt, **spec.reference_options), repository / f"{name}_plain" / "1" / "model.pt2")
     meta: dict[str, Any] = {
         "model": name,
         "checkpoint": ckpt.source,
         "architecture": arch.to_json(),
         "max_seq_len": ckpt.max_seq_len,
-        "parameters": int(sum(v.numel() for v in weights.values())),
+        "parameters": int(sum(v.numel() for v in ckpt.state_dict.values())),
         "sha256": _sha256(pt2),
     }
     if onnx:
         path = repository / f"{name}_trt" / "1" / "model.onnx"
-        export_onnx(spec, module(**spec.portable_options), path)
+        export_onnx(spec, load_module(ckpt, **spec.portable_options), path)
         meta["onnx_sha256"] = _sha256(path)
     (pt2.parent / "model.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
     for variant in ("sync", "plain"):

@@ -303,7 +303,10 @@ def _parse(default: Any, params: Mapping[str, str]) -> dict[str, Any]:
     return kwargs
 
 
-#: Longest UTF-8 text of one item the backend tokenizes (``ModelParameters.max_text_bytes``).
+#: Longest UTF-8 text of one item the backend tokenizes (``ModelParameters.max_text_bytes``). Far above
+#: what ``max_seq_len`` tokens of any language need (about 4 bytes a character at worst x about 10
+#: characters a token x 512 tokens is about 20 kB), and small enough that one request cannot keep the
+#: tokenizer busy for long: text beyond the truncation point is still normalized before it is cut.
 DEFAULT_MAX_TEXT_BYTES = 65536
 
 

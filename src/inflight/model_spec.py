@@ -114,10 +114,11 @@ def spec_from_config(cfg: mc.ModelConfig, *, version_dir: Path | None = None) ->
                 "and needs vocab_size"
             )
         text_input = t.name
+    dtypes = {t.name: t.dtype for t in inputs}
     declared = {"token_input": mp.vocab_size > 0, "mask_input": bool(mp.mask_input)}  # the checks the config asks for
     for key, checked in declared.items():
         value = getattr(mp, key)
-        if checked and (value not in names or NUMPY_TYPES.get(_type_of(cfg, value)) not in ("int64", "int32")):
+        if checked and dtypes.get(value) not in ("int64", "int32"):
             raise ConfigError(
                 f"{name}: parameter {key}={value!r} must name an INT64 or INT32 input of the config (inputs: "
                 f"{sorted(names)})"
@@ -149,10 +150,3 @@ def spec_from_config(cfg: mc.ModelConfig, *, version_dir: Path | None = None) ->
         unpadded=make_module is not None and bool(mp.mask_input),
         text_input=text_input,
     )
-
-
-def _type_of(cfg: mc.ModelConfig, name: str) -> str:
-    for t in cfg.input:
-        if t.name == name:
-            return str(mc.DataType.Name(t.data_type))
-    return ""

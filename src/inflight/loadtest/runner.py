@@ -60,7 +60,6 @@ from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
 from inflight.loadtest.presets import LoadShape
 from inflight.log import DIAGNOSTICS_GROUP, plugin
-from inflight.models.registry import MODELS
 from inflight.server import control
 from inflight.variants import VariantConfig, parse_variant_arg
 
@@ -885,8 +884,8 @@ class AbRunner:
             if base in pools:
                 continue
             # a model that is not built in travels as its config (in the pool file, to every generator process)
-            config = "" if base in MODELS else v.config.to_json()
-            w = dataclasses.replace(wl.Workload.of(v.name, s), config=config)
+            # a model that is not built in travels as its config (in the pool file, to every generator process)
+            w = dataclasses.replace(wl.Workload.of(v.name, s), config=wl.variant_config(v.config))
             path = self.data / f"pool-{base}.npz"
             wl.save_pool(wl.build_pool(w, repository=self.config.repository, check=s.check), path)
             pools[base] = path

@@ -33,14 +33,17 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from inflight.errors import ConfigError
 from inflight.models.artifact import load_module
-from inflight.models.registry import get_model
-from inflight.models.spec import ModelSpec
+from inflight.models.registry import MODELS, get_model
+from inflight.models.spec import WIRE_TYPES, ModelSpec
+
+if TYPE_CHECKING:
+    from inflight.variants import VariantConfig
 
 LOGGER = logging.getLogger(__name__)
 
@@ -280,7 +283,6 @@ def model_config(repository: Path | None, model: str) -> str:
     Raises:
         ConfigError: when a model that is not built in has no config there.
     """
-    from inflight.models.registry import MODELS
     from inflight.variants import base_name, parse_pbtxt, variant_from_proto
 
     if base_name(model) in MODELS:
@@ -288,7 +290,12 @@ def model_config(repository: Path | None, model: str) -> str:
     path = Path(repository or "model_repository") / model / "config.pbtxt"
     if not path.is_file():
         raise ConfigError(f"{model} is not built in and {path} does not exist: pass --repository with its repository")
-    return variant_from_proto(parse_pbtxt(path.read_text())).to_json()
+    return variant_config(variant_from_proto(parse_pbtxt(path.read_text())))
+
+
+def variant_config(vc: VariantConfig) -> str:
+    """``Workload.config`` for a variant the load test loads: its config as JSON, or empty for a built-in model."""
+    return "" if vc.model in MODELS else vc.to_json()
 
 
 def _wire_arrays(inputs: Mapping[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
@@ -298,8 +305,6 @@ def _wire_arrays(inputs: Mapping[str, np.ndarray]) -> list[tuple[str, np.ndarray
 
 def _wire_type(a: np.ndarray) -> str:
     """The KServe v2 datatype of ``a`` (``BYTES`` for texts)."""
-    from inflight.models.spec import WIRE_TYPES
-
     return "BYTES" if a.dtype == np.object_ else WIRE_TYPES[a.dtype.name]
 
 
@@ -307,11 +312,9 @@ def _wire_type(a: np.ndarray) -> str:
 def _spec_of_config(config: str) -> ModelSpec:
     """The model a config (JSON) describes, named by its base model."""
     from inflight.model_config import proto_from_json
-    from inflight.model_spec import spec_from_config
-    from inflight.variants import base_name
+    from inflight.variants import spec_of
 
-    cfg = proto_from_json(config)
-    return dataclasses.replace(spec_from_config(cfg), name=base_name(cfg.name))
+    return spec_of(proto_from_json(config))
 
 
 def check_output(

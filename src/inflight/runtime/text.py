@@ -21,15 +21,10 @@ from typing import Any
 import numpy as np
 
 from inflight.errors import ConfigError, ValidationError
+from inflight.model_config import DEFAULT_MAX_TEXT_BYTES
 
 #: The name of the input that carries raw text.
 TEXT_INPUT = "text"
-
-#: Most UTF-8 bytes one item may hold. Far above what ``max_seq_len`` tokens of any language need
-#: (about 4 bytes a character at worst x about 10 characters a token x 512 tokens is about 20 kB),
-#: and small enough that one request cannot keep the tokenizer busy for long: text beyond the
-#: truncation point is still normalized and pre-tokenized before it is cut.
-DEFAULT_MAX_TEXT_BYTES = 65536
 
 _FIX_DTYPE = f"send the {TEXT_INPUT} input as BYTES of shape [n, 1], one UTF-8 string per item"
 
