@@ -45,6 +45,23 @@ def test_operators_on_the_cpu_are_their_definitions() -> None:
     assert torch.equal(torch.ops.inflight.attention(qkv, keep, 2), K.attention_reference(qkv, keep, 2))
     q, kv = torch.randn(3, 32), torch.randn(3, 9, 64)
     assert torch.equal(torch.ops.inflight.cls_attention(q, kv, keep, 2), K.cls_attention_reference(q, kv, keep, 2))
+    x, w1, b1 = torch.randn(4, 6, 32), torch.randn(128, 32), torch.randn(128)
+    assert torch.equal(torch.ops.inflight.linear_gelu(x, w1, b1), K.linear_gelu_reference(x, w1, b1))
+    cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    qkv = torch.randn(10, 96)
+    got = torch.ops.inflight.varlen_attention(qkv, cu, 5, 2)
+    assert torch.equal(got, K.varlen_attention_reference(qkv, cu, 2))
+    # each sequence alone: the padded operator on it
+    for lo, hi in ((0, 4), (4, 9)):
+        alone = K.attention_reference(qkv[None, lo:hi], torch.ones(1, hi - lo, dtype=torch.bool), 2)[0]
+        torch.testing.assert_close(got[lo:hi], alone)
+
+
+def test_varlen_attention_and_the_attention_grid_refuse_what_they_cannot_do() -> None:
+    assert K.attention_config(12, 64) == (2, 4) and K.attention_config(2, 64) == (1, 4)
+    assert K.varlen_tiles(128) == [32, 64, 128] and K.varlen_tiles(37) == [32, 64] and K.varlen_tiles(5) == [16]
+    with pytest.raises(ValueError, match="do not divide"):
+        K.triton_attention(torch.zeros(1, 16, 3 * 96, dtype=torch.float16), torch.ones(1, 16), 3, (2, 4))
 
 
 def test_coverage_names_what_the_kernels_take() -> None:
@@ -93,6 +110,25 @@ _INTERPRETED = textwrap.dedent(
         got = K.triton_cls_attention(q, kv, keep.long(), 2).float()
         ref = K.cls_attention_reference(q.float(), kv.float(), keep, 2)
         out[f"cls_attention b={b} s={s}"] = (got - ref).abs().max().item()
+    # sequences laid end to end (lengths 5, 1, 37, 0, 16) and a spare row in no sequence; 12 heads of 32 in
+    # programs of 2 heads (the measured configuration at 12 heads) and of 1
+    cu = torch.tensor([0, 5, 6, 43, 43, 59], dtype=torch.int32)
+    qkv = torch.randn(60, 3 * 384, generator=g).to(dt)
+    ref = K.varlen_attention_reference(qkv.float(), cu, 12)[:59]
+    got = K.triton_varlen_attention(qkv, cu, 37, 12).float()[:59]
+    out["varlen_attention 12 heads"] = (got - ref).abs().max().item()
+    saved = K.VARLEN_TILES
+    K.VARLEN_TILES = (128,)  # one tile for every length
+    got = K.triton_varlen_attention(qkv, cu, 37, 12).float()[:59]
+    K.VARLEN_TILES = saved
+    out["varlen_attention one tile"] = (got - ref).abs().max().item()
+    keep = torch.ones(2, 64, dtype=torch.bool)
+    keep[1, 40:] = False
+    qkv = torch.randn(2, 64, 3 * 384, generator=g).to(dt)
+    for config in ((2, 4), (3, 2)):
+        got = K.triton_attention(qkv, keep, 12, config).float()
+        ref = K.attention_reference(qkv.float(), keep, 12)
+        out[f"attention 12 heads config={config}"] = (got - ref).abs().max().item()
     print(json.dumps(out))
     """
 )
@@ -108,7 +144,7 @@ def test_kernels_match_their_definitions_in_the_triton_interpreter() -> None:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     errors = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(errors) == 13
+    assert len(errors) == 17
     # fp16 inputs, fp32 math, one rounding at the store: within fp16's resolution of the fp32 result
     bad = {k: v for k, v in errors.items() if not v <= 4e-3}
     assert not bad, bad

@@ -77,6 +77,7 @@ def make_module(
     kernels: bool = True,
     pooling: Literal["cls", "mean"] = "cls",
     normalize: bool = False,
+    fused_ffn: bool | None = None,
 ) -> torch.nn.Module:
     """Build bert-tiny (or another ``shape``) in fp32 on the CPU, eval mode, weights from ``seed``.
 
@@ -99,6 +100,8 @@ def make_module(
             mean-tokens pooling; every position of the last layer is computed, ``cls_only`` is
             ignored). ``forward_packed`` serves ``cls`` only.
         normalize: L2-normalize the pooled vector (sentence-transformers' ``Normalize``).
+        fused_ffn: Run the feed-forward block through ``kernels.ffn_ln``; None: with ``kernels``
+            where its kernel takes the layer's sizes (``kernels.ffn_kernel_fits``).
 
     Raises:
         ValueError: for an unknown ``attention``, ``cls_attention`` or ``pooling``.
@@ -119,6 +122,8 @@ def make_module(
     HIDDEN, HEADS, FFN, LAYERS = shape.hidden, shape.heads, shape.ffn, shape.layers
     VOCAB, POSITIONS, EPS = shape.vocab, shape.positions, shape.eps
     head_dim = HIDDEN // HEADS
+    # the fused operator is opaque to the compiler: where its kernel does not take the shape, plain ops fuse better
+    fused_ffn = kernels and ops.ffn_kernel_fits(HIDDEN, FFN) if fused_ffn is None else fused_ffn
 
     def attend(
         q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, how: str = attention
@@ -166,9 +171,11 @@ def make_module(
 
         def ffn(self, x: torch.Tensor) -> torch.Tensor:
             """The feed-forward block, its residual and its layer norm."""
-            if kernels:
+            if fused_ffn:
                 f, o, n = self.ffn_in, self.ffn_out, self.ln2
                 return ops.ffn_ln(x, f.weight, f.bias, o.weight, o.bias, n.weight, n.bias, n.eps)
+            if kernels:
+                return self.ln2(x + self.ffn_out(ops.linear_gelu(x, self.ffn_in.weight, self.ffn_in.bias)))
             return self.ln2(x + self.ffn_out(F.gelu(self.ffn_in(x))))
 
         def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -214,9 +221,12 @@ def make_module(
         def forward_varlen(self, x: torch.Tensor, cu: torch.Tensor, max_len: int) -> torch.Tensor:
             """The layer over unpadded sequences: ``x [t, h]``, sequence i is ``x[cu[i]:cu[i+1]]``."""
             t, h = x.shape
-            q, k, v = self.qkv(x).view(t, 3, HEADS, head_dim).unbind(1)
-            a = attend_varlen(q, k, v, cu, cu, max_len, max_len)
-            x = self.ln1(x + self.attn_out(a.reshape(t, h)))
+            if kernels and attention == "sdpa" and max_len <= ops.MAX_SEQ:
+                a = ops.varlen_attention(self.qkv(x), cu, max_len, HEADS)
+            else:
+                q, k, v = self.qkv(x).view(t, 3, HEADS, head_dim).unbind(1)
+                a = attend_varlen(q, k, v, cu, cu, max_len, max_len).reshape(t, h)
+            x = self.ln1(x + self.attn_out(a))
             return self.ffn(x)
 
         def forward_varlen_cls(

@@ -105,6 +105,26 @@ def attention_reference(qkv: torch.Tensor, keep: torch.Tensor, heads: int) -> to
     return a.transpose(1, 2).reshape(b, s, h)
 
 
+def varlen_attention_reference(qkv: torch.Tensor, cu_seqlens: torch.Tensor, heads: int) -> torch.Tensor:
+    """Attention of sequences laid end to end: ``qkv [t, 3h]``, sequence i is rows ``cu_seqlens[i]:cu_seqlens[i+1]``.
+
+    Each token attends to the tokens of its own sequence; ``[t, h]`` (rows past ``cu_seqlens[-1]``
+    belong to no sequence and attend to each other: their values are not read).
+    """
+    t, three_h = qkv.shape
+    h = three_h // 3
+    tokens = torch.arange(t, device=qkv.device)
+    seq = torch.searchsorted(cu_seqlens[1:].to(tokens.dtype).contiguous(), tokens, right=True)
+    keep = (seq[:, None] == seq[None, :])[None]
+    q, k, v = qkv.view(t, 3, heads, h // heads).permute(1, 2, 0, 3).unbind(0)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep).transpose(0, 1).reshape(t, h)
+
+
+def linear_gelu_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``gelu(linear(x, w, b))`` with the exact (erf) GELU."""
+    return F.gelu(F.linear(x, w, b))
+
+
 def cls_attention_reference(q: torch.Tensor, kv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
     """One query per sequence ``q [b, h]`` over ``kv [b, s, 2h]``, key mask ``keep [b, s]``: ``[b, h]``."""
     b, s, two_h = kv.shape
@@ -118,6 +138,16 @@ def cls_attention_reference(q: torch.Tensor, kv: torch.Tensor, keep: torch.Tenso
 # -- coverage -----------------------------------------------------------------------------------
 
 
+def ffn_kernel_fits(hidden: int, ffn: int) -> bool:
+    """Whether the feed-forward kernel takes a layer of these sizes.
+
+    It does for a hidden size a power of two from 16 to ``MAX_HIDDEN`` and ``ffn`` a multiple of
+    ``FFN_BLOCK``; other layers run as plain ops, which the compiler fuses (bias and GELU in one
+    pass, the residual with the layer norm).
+    """
+    return 16 <= hidden <= MAX_HIDDEN and hidden & (hidden - 1) == 0 and ffn % FFN_BLOCK == 0
+
+
 def covers_ffn_ln(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> bool:
     """Whether the feed-forward kernel computes this call (shapes and dtypes; the device is checked apart).
 
@@ -127,10 +157,8 @@ def covers_ffn_ln(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> bool:
     h = x.shape[-1]
     return (
         _low_precision(x, w1, w2)
-        and 16 <= h <= MAX_HIDDEN
-        and h & (h - 1) == 0
+        and ffn_kernel_fits(h, w1.shape[0])
         and w1.shape[1] == h
-        and w1.shape[0] % FFN_BLOCK == 0
         and tuple(w2.shape) == (h, w1.shape[0])
         and x.stride(-1) == 1
         and w1.is_contiguous()
@@ -224,24 +252,60 @@ def _build_kernels() -> dict[str, Any]:
         HEADS: tl.constexpr,
         D: tl.constexpr,
         BLOCK_S: tl.constexpr,
+        GROUP: tl.constexpr,
     ):
         b = tl.program_id(0)
-        head = tl.program_id(1)
         rs = tl.arange(0, BLOCK_S)
         rd = tl.arange(0, D)
         valid = rs < S
-        at = qkv_ptr + b * stride_qb + rs[:, None] * stride_qs + head * D + rd[None, :]
-        q = tl.load(at, mask=valid[:, None], other=0.0)
-        k = tl.load(at + HEADS * D, mask=valid[:, None], other=0.0)
-        v = tl.load(at + 2 * HEADS * D, mask=valid[:, None], other=0.0)
         keep = (tl.load(keep_ptr + b * stride_kb + rs, mask=valid, other=0) != 0) & valid
-        s = tl.dot(q, tl.trans(k)) * scale
-        # a finite floor: a sequence with every key masked averages its values instead of NaN
-        s = tl.where(keep[None, :], s, -1.0e30)
-        p = tl.exp2(s - tl.max(s, axis=1)[:, None])
-        o = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
-        out = o_ptr + b * stride_ob + rs[:, None] * stride_os + head * D + rd[None, :]
-        tl.store(out, o.to(o_ptr.dtype.element_ty), mask=valid[:, None])
+        for g in tl.static_range(GROUP):
+            head = tl.program_id(1) * GROUP + g
+            at = qkv_ptr + b * stride_qb + rs[:, None] * stride_qs + head * D + rd[None, :]
+            q = tl.load(at, mask=valid[:, None], other=0.0)
+            k = tl.load(at + HEADS * D, mask=valid[:, None], other=0.0)
+            v = tl.load(at + 2 * HEADS * D, mask=valid[:, None], other=0.0)
+            s = tl.dot(q, tl.trans(k)) * scale
+            # a finite floor: a sequence with every key masked averages its values instead of NaN
+            s = tl.where(keep[None, :], s, -1.0e30)
+            p = tl.exp2(s - tl.max(s, axis=1)[:, None])
+            o = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
+            out = o_ptr + b * stride_ob + rs[:, None] * stride_os + head * D + rd[None, :]
+            tl.store(out, o.to(o_ptr.dtype.element_ty), mask=valid[:, None])
+
+    @triton.jit
+    def varlen_attention_kernel(  # type: ignore[no-untyped-def]
+        qkv_ptr,
+        cu_ptr,
+        o_ptr,
+        stride_qs,
+        stride_os,
+        scale,
+        shorter,
+        HEADS: tl.constexpr,
+        D: tl.constexpr,
+        BLOCK_S: tl.constexpr,
+        GROUP: tl.constexpr,
+    ):
+        n = tl.program_id(0)
+        start = tl.load(cu_ptr + n).to(tl.int64)
+        length = tl.load(cu_ptr + n + 1).to(tl.int64) - start
+        rs = tl.arange(0, BLOCK_S)
+        rd = tl.arange(0, D)
+        valid = rs < length
+        # each launch takes the sequences of its tile's lengths (shorter < length <= BLOCK_S); the rest return
+        todo = GROUP * ((length > shorter) & (length <= BLOCK_S)).to(tl.int32)
+        for g in range(todo):
+            head = tl.program_id(1) * GROUP + g
+            at = qkv_ptr + (start + rs)[:, None] * stride_qs + head * D + rd[None, :]
+            q = tl.load(at, mask=valid[:, None], other=0.0)
+            k = tl.load(at + HEADS * D, mask=valid[:, None], other=0.0)
+            v = tl.load(at + 2 * HEADS * D, mask=valid[:, None], other=0.0)
+            s = tl.where(valid[None, :], tl.dot(q, tl.trans(k)) * scale, -1.0e30)
+            p = tl.exp2(s - tl.max(s, axis=1)[:, None])
+            o = tl.dot(p.to(v.dtype), v) / tl.sum(p, axis=1)[:, None]
+            out = o_ptr + (start + rs)[:, None] * stride_os + head * D + rd[None, :]
+            tl.store(out, o.to(o_ptr.dtype.element_ty), mask=valid[:, None])
 
     @triton.jit
     def cls_attention_kernel(  # type: ignore[no-untyped-def]
@@ -276,7 +340,12 @@ def _build_kernels() -> dict[str, Any]:
             o = tl.sum(p[:, None] * v, axis=0) / tl.sum(p, axis=0)
             tl.store(o_ptr + b * stride_ob + head * D + rd, o.to(o_ptr.dtype.element_ty))
 
-    return {"ffn_ln": ffn_ln_kernel, "attention": attention_kernel, "cls_attention": cls_attention_kernel}
+    return {
+        "ffn_ln": ffn_ln_kernel,
+        "attention": attention_kernel,
+        "varlen_attention": varlen_attention_kernel,
+        "cls_attention": cls_attention_kernel,
+    }
 
 
 def _kernel(name: str) -> Any:
@@ -367,8 +436,27 @@ def _keep_bytes(keep: torch.Tensor) -> torch.Tensor:
     return keep.view(torch.uint8) if keep.dtype == torch.bool else keep
 
 
-def triton_attention(qkv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
-    """The attention kernel on a call ``covers_attention`` accepts."""
+def attention_config(heads: int, block_s: int) -> tuple[int, int]:
+    """(heads per program, warps) of the attention kernel for ``heads`` heads and a ``block_s`` tile."""
+    return ATTENTION_CONFIGS.get((heads, block_s), (1, 4 if block_s <= 64 else 8))
+
+
+#: Measured (heads per program, warps) of the attention kernel by (heads, sequence tile): the fastest of
+#: ``scripts/lab/encoder_engine.py``'s grid; shapes not listed take one head a program, 4 warps to 64.
+ATTENTION_CONFIGS: dict[tuple[int, int], tuple[int, int]] = {(12, 32): (2, 4), (12, 64): (2, 4), (12, 128): (2, 8)}
+
+
+def triton_attention(
+    qkv: torch.Tensor, keep: torch.Tensor, heads: int, config: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """The attention kernel on a call ``covers_attention`` accepts.
+
+    Args:
+        qkv: The QKV projection (see ``attention``).
+        keep: The key mask.
+        heads: Attention heads.
+        config: ``(heads per program, warps)`` in place of ``attention_config``'s: for tuning.
+    """
     b, s, three_h = qkv.shape
     h = three_h // 3
     d = h // heads
@@ -378,7 +466,10 @@ def triton_attention(qkv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch
     o = torch.empty((b, s, h), dtype=qkv.dtype, device=qkv.device)
     if b and s:
         block_s = max(16, _next_pow2(s))
-        _kernel("attention")[(b, heads)](
+        group, warps = config or attention_config(heads, block_s)
+        if heads % group:
+            raise ValueError(f"{heads} heads do not divide into programs of {group}")
+        _kernel("attention")[(b, heads // group)](
             qkv,
             keep,
             o,
@@ -392,9 +483,61 @@ def triton_attention(qkv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch
             HEADS=heads,
             D=d,
             BLOCK_S=block_s,
-            num_warps=4 if block_s <= 64 else 8,
+            GROUP=group,
+            num_warps=warps,
         )
     return o
+
+
+def triton_varlen_attention(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int, heads: int) -> torch.Tensor:
+    """The attention kernel over sequences laid end to end (``varlen_attention``), ``max_len`` <= ``MAX_SEQ``."""
+    t, three_h = qkv.shape
+    h = three_h // 3
+    if qkv.stride(0) != three_h or qkv.stride(1) != 1:
+        qkv = qkv.contiguous()
+    o = torch.empty((t, h), dtype=qkv.dtype, device=qkv.device)
+    n = cu_seqlens.shape[0] - 1
+    shorter = 0
+    for block_s in varlen_tiles(max_len):
+        group, warps = attention_config(heads, block_s)
+        if n and t:
+            _kernel("varlen_attention")[(n, heads // group)](
+                qkv,
+                cu_seqlens,
+                o,
+                qkv.stride(0),
+                o.stride(0),
+                _LOG2E / math.sqrt(h // heads),
+                shorter,
+                HEADS=heads,
+                D=h // heads,
+                BLOCK_S=block_s,
+                GROUP=group,
+                num_warps=warps,
+            )
+        shorter = block_s
+    return o
+
+
+#: Tiles of the variable-length attention: one launch per tile, each taking the sequences whose length
+#: falls between the previous tile and its own, so that a short sequence is not computed in the longest
+#: one's tile (``VARLEN_TILES = (128,)``: every sequence in one tile of ``max_len``).
+VARLEN_TILES: tuple[int, ...] = (32, 64, 128)
+
+
+def varlen_tiles(max_len: int) -> list[int]:
+    """The tiles of ``VARLEN_TILES`` below ``max_len``'s, then ``max_len``'s (a power of two from 16)."""
+    top = max(16, _next_pow2(max_len))
+    return [t for t in VARLEN_TILES if t < top] + [top]
+
+
+#: GELU of cuBLASLt's GEMM epilogue: the tanh form, within 4.7e-4 of the exact (erf) GELU everywhere (at 2.70,
+#: where the value is 2.69 and half an fp16 step is 9.8e-4), so it changes an fp16 activation by rounding only.
+def cublaslt_linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``gelu(linear(x, w, b))`` as one cuBLASLt GEMM with the bias and GELU in its epilogue."""
+    x2 = x.reshape(-1, x.shape[-1])
+    y = torch._addmm_activation(b, x2, w.t(), use_gelu=True)
+    return y.view(*x.shape[:-1], w.shape[0])
 
 
 def triton_cls_attention(q: torch.Tensor, kv: torch.Tensor, keep: torch.Tensor, heads: int) -> torch.Tensor:
@@ -525,3 +668,58 @@ def _(q: torch.Tensor, kv: torch.Tensor, keep: torch.Tensor, heads: int) -> torc
     if _on_gpu(q, kv, keep) and covers_attention(kv, kv.shape[-1] // 2 // heads, kv.shape[1]) and q.dtype == kv.dtype:
         return triton_cls_attention(q, kv, keep, heads)
     return cls_attention_reference(q, kv, keep, heads)
+
+
+@torch.library.custom_op("inflight::varlen_attention", mutates_args=())
+def varlen_attention(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int, heads: int) -> torch.Tensor:
+    """Multi-head attention of sequences laid end to end, from their QKV projection.
+
+    Args:
+        qkv: ``[t, 3h]`` every token's projection, sequence i's at rows ``cu_seqlens[i]:cu_seqlens[i + 1]``.
+        cu_seqlens: ``[n + 1]`` int32 where each sequence starts, then the last one's end.
+        max_len: A bound on every sequence's length.
+        heads: Attention heads.
+
+    Returns:
+        ``[t, h]`` (rows past ``cu_seqlens[-1]``: unspecified).
+    """
+    return varlen_attention_reference(qkv, cu_seqlens, heads)
+
+
+@varlen_attention.register_fake
+def _(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int, heads: int) -> torch.Tensor:
+    return qkv.new_empty((qkv.shape[0], qkv.shape[1] // 3))
+
+
+@varlen_attention.register_kernel("cuda")
+def _(qkv: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int, heads: int) -> torch.Tensor:
+    if _on_gpu(qkv, cu_seqlens) and covers_attention(qkv, qkv.shape[-1] // 3 // heads, max_len):
+        return triton_varlen_attention(qkv, cu_seqlens, max_len, heads)
+    return varlen_attention_reference(qkv, cu_seqlens, heads)
+
+
+@torch.library.custom_op("inflight::linear_gelu", mutates_args=())
+def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``gelu(linear(x, w, b))``: on a GPU in fp16/bf16 one GEMM with the GELU in its epilogue (see above).
+
+    Args:
+        x: ``[..., k]``.
+        w: ``[n, k]`` (``nn.Linear`` layout).
+        b: ``[n]``.
+
+    Returns:
+        ``[..., n]`` in ``x``'s dtype.
+    """
+    return linear_gelu_reference(x, w, b)
+
+
+@linear_gelu.register_fake
+def _(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+
+@linear_gelu.register_kernel("cuda")
+def _(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if _low_precision(x, w, b) and x.numel() and x.stride(-1) == 1:
+        return cublaslt_linear_gelu(x, w, b)
+    return linear_gelu_reference(x, w, b)
