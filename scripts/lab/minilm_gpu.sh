@@ -11,6 +11,7 @@
 #   PART=tests OUT=... bash scripts/lab/minilm_gpu.sh     # tests/gpu, log in $OUT/tests-gpu.txt
 #   PART=load  OUT=... bash scripts/lab/minilm_gpu.sh     # import + open loop, JSON in $OUT/<tokens>-ab-*.json
 #   PART=bench OUT=... bash scripts/lab/minilm_gpu.sh     # import + `inflight bench-engine --model minilm`
+#   PART=import OUT=... bash scripts/lab/minilm_gpu.sh    # the import alone (scripts/lab/gpu_bound.sh)
 #
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
 set -uo pipefail
@@ -48,6 +49,7 @@ for f in ("tokenizer.json", "modules.json", "sentence_bert_config.json", "1_Pool
 print("random-weight checkpoint of all-MiniLM-L6-v2's shape in", dst)
 EOF
 inflight import-hf "$ckpt" --name minilm --server-cpus "$SERVER_CPUS" --gpus 1 --no-onnx | tail -c 400
+[ "$PART" = import ] && exit 0
 if [ "$PART" = bench ]; then
   inflight bench-engine --model minilm --batch 32 --batch 512 --seq-len "${SEQ:-128}" --iters "${ITERS:-50}" \
     --out "$OUT/engine-bench-minilm.json" 2>&1 | tail -n 30

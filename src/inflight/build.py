@@ -159,14 +159,22 @@ def write_configs(
         batching: Batching and instances of every variant but ``<model>_inflight``.
         params: Backend parameters of ``_inflight`` and ``_sync``.
         server_cpus: Cores the server will get: ``<model>_inflight`` is written by
-            :func:`inflight.variants.inflight_deployment` for them. None: the cores this process may run on.
+            :func:`inflight.variants.inflight_deployment` for them, and for the GPU's free memory
+            (:mod:`inflight.sizing`, measured here when a GPU is visible). None: the cores this
+            process may run on.
         gpus: GPUs the server will see (the cores are split among them). None: :func:`visible_gpus`.
     """
     batching = batching or BatchingConfig()
     params = params or BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
-    instances, deployed = inflight_deployment(
-        server_cpus or default_server_cpus(), params, visible_gpus() if gpus is None else gpus
-    )
+    gpus = visible_gpus() if gpus is None else gpus
+    memory = None
+    if gpus:
+        from inflight.runtime.assembly import seq_buckets_for
+        from inflight.sizing import measure_instance_memory
+
+        seqs = seq_buckets_for(spec, params)
+        memory = measure_instance_memory(spec, spec.max_batch_size, seqs[-1] if seqs else None, params.graph_memory_mb)
+    instances, deployed = inflight_deployment(server_cpus or default_server_cpus(), params, gpus, memory)
     out = []
     for variant in VARIANTS:
         inflight = variant == "inflight"

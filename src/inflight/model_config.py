@@ -109,8 +109,9 @@ class BackendParameters:
         capture_at_load: Capture every (batch, sequence) bucket at initialize, within
             ``graph_memory_mb``; otherwise only the ``warmup_seq_len`` bucket, the others on
             their first use.
-        graph_memory_mb: GPU memory (weights, static tensors, graph pool) up to which buckets are
-            captured at initialize; the rest are captured on their first use.
+        graph_memory_mb: GPU memory the engine may hold (weights, static tensors, graph pool)
+            while it captures buckets, at initialize or on their first use; past it the remaining
+            buckets run eagerly (``inflight build-models`` counts it in each instance's memory).
         warmup_seq_len: The sequence bucket captured first at initialize.
         artifact: Torch artifact, relative to the model version folder.
         plan: TensorRT plan, relative to the model version folder.

@@ -129,10 +129,13 @@ def spec_from_config(cfg: mc.ModelConfig, *, version_dir: Path | None = None) ->
         seq_input = variable[0].name
     arch = architecture_of(version_dir, mp)
     make_module = None
+    extra: dict[str, Any] = {}
     if arch is not None:
         from inflight.models.bert import Architecture
 
-        make_module = Architecture.from_json(arch).make  # refuses a kind it cannot build
+        architecture = Architecture.from_json(arch)  # refuses a kind it cannot build
+        make_module = architecture.make
+        extra["architecture"] = architecture
     max_seq = mp.max_seq_len or None
     return ModelSpec(
         name=name,
@@ -149,4 +152,5 @@ def spec_from_config(cfg: mc.ModelConfig, *, version_dir: Path | None = None) ->
         mask_input=mp.mask_input or None,
         unpadded=make_module is not None and bool(mp.mask_input),
         text_input=text_input,
+        extra=extra,
     )

@@ -31,6 +31,7 @@ from inflight.model_config import BackendParameters, Mode, ModelParameters, para
 from inflight.model_spec import TEXT_TYPE, spec_from_config
 from inflight.models.registry import get_model
 from inflight.models.spec import ModelSpec
+from inflight.sizing import InstanceMemory, instances_that_fit
 
 Variant = Literal["inflight", "sync", "trt", "null", "plain"]
 Kind = Literal["auto", "gpu", "cpu"]
@@ -235,7 +236,9 @@ def text_pipeline(
     return tok, ens
 
 
-def inflight_deployment(server_cpus: int, params: BackendParameters, gpus: int = 1) -> tuple[int, BackendParameters]:
+def inflight_deployment(
+    server_cpus: int, params: BackendParameters, gpus: int = 1, memory: InstanceMemory | None = None
+) -> tuple[int, BackendParameters]:
     """The instances and parameters ``<model>_inflight`` is written with for a server of ``server_cpus`` cores.
 
     The rule (issue 30, item 3), from the open-loop sittings under ``results/modes`` (capacity at
@@ -256,6 +259,10 @@ def inflight_deployment(server_cpus: int, params: BackendParameters, gpus: int =
     * **split over the GPUs.** Triton places an instance group's ``count`` on *each* GPU the server
       sees, so with ``gpus`` GPUs the count is the cores divided among them (at least one per GPU):
       one instance per core in all.
+    * **no more than fit the GPU's memory** (issue 53): with ``memory`` measured on the GPU,
+      :func:`inflight.sizing.instances_that_fit` caps the count so that every instance can run
+      its largest launch at once (bert-small's 8 instances of batches up to 2,048 x 512 tokens ran
+      an 80 GB H100 out of memory and failed requests).
 
     ``RESULTS.md`` ("Sync against pipelined") has the measured default beside the best sync and
     pipelined configurations per core budget.
@@ -264,6 +271,7 @@ def inflight_deployment(server_cpus: int, params: BackendParameters, gpus: int =
         server_cpus: Cores the server and its stubs will run on (``taskset``/``--cpus``).
         params: The parameters to start from (e.g. the model's warm-up length).
         gpus: GPUs the server will see (0 or 1: one GPU, or instances on the CPU).
+        memory: What one instance holds and the GPU has free (None: not measured, cores only).
 
     Returns:
         The instance count (per GPU, as ``instance_group.count``) and the parameters for ``<model>_inflight``.
@@ -275,7 +283,8 @@ def inflight_deployment(server_cpus: int, params: BackendParameters, gpus: int =
         raise ConfigError(f"server_cpus={server_cpus}: give the number of cores the server will run on (>= 1)")
     if gpus < 0:
         raise ConfigError(f"gpus={gpus}: give the number of GPUs the server will see (0 for none)")
-    return max(1, server_cpus // max(gpus, 1)), dataclasses.replace(params, mode="auto")
+    per_gpu = max(1, server_cpus // max(gpus, 1))
+    return instances_that_fit(per_gpu, memory), dataclasses.replace(params, mode="auto")
 
 
 def parse_pbtxt(text: str) -> mc.ModelConfig:

@@ -59,7 +59,7 @@ def test_operators_on_the_cpu_are_their_definitions() -> None:
 
 def test_varlen_attention_and_the_attention_grid_refuse_what_they_cannot_do() -> None:
     assert K.attention_config(12, 64) == (2, 4) and K.attention_config(2, 64) == (1, 4)
-    assert K.varlen_tiles(128) == [32, 64, 128] and K.varlen_tiles(37) == [32, 64] and K.varlen_tiles(5) == [16]
+    assert K.varlen_tiles(128) == [64, 128] and K.varlen_tiles(37) == [64] and K.varlen_tiles(5) == [16]
     with pytest.raises(ValueError, match="do not divide"):
         K.triton_attention(torch.zeros(1, 16, 3 * 96, dtype=torch.float16), torch.ones(1, 16), 3, (2, 4))
 

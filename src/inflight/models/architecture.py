@@ -65,6 +65,11 @@ class Architecture:
         if self.pooling not in POOLINGS:
             raise ConfigError(f"architecture pooling={self.pooling!r} is not supported; use one of {list(POOLINGS)}")
 
+    def token_flops(self) -> int:
+        """The GEMM FLOPs of one token through every layer (QKV, output projection, both feed-forward GEMMs)."""
+        h, f = self.shape.hidden, self.shape.ffn
+        return 2 * self.shape.layers * (4 * h * h + 2 * h * f)
+
     def to_json(self) -> dict[str, Any]:
         """The architecture as JSON-serializable data (what :meth:`from_json` reads back)."""
         return {
@@ -208,3 +213,18 @@ def l2_normalize(x: torch.Tensor) -> torch.Tensor:
     from torch.nn import functional as F
 
     return F.normalize(x, p=2.0, dim=-1, eps=NORMALIZE_EPS)
+
+
+def token_cost_scale(architecture: Architecture | None) -> float:
+    """How many of this encoder's padded tokens cost what one of bert-tiny's does (1.0 without an architecture).
+
+    The fixed costs of a launch (a graph replay and its copies; an unpadded launch's unpadding and
+    pooling) were measured on bert-tiny in its padded tokens (``GPU_LAUNCH_COST_TOKENS``,
+    ``UNPAD_COST_TOKENS``); they take about the same time for any encoder while a token costs its
+    GEMM FLOPs, so for a heavier encoder they are that many fewer of its tokens.
+    """
+    if architecture is None:
+        return 1.0
+    from inflight.models.bert import TINY
+
+    return Architecture(shape=TINY).token_flops() / architecture.token_flops()

@@ -17,6 +17,8 @@ from typing import Any
 
 from inflight.errors import ConfigError, InflightError
 from inflight.model_config import BackendParameters
+from inflight.models.architecture import token_cost_scale
+from inflight.models.packing import UNPAD_COST_TOKENS
 from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Buckets, Layout, pow2_buckets, token_buckets
 from inflight.runtime.engines.base import DeviceEngine, Engine, HostEngine
@@ -160,12 +162,14 @@ def assemble(
         batch_buckets = params.batch_buckets or pow2_buckets(max_batch)
         if batch_buckets[-1] < max_batch:
             batch_buckets = (*batch_buckets, max_batch)
+        scale = token_cost_scale(spec.extra.get("architecture"))
         buckets = Buckets(
             batch_buckets,
             seq_buckets,
-            GPU_LAUNCH_COST_TOKENS,
+            max(1, round(GPU_LAUNCH_COST_TOKENS * scale)),
             tokens=token_buckets(max_batch * max_seq) if engine.unpads and max_seq else (),
             unpad_token_cost=params.unpad_token_cost,
+            unpad_cost_tokens=max(1, round(UNPAD_COST_TOKENS * scale)),
         )
         runner = CudaRunner(engine, layout, buckets, device_id=device_id, wait_mode=params.completion_wait)
     return InstanceParts(layout=layout, buckets=buckets, runner=runner, seq_buckets=seq_buckets)

@@ -116,6 +116,8 @@ class Buckets:
     #: What a token of an unpadded launch costs in tokens of a padded one (the varlen attention
     #: kernel is slower per token than the padded launch's; ``UNPAD_TOKEN_COST``)
     unpad_token_cost: float = UNPAD_TOKEN_COST
+    #: What an unpadded launch costs beyond its tokens, in padded tokens (``UNPAD_COST_TOKENS`` for bert-tiny)
+    unpad_cost_tokens: int = UNPAD_COST_TOKENS
 
     def pick(self, rows: int, seq: int | None) -> tuple[int, int | None]:
         """The ``(batch, seq)`` bucket for ``rows`` items of length ``seq``.
@@ -137,13 +139,13 @@ class Buckets:
         """The token bucket to run a launch of ``rows`` bucket rows at length ``seq`` unpadded, or None (padded).
 
         Unpadded when the bucket priced at ``unpad_token_cost`` padded tokens each, plus what an
-        unpadded launch costs beyond its tokens (``UNPAD_COST_TOKENS``), is less than the padded
+        unpadded launch costs beyond its tokens (``unpad_cost_tokens``), is less than the padded
         launch's tokens (bucket rows x bucket length).
         """
         if not self.tokens or seq is None:
             return None
         t = self.token_bucket(max(tokens, 1))
-        if t is None or self.unpad_token_cost * t + UNPAD_COST_TOKENS >= rows * seq:
+        if t is None or self.unpad_token_cost * t + self.unpad_cost_tokens >= rows * seq:
             return None
         return t
 

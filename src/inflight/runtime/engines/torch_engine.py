@@ -165,8 +165,8 @@ class TorchEngine(DeviceEngine):
         compile: ``inductor`` (``torch.compile``, dynamic batch and sequence axes), ``max-autotune``
             (the same, each GEMM chosen by timing inductor's templates against cuBLAS), ``none``, or
             ``auto`` (inductor).
-        graph_memory_mb: Budget for graph memory captured at load (``capture`` returns False
-            once the engine's GPU memory grew past it; those buckets are captured on first use).
+        graph_memory_mb: Budget for graph memory (``capture`` returns False once the engine's GPU
+            memory grew past it, and no bucket is captured on first use past it: those run eagerly).
         unpad: Run the launches the batch plan marks unpadded without their masked tokens (models
             with ``ModelSpec.unpadded``; ignored otherwise: ``unpads`` says).
     """
@@ -219,7 +219,7 @@ class TorchEngine(DeviceEngine):
         self._budget_logged = False
         self._eager_buckets: set[GraphKey] = set()
         #: cumulative: ``replays``, ``eager`` launches, ``captures`` (at load and lazily), ``evictions``,
-        #: ``unpadded`` launches
+        #: ``unpadded`` launches, ``out_of_memory`` (launches and captures the GPU had no memory for)
         self.counters: dict[str, int] = {
             "replays": 0,
             "eager": 0,
@@ -227,6 +227,7 @@ class TorchEngine(DeviceEngine):
             "lazy_captures": 0,
             "evictions": 0,
             "unpadded": 0,
+            "out_of_memory": 0,
         }
         self.load_s = time.perf_counter() - t0
         self.capture_s = 0.0
@@ -325,24 +326,40 @@ class TorchEngine(DeviceEngine):
         """Capture the bucket's graph on ``stream_ptr`` (shared by every slot; synchronizes).
 
         Returns False when graphs are off, capture failed before, or the engine's memory already
-        exceeds ``graph_memory_mb`` (that bucket is captured on its first use instead).
+        exceeds ``graph_memory_mb`` (that bucket then runs eagerly).
         """
         return self._capture_at_load(GraphKey(rows, seq), stream_ptr)
 
-    def _capture_at_load(self, key: GraphKey, stream_ptr: int) -> bool:
+    def _within_budget(self, key: GraphKey) -> bool:
+        """Whether graphs are on and the engine holds less than ``graph_memory_mb`` (else ``key`` runs eagerly)."""
         if not self.cuda_graphs or self._capture_failed:
             return False
-        if key in self._graphs:
-            return True
         if self.graph_memory_mb() > self.graph_memory_bytes / 2**20:
             if not self._budget_logged:
                 LOGGER.info(
-                    "graph memory budget of %d MB reached (%.0f MB held); buckets from %s on are captured on first use",
+                    "graph memory budget of %d MB reached (%.0f MB held); buckets from %s on run eagerly",
                     self.graph_memory_bytes >> 20,
                     self.graph_memory_mb(),
                     str(key),
                 )
                 self._budget_logged = True
+            return False
+        return True
+
+    def _out_of_memory(self, key: GraphKey, e: BaseException) -> EngineError:
+        """Return the cached memory the failed launch took and the error that fails its batch alone."""
+        self._torch.cuda.empty_cache()
+        self.counters["out_of_memory"] += 1
+        return EngineError(
+            f"GPU out of memory running {key} ({str(e).splitlines()[0]}); this batch failed and the instance "
+            "serves the next one. Fewer instances or a smaller max_batch_size fit the card: rebuild with "
+            "`inflight build-models` on the GPU host (it sizes both from the GPU's free memory)"
+        )
+
+    def _capture_at_load(self, key: GraphKey, stream_ptr: int) -> bool:
+        if key in self._graphs:
+            return True
+        if not self._within_budget(key):
             return False
         torch = self._torch
         stream = torch.cuda.ExternalStream(stream_ptr, device=self.device)
@@ -364,6 +381,11 @@ class TorchEngine(DeviceEngine):
                 torch.cuda.graph(g, pool=self._pool, stream=stream, capture_error_mode="thread_local"),
             ):
                 self._run(key)
+        except torch.OutOfMemoryError as e:  # not this bucket's graph now; the launch itself ran
+            torch.cuda.empty_cache()
+            self.counters["out_of_memory"] += 1
+            LOGGER.warning("no memory to capture %s (%s); it runs eagerly", str(key), str(e).splitlines()[0])
+            return False
         except Exception as e:  # capture can fail on unsupported ops; fall back once, loudly
             self._capture_failed = True
             LOGGER.warning(
@@ -414,13 +436,16 @@ class TorchEngine(DeviceEngine):
                 g.replay()
                 self.counters["replays"] += 1
             else:
-                with torch.inference_mode():
-                    self._run(key)
+                try:
+                    with torch.inference_mode():
+                        self._run(key)
+                except torch.OutOfMemoryError as e:
+                    raise self._out_of_memory(key, e) from None
                 self.counters["eager"] += 1
                 if key not in self._eager_buckets:
                     self._eager_buckets.add(key)
                     LOGGER.info("%s ran eagerly (no CUDA graph yet)", str(key))
-                if self.cuda_graphs and not self._capture_failed and self._capture(key, stream):
+                if self._within_budget(key) and self._capture(key, stream):
                     self.counters["lazy_captures"] += 1
                     LOGGER.info("captured %s on first use", str(key))
             for t in self.spec.outputs:

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Issue 53 on the GPU host: all-MiniLM-L6-v2 served where the GPU is the bound.
+#
+# The model is imported as a user imports it (scripts/lab/minilm_gpu.sh PART=import: seeded random weights of
+# the checkpoint's shape, which cost the GPU the same). Then, in one call:
+#   1. the engine alone (scripts/lab/encoder_engine.py --variant served --varlen): tokens/s at 2,048 x 64, and
+#      for 2,048 sequences of lengths 16-128 padded and unpadded: the engine bound of the served workload;
+#   2. the served workload, open loop (Poisson, asyncio generator), 32 sequences a request of lengths
+#      16-128 (`--length-dist real`), the variants VARIANTS interleaved over ROUNDS rounds at RATES, p99 SLO
+#      100 ms. The null model is among them: the host's steadiness beside each sitting.
+#
+#   OUT=... VARIANTS="minilm_sync@instances=1 minilm_inflight@instances=1 minilm_null" bash scripts/lab/gpu_bound.sh
+#   IMPORT=0 ENGINE=0 ...: another run on the repository the first one imported
+#
+# Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
+set -uo pipefail
+source scripts/gpu_lib.sh
+kit_setup
+OUT=${OUT:?set OUT}
+SERVER_CPUS=${SERVER_CPUS:-0-7}
+CLIENT_CPUS=${CLIENT_CPUS:-8-15}
+RATES=${RATES:-1500,3000,4500}
+ROUNDS=${ROUNDS:-3}
+VARIANTS=${VARIANTS:-minilm_sync@instances=1 minilm_inflight@instances=1 minilm_null}
+
+if [ "${IMPORT:-1}" = 1 ]; then
+  PART=import OUT="$OUT" SERVER_CPUS="$SERVER_CPUS" bash scripts/lab/minilm_gpu.sh 2>&1 | grep -E "one instance|imported|rror" | cut -c1-400
+  grep -h "instance_group" -A2 model_repository/minilm_inflight/config.pbtxt | tr '\n' ' '; echo
+fi
+if [ "${ENGINE:-1}" = 1 ]; then
+  timeout "${ENGINE_TIMEOUT:-150}" $PY scripts/lab/encoder_engine.py --variant served --varlen --out "$OUT/engine.json" \
+    2>&1 | grep -v -i warn | tail -n 12
+fi
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+# shellcheck disable=SC2086  # VARIANTS is a list of words
+inflight ab $VARIANTS --rate "$RATES" --repeat "$ROUNDS" --slo 100 --items 32 --seq-len 128 --token-dist uniform \
+  --length-dist real --window "${WINDOW:-4}" --warmup "${WARMUP:-2}" --generator asyncio --processes 7 \
+  --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" --out /tmp/ab-gpu-bound 2>&1 \
+  | grep -E "capacity at|offered .*achieved|sizing|one instance" | tail -n "${TAIL:-40}"
+# at most 8 files come back from a call: the run's JSON holds every figure
+for f in /tmp/ab-gpu-bound/ab-*.json; do cp "$f" "$OUT/"; done

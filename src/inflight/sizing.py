@@ -1,0 +1,127 @@
+"""How many instances of a model fit its GPU: the memory half of the rule ``inflight build-models`` writes by.
+
+The cores give one instance per server core (:func:`inflight.variants.inflight_deployment`); the
+GPU's memory caps that. One instance holds, besides what every process on a GPU holds
+(``CONTEXT_MB``), the model's weights, its CUDA graphs (the engine stops capturing once it holds
+``graph_memory_mb``; buckets past that run eagerly), and the activations of its largest launch
+(``max_batch_size`` sequences of ``max_seq_len`` tokens, counted twice: see
+:attr:`InstanceMemory.instance_mb`), measured here by running that launch once on the GPU.
+``instances = min(cores, MEMORY_SHARE x free memory / one instance)``, so that every instance
+can run its largest batch at once, at any offered rate, and still leave the rest of the card to
+the server and the allocator's fragmentation.
+
+Measured on an H100 (issue 53, ``results/engine-minilm-20261127``): the whole of a served
+all-MiniLM-L6-v2 instance (one stub process) held 1,398-1,532 MiB, the server's own process 582 MiB.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from inflight.errors import ConfigError
+
+if TYPE_CHECKING:
+    from inflight.models.spec import ModelSpec
+
+LOGGER = logging.getLogger(__name__)
+
+#: MiB one instance's process holds on its GPU before any model: CUDA context, cuBLAS workspaces, Triton's
+#: kernels, the slots' device buffers (the H100's served MiniLM stub held 1,398-1,532 MiB with its model).
+CONTEXT_MB = 800
+#: Share of the GPU's free memory the instances may hold together.
+MEMORY_SHARE = 0.85
+
+
+@dataclass(frozen=True)
+class InstanceMemory:
+    """What one instance of a model holds on its GPU, and what the GPU has free (MiB).
+
+    Attributes:
+        free_mb: The GPU's free memory when the repository was built.
+        weights_mb: The model's weights in the served precision.
+        peak_mb: Activations of the largest launch, run once eagerly.
+        graph_mb: The engine's graph memory budget (``BackendParameters.graph_memory_mb``).
+    """
+
+    free_mb: float
+    weights_mb: float
+    peak_mb: float
+    graph_mb: float
+
+    @property
+    def instance_mb(self) -> float:
+        """One instance: ``CONTEXT_MB`` + weights + graph budget + twice the largest launch's activations.
+
+        Twice: the engine checks its budget before a capture, so its graph pool may end one
+        launch's activations past it, and the launches past the budget run eagerly from the
+        allocator's cache, which holds up to one more.
+        """
+        return CONTEXT_MB + self.weights_mb + self.graph_mb + 2 * self.peak_mb
+
+
+def instances_that_fit(cores: int, memory: InstanceMemory | None) -> int:
+    """``min(cores, MEMORY_SHARE x free / one instance)``; ``cores`` when nothing was measured (no GPU).
+
+    Raises:
+        ConfigError: when not even one instance fits, saying what to lower.
+    """
+    if memory is None:
+        return cores
+    fit = int(MEMORY_SHARE * memory.free_mb // memory.instance_mb)
+    if fit < 1:
+        raise ConfigError(
+            f"one instance needs {memory.instance_mb:.0f} MiB (largest launch {memory.peak_mb:.0f}, graphs "
+            f"{memory.graph_mb:.0f}, weights {memory.weights_mb:.0f}, context {CONTEXT_MB}) and the GPU has "
+            f"{memory.free_mb:.0f} MiB free: lower max_batch_size or max_seq_len, or graph_memory_mb"
+        )
+    return max(1, min(cores, fit))
+
+
+def measure_instance_memory(
+    spec: ModelSpec, max_batch: int, max_seq: int | None, graph_mb: int, device_id: int = 0
+) -> InstanceMemory | None:
+    """Run the model's largest launch once on the GPU (fp16, seeded weights) and measure what it holds.
+
+    Returns None without a GPU or a module to build (the rule then counts cores only).
+    """
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available() or spec.make_module is None:
+        return None
+    import numpy as np
+
+    dev = torch.device(f"cuda:{device_id}")
+    free, _ = torch.cuda.mem_get_info(dev)
+    module = spec.build_module(0).to(dev).half().eval()
+    weights = sum(p.numel() * p.element_size() for p in module.parameters())
+    x = spec.example_inputs(max_batch, seq_len=max_seq, rng=np.random.default_rng(0))
+    args = [torch.from_numpy(x[t.name]).to(dev) for t in spec.inputs]
+    torch.cuda.synchronize(dev)
+    base = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    with torch.inference_mode():
+        module(*args)
+    torch.cuda.synchronize(dev)
+    peak = torch.cuda.max_memory_allocated(dev) - base
+    del module, args
+    torch.cuda.empty_cache()
+    m = InstanceMemory(free_mb=free / 2**20, weights_mb=weights / 2**20, peak_mb=peak / 2**20, graph_mb=graph_mb)
+    LOGGER.info(
+        "%s on %s: one instance %.0f MiB (largest launch %d x %s: %.0f MiB, graphs %d, weights %.0f, context %d), "
+        "%.0f MiB free",
+        spec.name,
+        torch.cuda.get_device_name(dev),
+        m.instance_mb,
+        max_batch,
+        max_seq,
+        m.peak_mb,
+        graph_mb,
+        m.weights_mb,
+        CONTEXT_MB,
+        m.free_mb,
+    )
+    return m

@@ -1,0 +1,55 @@
+"""The GPU-memory half of the deployment rule (issue 53), and the launch costs an encoder's size scales."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from inflight.errors import ConfigError
+from inflight.model_config import BackendParameters
+from inflight.models.architecture import Architecture, token_cost_scale
+from inflight.models.bert import TINY, BertShape
+from inflight.models.packing import UNPAD_COST_TOKENS
+from inflight.runtime.batch import Buckets, token_buckets
+from inflight.sizing import CONTEXT_MB, MEMORY_SHARE, InstanceMemory, instances_that_fit
+from inflight.variants import inflight_deployment
+
+MINILM = Architecture(shape=BertShape(layers=6, hidden=384, heads=12, ffn=1536), pooling="mean", normalize=True)
+
+
+def test_an_instance_counts_its_context_weights_graph_budget_and_twice_its_largest_launch() -> None:
+    m = InstanceMemory(free_mb=80_000, weights_mb=60, peak_mb=10_000, graph_mb=4096)
+    assert m.instance_mb == CONTEXT_MB + 60 + 4096 + 2 * 10_000
+
+
+def test_the_gpu_memory_caps_the_instances_the_cores_would_give() -> None:
+    # bert-small's largest launch (2,048 x 512 tokens) on an 80 GB card: far fewer than 8 instances
+    small = InstanceMemory(free_mb=79_000, weights_mb=60, peak_mb=10_000, graph_mb=4096)
+    fit = instances_that_fit(8, small)
+    assert fit == int(MEMORY_SHARE * 79_000 // small.instance_mb) == 2
+    assert fit * small.instance_mb <= MEMORY_SHARE * small.free_mb
+    # a small model: the cores decide
+    assert instances_that_fit(8, InstanceMemory(free_mb=79_000, weights_mb=40, peak_mb=700, graph_mb=4096)) == 8
+    assert instances_that_fit(8, None) == 8  # no GPU measured
+    count, params = inflight_deployment(8, BackendParameters(), gpus=1, memory=small)
+    assert count == 2 and params.mode == "auto"
+
+
+def test_a_model_whose_one_instance_does_not_fit_says_what_to_lower() -> None:
+    with pytest.raises(ConfigError, match="lower max_batch_size or max_seq_len"):
+        instances_that_fit(8, InstanceMemory(free_mb=20_000, weights_mb=60, peak_mb=10_000, graph_mb=4096))
+
+
+def test_fixed_launch_costs_are_fewer_padded_tokens_of_a_heavier_encoder() -> None:
+    assert token_cost_scale(None) == 1.0 and token_cost_scale(Architecture(shape=TINY)) == 1.0
+    scale = token_cost_scale(MINILM)
+    assert 1 / 30 < scale < 1 / 20  # all-MiniLM-L6-v2 computes 27x bert-tiny's FLOPs a token
+    tiny_costs = Buckets((128, 512), (128,), tokens=token_buckets(512 * 128), unpad_token_cost=1.5)
+    minilm_costs = dataclasses.replace(tiny_costs, unpad_cost_tokens=round(UNPAD_COST_TOKENS * scale))
+    # 128 sequences of lengths 16-128 (9,300 tokens, padded to 16,384): unpadded for MiniLM, whose
+    # launch's fixed cost is a small share of its tokens; padded at bert-tiny's
+    assert minilm_costs.unpadded(9300, 128, 128) is not None
+    assert tiny_costs.unpadded(9300, 128, 128) is None
+    # and 512 such sequences
+    assert minilm_costs.unpadded(37_000, 512, 128) is not None and tiny_costs.unpadded(37_000, 512, 128) is None
