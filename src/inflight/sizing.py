@@ -99,7 +99,9 @@ def measure_instance_memory(
     module = spec.build_module(0).to(dev).half().eval()
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
     x = spec.example_inputs(max_batch, seq_len=max_seq, rng=np.random.default_rng(0))
+    # float inputs in the served precision, as the engine casts them
     args = [torch.from_numpy(x[t.name]).to(dev) for t in spec.inputs]
+    args = [a.half() if a.is_floating_point() else a for a in args]
     torch.cuda.synchronize(dev)
     base = torch.cuda.memory_allocated(dev)
     torch.cuda.reset_peak_memory_stats(dev)
