@@ -234,6 +234,7 @@ def attention_grid(heads: int, head_dim: int, bandwidth: float) -> list[dict[str
     import torch
 
     from inflight.models import kernels as ops
+    from inflight.models import triton_kernels as T
 
     rows = []
     for seq in (64, 128):
@@ -245,7 +246,7 @@ def attention_grid(heads: int, head_dim: int, bandwidth: float) -> list[dict[str
         for group in [g for g in (1, 2, 3, 4, 6, 12) if heads % g == 0]:
             for warps in (1, 2, 4, 8):
                 try:
-                    t, _ = _graph_time(lambda a, k, c=(group, warps): ops.triton_attention(a, k, heads, c), [qkv, keep])
+                    t, _ = _graph_time(lambda a, k, c=(group, warps): T.triton_attention(a, k, heads, c), [qkv, keep])
                 except Exception as e:
                     rows.append({"seq": seq, "group": group, "warps": warps, "error": str(e)[:200]})
                     continue
@@ -257,7 +258,7 @@ def varlen_bench(heads: int, head_dim: int, lengths: np.ndarray) -> list[dict[st
     """The variable-length attention kernel against the padded one on the same sequences, by tiling."""
     import torch
 
-    from inflight.models import kernels as ops
+    from inflight.models import triton_kernels as T
 
     rows = []
     h = heads * head_dim
@@ -267,15 +268,15 @@ def varlen_bench(heads: int, head_dim: int, lengths: np.ndarray) -> list[dict[st
         qkv = torch.randn(int(lens.sum()) + 1, 3 * h, device="cuda", dtype=torch.float16)
         seq = int(lens.max())
         for tiles in ((128,), (32, 64, 128), (64, 128)):
-            saved, ops.VARLEN_TILES = ops.VARLEN_TILES, tiles
+            saved, T.VARLEN_TILES = T.VARLEN_TILES, tiles
             try:
-                t, _ = _graph_time(lambda a, c, m=seq: ops.triton_varlen_attention(a, c, m, heads), [qkv, cu])
+                t, _ = _graph_time(lambda a, c, m=seq: T.triton_varlen_attention(a, c, m, heads), [qkv, cu])
             finally:
-                ops.VARLEN_TILES = saved
+                T.VARLEN_TILES = saved
             rows.append({"batch": name, "kernel": "varlen", "tiles": list(tiles), "us": t * 1e6})
         padded = torch.randn(ROWS, seq, 3 * h, device="cuda", dtype=torch.float16)
         keep = torch.from_numpy(np.arange(seq)[None, :] < lens[:, None]).cuda()
-        t, _ = _graph_time(lambda a, k: ops.triton_attention(a, k, heads), [padded, keep])
+        t, _ = _graph_time(lambda a, k: T.triton_attention(a, k, heads), [padded, keep])
         rows.append({"batch": name, "kernel": f"padded [{ROWS}, {seq}]", "us": t * 1e6})
     for r in rows:
         print("varlen bench:", r)

@@ -30,6 +30,7 @@ def main() -> None:
     import torch
 
     from inflight.models import kernels as K
+    from inflight.models import triton_kernels as T
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, action="append")
@@ -47,7 +48,7 @@ def main() -> None:
     gain, beta = rnd(h, scale=0.1, shift=1.0), rnd(h, scale=0.1)
 
     def fused(x: Any, config: Any = None) -> Any:
-        return K.triton_ffn_ln(x, w1, b1, w2, b2, gain, beta, 1e-12, config=config)
+        return T.triton_ffn_ln(x, w1, b1, w2, b2, gain, beta, 1e-12, config=config)
 
     def unfused(x: Any) -> Any:
         return K.ffn_ln_reference(x, w1, b1, w2, b2, gain, beta, 1e-12)
@@ -82,7 +83,7 @@ def main() -> None:
                     continue
                 entry["configs"].append({"config": list(c), "us": us, "max_abs_error": err})
         ok = sorted((r for r in entry["configs"] if "us" in r), key=lambda r: r["us"])
-        entry["default"] = {"config": list(K.ffn_block_rows(rows)), "erf": K.FFN_ERF}
+        entry["default"] = {"config": list(T.ffn_block_rows(rows)), "erf": T.FFN_ERF}
         entry["default_us"] = timed(lambda x=x: fused(x), a.iters)
         rows_out.append(entry)
         print(f"rows {rows}: unfused eager {unfused_us:.1f} us, default {entry['default_us']:.1f} us; fastest:")

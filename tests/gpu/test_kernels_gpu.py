@@ -15,6 +15,7 @@ def test_each_kernel_matches_its_definition_and_is_what_the_operator_runs(dtype:
     import torch
 
     from inflight.models import kernels as K
+    from inflight.models import triton_kernels as T
 
     dt = getattr(torch, dtype)
     dev = torch.device("cuda:0")
@@ -29,7 +30,7 @@ def test_each_kernel_matches_its_definition_and_is_what_the_operator_runs(dtype:
     for rows in (1, 37, 2048, 9000, 2048 * 64):
         x = rnd(rows, h)
         got = torch.ops.inflight.ffn_ln(x, *w, 1e-12)
-        assert torch.equal(got, K.triton_ffn_ln(x, *w, 1e-12))  # the operator runs the kernel
+        assert torch.equal(got, T.triton_ffn_ln(x, *w, 1e-12))  # the operator runs the kernel
         ref = K.ffn_ln_reference(x.float(), *(t.float() for t in w), 1e-12)
         assert (got.float() - ref).abs().max().item() <= TOL[dtype], rows
     for b, s in ((1, 16), (3, 37), (512, 64), (64, 100), (256, 128), (2, 200)):
@@ -44,7 +45,7 @@ def test_each_kernel_matches_its_definition_and_is_what_the_operator_runs(dtype:
         ref = K.cls_attention_reference(q.float(), kv.float(), keep, 2)
         assert (got.float() - ref).abs().max().item() <= TOL[dtype], (b, s)
         if s <= K.MAX_SEQ:
-            assert torch.equal(got, K.triton_cls_attention(q, kv, keep, 2))
+            assert torch.equal(got, T.triton_cls_attention(q, kv, keep, 2))
 
 
 @pytest.mark.parametrize("seq", [16, 48, 64, 128, 192])
@@ -72,6 +73,7 @@ def test_varlen_attention_and_the_gelu_epilogue_match_their_definitions(dtype: s
     import torch
 
     from inflight.models import kernels as K
+    from inflight.models import triton_kernels as T
 
     dt = getattr(torch, dtype)
     dev = torch.device("cuda:0")
@@ -84,7 +86,7 @@ def test_varlen_attention_and_the_gelu_epilogue_match_their_definitions(dtype: s
     qkv = torch.randn(t, 3 * 384, generator=g, device=dev).to(dt)
     got = torch.ops.inflight.varlen_attention(qkv, cu, 128, 12)
     # the operator runs the kernel (the spare row t - 1 is in no sequence: left as allocated)
-    assert torch.equal(got[: t - 1], K.triton_varlen_attention(qkv, cu, 128, 12)[: t - 1])
+    assert torch.equal(got[: t - 1], T.triton_varlen_attention(qkv, cu, 128, 12)[: t - 1])
     ref = K.varlen_attention_reference(qkv.float(), cu, 12)
     assert (got[: t - 1].float() - ref[: t - 1]).abs().max().item() <= TOL[dtype]
     x = torch.randn(4096, 384, generator=g, device=dev).to(dt)

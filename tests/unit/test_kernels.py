@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from inflight.models import kernels as K
+from inflight.models import triton_kernels as T
 
 
 def _weights(h: int, ff: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -58,10 +59,10 @@ def test_operators_on_the_cpu_are_their_definitions() -> None:
 
 
 def test_varlen_attention_and_the_attention_grid_refuse_what_they_cannot_do() -> None:
-    assert K.attention_config(12, 64) == (2, 4) and K.attention_config(2, 64) == (1, 4)
-    assert K.varlen_tiles(128) == [64, 128] and K.varlen_tiles(37) == [64] and K.varlen_tiles(5) == [16]
+    assert T.attention_config(12, 64) == (2, 4) and T.attention_config(2, 64) == (1, 4)
+    assert T.varlen_tiles(128) == [64, 128] and T.varlen_tiles(37) == [64] and T.varlen_tiles(5) == [16]
     with pytest.raises(ValueError, match="do not divide"):
-        K.triton_attention(torch.zeros(1, 16, 3 * 96, dtype=torch.float16), torch.ones(1, 16), 3, (2, 4))
+        T.triton_attention(torch.zeros(1, 16, 3 * 96, dtype=torch.float16), torch.ones(1, 16), 3, (2, 4))
 
 
 def test_coverage_names_what_the_kernels_take() -> None:
@@ -73,13 +74,14 @@ def test_coverage_names_what_the_kernels_take() -> None:
     assert K.covers_attention(qkv, 64, 64) and K.covers_attention(qkv, 64, K.MAX_SEQ)
     assert not K.covers_attention(qkv, 64, K.MAX_SEQ + 1)  # long sequences: PyTorch's flash attention
     assert not K.covers_attention(qkv, 48, 64)
-    assert K.ffn_block_rows(2048 * 64) == (64, 4) and K.ffn_block_rows(2048)[0] == 16
+    assert T.ffn_block_rows(2048 * 64) == (64, 4) and T.ffn_block_rows(2048)[0] == 16
 
 
 _INTERPRETED = textwrap.dedent(
     """
     import json, torch
     from inflight.models import kernels as K
+    from inflight.models import triton_kernels as T
     g = torch.Generator().manual_seed(0)
     dt = torch.float16
     out = {}
@@ -89,25 +91,25 @@ _INTERPRETED = textwrap.dedent(
          1 + torch.randn(h, generator=g) * 0.1, torch.randn(h, generator=g) * 0.1)]
     for m in (1, 37, 300):
         x = torch.randn(m, h, generator=g).to(dt)
-        got = K.triton_ffn_ln(x, *w, 1e-12).float()
+        got = T.triton_ffn_ln(x, *w, 1e-12).float()
         ref = K.ffn_ln_reference(x.float(), *(t.float() for t in w), 1e-12)
         out[f"ffn_ln rows={m}"] = (got - ref).abs().max().item()
     # a strided input: the CLS rows of [b, s, h] states
     xs = torch.randn(6, 5, h, generator=g).to(dt)
-    got = K.triton_ffn_ln(xs[:, 0], *w, 1e-12).float()
+    got = T.triton_ffn_ln(xs[:, 0], *w, 1e-12).float()
     ref = K.ffn_ln_reference(xs[:, 0].float(), *(t.float() for t in w), 1e-12)
     out["ffn_ln strided rows"] = (got - ref).abs().max().item()
-    got = K.triton_ffn_ln(x, *w, 1e-12, config=(16, 64, 4, 2, "libdevice")).float()
+    got = T.triton_ffn_ln(x, *w, 1e-12, config=(16, 64, 4, 2, "libdevice")).float()
     ref = K.ffn_ln_reference(x.float(), *(t.float() for t in w), 1e-12)
     out["ffn_ln libdevice erf"] = (got - ref).abs().max().item()
     for b, s in ((3, 64), (2, 37), (1, 128), (2, 16)):
         keep = torch.rand(b, s, generator=g) > 0.3
         keep[:, 0] = True
         qkv = torch.randn(b, s, 3 * h, generator=g).to(dt)
-        got = K.triton_attention(qkv, keep, 2).float()
+        got = T.triton_attention(qkv, keep, 2).float()
         out[f"attention b={b} s={s}"] = (got - K.attention_reference(qkv.float(), keep, 2)).abs().max().item()
         q, kv = torch.randn(b, h, generator=g).to(dt), torch.randn(b, s, 2 * h, generator=g).to(dt)
-        got = K.triton_cls_attention(q, kv, keep.long(), 2).float()
+        got = T.triton_cls_attention(q, kv, keep.long(), 2).float()
         ref = K.cls_attention_reference(q.float(), kv.float(), keep, 2)
         out[f"cls_attention b={b} s={s}"] = (got - ref).abs().max().item()
     # sequences laid end to end (lengths 5, 1, 37, 0, 16) and a spare row in no sequence; 12 heads of 32 in
@@ -115,18 +117,18 @@ _INTERPRETED = textwrap.dedent(
     cu = torch.tensor([0, 5, 6, 43, 43, 59], dtype=torch.int32)
     qkv = torch.randn(60, 3 * 384, generator=g).to(dt)
     ref = K.varlen_attention_reference(qkv.float(), cu, 12)[:59]
-    got = K.triton_varlen_attention(qkv, cu, 37, 12).float()[:59]
+    got = T.triton_varlen_attention(qkv, cu, 37, 12).float()[:59]
     out["varlen_attention 12 heads"] = (got - ref).abs().max().item()
-    saved = K.VARLEN_TILES
-    K.VARLEN_TILES = (128,)  # one tile for every length
-    got = K.triton_varlen_attention(qkv, cu, 37, 12).float()[:59]
-    K.VARLEN_TILES = saved
+    saved = T.VARLEN_TILES
+    T.VARLEN_TILES = (128,)  # one tile for every length
+    got = T.triton_varlen_attention(qkv, cu, 37, 12).float()[:59]
+    T.VARLEN_TILES = saved
     out["varlen_attention one tile"] = (got - ref).abs().max().item()
     keep = torch.ones(2, 64, dtype=torch.bool)
     keep[1, 40:] = False
     qkv = torch.randn(2, 64, 3 * 384, generator=g).to(dt)
     for config in ((2, 4), (3, 2)):
-        got = K.triton_attention(qkv, keep, 12, config).float()
+        got = T.triton_attention(qkv, keep, 12, config).float()
         ref = K.attention_reference(qkv.float(), keep, 12)
         out[f"attention 12 heads config={config}"] = (got - ref).abs().max().item()
     print(json.dumps(out))

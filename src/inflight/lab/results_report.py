@@ -16,6 +16,7 @@ from typing import Any
 from inflight.lab import (
     cost_results,
     faults,
+    gpu_bound_results,
     heads_results,
     models_results,
     modes_results,
@@ -552,6 +553,7 @@ def render_pages(root: Path) -> dict[str, str]:
     if sj.is_file():
         lines += summary_section(sj, root)
     lines += models_results.section(root)
+    lines += gpu_bound_results.section(root)
     lines += open_loop_results.section(root)
     lines += modes_results.section(root)
     lines += faults.section(root)
@@ -1466,6 +1468,7 @@ def write(root: Path, out: Path | None = None) -> Path:
     cost_results.write_summary(root)
     modes_results.write_summary(root)
     models_results.write_summary(root)
+    gpu_bound_results.write_summary(root)
     pages = render_pages(root)
     written = []
     for rel, text in pages.items():
@@ -1478,4 +1481,7 @@ def write(root: Path, out: Path | None = None) -> Path:
     table = modes_results.decision_table(root)
     if table and readme.is_file() and modes_results.DECISION_BEGIN in readme.read_text():
         readme.write_text(modes_results.replace_block(readme.read_text(), table))
+    rows = gpu_bound_results.decision_rows(root)
+    if rows and readme.is_file():
+        readme.write_text(gpu_bound_results.replace_rows(readme.read_text(), rows))
     return written[0]

@@ -1,0 +1,40 @@
+"""Issue 53's report: capacity per round from a served file's windows, and the committed sittings' summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inflight.lab import gpu_bound_results as g
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(label: str, rnd: int, rate: float, p99: float) -> dict[str, object]:
+    return {"variant": label, "round": rnd, "rate": rate, "latency_ms": {"p99": p99}, "valid": True}
+
+
+def test_a_rounds_capacity_is_the_highest_rate_up_to_which_every_window_met_the_slo() -> None:
+    doc = {
+        "runs": [
+            _run("A", 1, 1000, 20),
+            _run("A", 1, 3000, 80),
+            _run("A", 1, 5000, 190),
+            _run("A", 2, 1000, 20),
+            _run("A", 2, 3000, 120),  # missed: 5,000 meeting it after does not count
+            _run("A", 2, 5000, 90),
+            _run("A", 3, 1000, 150),
+        ]
+    }
+    assert g.capacity_per_round(doc, "A", 100.0) == [3000, 1000, 0]
+
+
+def test_the_committed_sittings_give_the_summary_block_from_their_files() -> None:
+    assert g.variants(ROOT), "results/gpu-bound has no served file"
+    e = g.engine(ROOT)
+    assert e is not None
+    served = e["served"]
+    assert served["uniform"]["tokens_per_s"] > 1e6 and served["unpadded"]["tokens_per_s"] > 0
+    rows = g.decision_rows(ROOT)
+    assert rows[0] == g.ROWS_BEGIN and rows[-1] == g.ROWS_END and len(rows) == 5
+    readme = (ROOT / "README.md").read_text()
+    assert "\n".join(rows) in readme, "README's GPU-bound rows are stale: run `inflight results-report`"
