@@ -68,16 +68,18 @@ def _patched(variant: str) -> Iterator[None]:
 
     from inflight.models import kernels as ops
 
-    name, repl = None, None
+    def flash(qkv: Any, cu: Any, max_len: int, heads: int) -> Any:
+        t, three_h = qkv.shape
+        q, k, v = qkv.view(t, 3, heads, three_h // 3 // heads).unbind(1)
+        out = torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, max_len, max_len, 0.0, False, False)[0]
+        return out.reshape(t, three_h // 3)
+
+    name: str | None = None
+    repl: Any = None
     if variant == "no_epilogue":
         name, repl = "linear_gelu", ops.linear_gelu_reference
     elif variant == "flash_varlen":
-
-        def repl(qkv: Any, cu: Any, max_len: int, heads: int) -> Any:
-            t, three_h = qkv.shape
-            q, k, v = qkv.view(t, 3, heads, three_h // 3 // heads).unbind(1)
-            out = torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, max_len, max_len, 0.0, False, False)[0]
-            return out.reshape(t, three_h // 3)
+        repl = flash
 
         name = "varlen_attention"
     if name is None:
@@ -115,7 +117,10 @@ def _fp8(module: Any) -> Any:
             x2 = x.reshape(-1, shape[-1])
             x_scale = x2.abs().amax().float().clamp(min=1e-12) / top
             xq = (x2 / x_scale).to(fp8)
-            y = torch._scaled_mm(xq, self.w, x_scale, self.w_scale, bias=self.bias, out_dtype=x.dtype)
+            w, w_scale, bias = (
+                self.get_buffer(n) if n != "bias" or self.bias is not None else None for n in ("w", "w_scale", "bias")
+            )
+            y = torch._scaled_mm(xq, w, x_scale, w_scale, bias=bias, out_dtype=x.dtype)
             return y.reshape(*shape[:-1], y.shape[-1])
 
     for name, child in list(module.named_modules()):
@@ -170,13 +175,15 @@ def _kernels(fn: Any, args: list[Any], top: int = 15) -> list[dict[str, Any]]:
             for _ in range(5):
                 fn(*args)
             torch.cuda.synchronize()
-    rows: dict[str, dict[str, float]] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for ev in prof.events():
         if ev.device_type.name == "CUDA":
             r = rows.setdefault(ev.name, {"us": 0.0, "calls": 0.0})
             r["us"] += ev.device_time / 5
             r["calls"] += 1 / 5
-    ordered = sorted(({"kernel": k[:140], **v} for k, v in rows.items()), key=lambda r: -r["us"])
+    ordered: list[dict[str, Any]] = sorted(
+        ({"kernel": k[:140], **v} for k, v in rows.items()), key=lambda r: -float(r["us"])
+    )
     return [{"total_us": sum(r["us"] for r in ordered), "launches": sum(r["calls"] for r in ordered)}, *ordered[:top]]
 
 
