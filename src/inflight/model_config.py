@@ -167,15 +167,16 @@ class BackendParameters:
     drain_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
-        """Check every choice against its ``Literal`` type, where the options object is built.
+        """Check every choice against its ``Literal`` type and every value's range, where the options are built.
 
         Raises:
-            ConfigError: naming the parameter and its choices.
+            ConfigError: naming the parameter and its choices or accepted range.
         """
         for key, allowed in choices().items():
             value = getattr(self, key)
             if value not in allowed:
                 raise ConfigError(f"parameter {key}={value!r} is invalid: choose one of {list(allowed)}")
+        self.check()
 
     def to_parameters(self, *, full: bool = True) -> dict[str, str]:
         """The parameters as strings, as config.pbtxt stores them.
@@ -209,9 +210,7 @@ class BackendParameters:
         unknown = sorted(set(params) - set(fields) - shared)
         if unknown:
             raise ConfigError(f"unknown inflight parameter(s) {unknown}; known: {sorted({*fields, *shared})}")
-        p = cls(**_parse(cls(), {k: v for k, v in params.items() if k in fields}))
-        p.check()
-        return p
+        return cls(**_parse(cls(), {k: v for k, v in params.items() if k in fields}))
 
     def check(self) -> None:
         """Reject values out of range.

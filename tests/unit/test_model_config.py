@@ -291,3 +291,18 @@ def test_gpus_place_the_instances_on_named_gpus() -> None:
     for bad in ("0/0", "-1", "x"):
         with pytest.raises(ConfigError, match="override gpus="):
             apply_overrides(vc, {"gpus": bad})
+
+
+def test_backend_parameters_check_their_ranges_where_they_are_built() -> None:
+    """Issue 52: ``BackendParameters(slots=0)`` used to build; ranges were checked only when parsing a config."""
+    import dataclasses
+
+    import pytest
+
+    from inflight.errors import ConfigError
+    from inflight.model_config import BackendParameters
+
+    with pytest.raises(ConfigError, match="slots=0"):
+        BackendParameters(slots=0)
+    with pytest.raises(ConfigError, match="graph_memory_mb=-1"):
+        dataclasses.replace(BackendParameters(), graph_memory_mb=-1)
