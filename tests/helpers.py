@@ -82,6 +82,21 @@ def http_inputs(inputs: Mapping[str, np.ndarray]) -> list[Any]:
     return out
 
 
+def gpu_memory_mib(gpu: int = 0) -> tuple[int, int]:
+    """GPU ``gpu``'s memory used and total, MiB (``nvidia-smi``)."""
+    import subprocess
+
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits", "-i", str(gpu)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    used, total = out.strip().splitlines()[0].split(",")
+    return int(used), int(total)
+
+
 def grpc_inputs(inputs: Mapping[str, np.ndarray]) -> list[Any]:
     """tritonclient gRPC inputs for ``inputs``."""
     import tritonclient.grpc as grpcclient

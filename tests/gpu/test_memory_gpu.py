@@ -7,7 +7,6 @@ written on this GPU, so its instance count comes from :mod:`inflight.sizing`'s r
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tests.helpers import gpu_memory_mib, http_inputs
 from tritonclient.utils import InferenceServerException
 
 from inflight.models import MODELS
@@ -25,17 +25,6 @@ pytestmark = pytest.mark.gpu
 
 #: Seconds the largest batches are driven back to back.
 DRIVE_S = 30.0
-
-
-def _gpu_memory_mib() -> tuple[int, int]:
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits", "-i", "0"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout.split(",")
-    return int(out[0]), int(out[1])
 
 
 def test_the_built_deployment_serves_its_largest_batches_back_to_back_without_running_out_of_memory(
@@ -59,13 +48,8 @@ def test_the_built_deployment_serves_its_largest_batches_back_to_back_without_ru
         x = spec.example_inputs(per_request, seq_len=seq, rng=rng)
         with httpclient.InferenceServerClient(server.http_url, network_timeout=600) as c:
             while not stop.is_set():
-                inputs = []
-                for t in spec.inputs:
-                    i = httpclient.InferInput(t.name, list(x[t.name].shape), "INT64")
-                    i.set_data_from_numpy(x[t.name], binary_data=True)
-                    inputs.append(i)
                 try:
-                    c.infer(name, inputs)
+                    c.infer(name, http_inputs(x))
                     key = "ok"
                 except InferenceServerException as e:
                     key = "error"
@@ -76,7 +60,7 @@ def test_the_built_deployment_serves_its_largest_batches_back_to_back_without_ru
 
     def watch() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], _gpu_memory_mib()[0])
+            peak[0] = max(peak[0], gpu_memory_mib()[0])
             time.sleep(0.5)
 
     # every instance's next batches queued behind the running ones: the largest launches, back to back
@@ -91,7 +75,7 @@ def test_the_built_deployment_serves_its_largest_batches_back_to_back_without_ru
         for t in threads:
             t.join(600)
         unload(server.http_url, name)
-    total = _gpu_memory_mib()[1]
+    total = gpu_memory_mib()[1]
     print(
         f"{name} as built: {instances} instance(s), requests of {per_request} x {seq} tokens: {outcomes}, "
         f"GPU memory peak {peak[0]} of {total} MiB; errors: {sorted(set(e[:160] for e in errors))[:3]}"

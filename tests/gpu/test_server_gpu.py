@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import re
-import subprocess
 import threading
 import time
 import urllib.request
@@ -13,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from tests.helpers import http_inputs
+from tests.helpers import gpu_memory_mib, http_inputs
 from tritonclient.utils import InferenceServerException
 
 from inflight.loadtest.stats import executor_stats_from_log
@@ -27,16 +26,6 @@ pytestmark = [pytest.mark.gpu, pytest.mark.integration]
 def _infer(url: str, name: str, x: dict[str, np.ndarray]) -> np.ndarray:
     with httpclient.InferenceServerClient(url, connection_timeout=120, network_timeout=120) as c:
         return c.infer(name, http_inputs(x)).as_numpy("cls")
-
-
-def _gpu_used_mib() -> int:
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return int(out.strip().splitlines()[0])
 
 
 def _depth_histogram(metrics_url: str, model: str) -> dict[float, float]:
@@ -109,7 +98,7 @@ def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any,
 def test_unload_and_reload_under_load_no_hang_no_leak(server: Any, repository: Any) -> None:
     name = "bert_tiny_inflight"
     vc = variant_config(repository, name, {"kind": "gpu", "instances": "2"})
-    used_before = _gpu_used_mib()
+    used_before = gpu_memory_mib()[0]
     load_variant(server.http_url, vc)
     spec = MODELS["bert_tiny"]
     stop = threading.Event()
@@ -140,7 +129,7 @@ def test_unload_and_reload_under_load_no_hang_no_leak(server: Any, repository: A
     unload(server.http_url, name, timeout_s=120)
     unload_s = time.monotonic() - t0
     time.sleep(2)
-    used_unloaded = _gpu_used_mib()
+    used_unloaded = gpu_memory_mib()[0]
     load_variant(server.http_url, vc)
     time.sleep(5)
     stop.set()

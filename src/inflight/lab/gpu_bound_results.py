@@ -85,25 +85,27 @@ def variants(root: Path) -> list[dict[str, Any]]:
     for f in _ab_files(root):
         doc = json.loads(f.read_text())
         slo = doc["load"]["open_loop"]["slo_p99_ms"]
+        top = max(r["rate"] for r in doc["runs"])
         for v in doc["variants"]:
+            own = [r for r in doc["runs"] if r["variant"] == v["label"]]
             caps = capacity_per_round(doc, v["label"], slo)
             cap = statistics.median(caps) if caps else 0.0
-            at = [r for r in doc["runs"] if r["variant"] == v["label"] and r["rate"] == cap]
-            act = [r["gpu_activity"]["mean"] for r in at if isinstance(r.get("gpu_activity"), Mapping)]
-            top = max(r["rate"] for r in doc["runs"])
+            act = [
+                r["gpu_activity"]["mean"]
+                for r in own
+                if r["rate"] == cap and isinstance(r.get("gpu_activity"), Mapping)
+            ]
             achieved = [
                 r["generator"]["achieved_rps"]
-                for r in doc["runs"]
-                if r["variant"] == v["label"] and r["rate"] == top and isinstance(r.get("generator"), Mapping)
+                for r in own
+                if r["rate"] == top and isinstance(r.get("generator"), Mapping)
             ]
-            failed = [r for r in doc["runs"] if r["variant"] == v["label"]]
             out.append(
                 {
                     "path": f,
                     "memory_failures": sum(
-                        1 for r in failed for m in r.get("failure_messages") or [] if "memory" in str(m).lower()
+                        1 for r in own for m in r.get("failure_messages") or [] if "memory" in str(m).lower()
                     ),
-                    "failures": sum(sum((r.get("failures_by_status") or {}).values()) for r in failed),
                     "device": doc["device"]["name"],
                     "spec": v["spec"],
                     "kind": v["variant"],
@@ -111,7 +113,6 @@ def variants(root: Path) -> list[dict[str, Any]]:
                     "capacities": caps,
                     "capacity": cap,
                     "bounded": cap < top,
-                    "rates": sorted({r["rate"] for r in doc["runs"]}),
                     "gauge_activity_at_capacity": statistics.median(act) if act else None,
                     "achieved_at_top": statistics.median(achieved) if achieved else None,
                     "top": top,
