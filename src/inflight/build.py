@@ -26,6 +26,7 @@ from inflight.errors import ConfigError
 from inflight.model_config import BackendParameters
 from inflight.models.registry import MODELS
 from inflight.models.spec import ModelSpec
+from inflight.sizing import batcher_delay_us, measure_instance_memory
 from inflight.variants import (
     VARIANTS,
     BatchingConfig,
@@ -160,7 +161,8 @@ def write_configs(
         params: Backend parameters of ``_inflight`` and ``_sync``.
         server_cpus: Cores the server will get: ``<model>_inflight`` is written by
             :func:`inflight.variants.inflight_deployment` for them, and for the GPU's free memory
-            (:mod:`inflight.sizing`, measured here when a GPU is visible). None: the cores this
+            (:mod:`inflight.sizing`, measured here when a GPU is visible; the same launch's time
+            sets its batcher's delay, :func:`inflight.sizing.batcher_delay_us`). None: the cores this
             process may run on.
         gpus: GPUs the server will see (the cores are split among them). None: :func:`visible_gpus`.
     """
@@ -170,18 +172,26 @@ def write_configs(
     memory = None
     if gpus:
         from inflight.runtime.assembly import seq_buckets_for
-        from inflight.sizing import measure_instance_memory
 
         seqs = seq_buckets_for(spec, params)
-        memory = measure_instance_memory(spec, spec.max_batch_size, seqs[-1] if seqs else None, params.graph_memory_mb)
+        memory = measure_instance_memory(
+            spec,
+            spec.max_batch_size,
+            seqs[-1] if seqs else None,
+            params.graph_memory_mb,
+            typical_seq=params.warmup_seq_len,
+        )
     instances, deployed = inflight_deployment(server_cpus or default_server_cpus(), params, gpus, memory)
+    # the batcher may wait as long as a full batch of the typical length takes on the GPU (never less than asked)
+    delay = max(batching.max_queue_delay_us, batcher_delay_us(memory))
+    sized = dataclasses.replace(batching, instances=instances, max_queue_delay_us=delay)
     out = []
     for variant in VARIANTS:
         inflight = variant == "inflight"
         vc = VariantConfig(
             model=spec.name,
             variant=variant,
-            batching=dataclasses.replace(batching, instances=instances) if inflight else batching,
+            batching=sized if inflight else batching,
             params=deployed if inflight else params,
             model_spec=spec,
         )

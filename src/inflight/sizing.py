@@ -1,4 +1,4 @@
-"""How many instances of a model fit its GPU: the memory half of the rule ``inflight build-models`` writes by.
+"""What ``inflight build-models`` measures on the GPU: how many instances fit it, how long the batcher waits.
 
 The cores give one instance per server core (:func:`inflight.variants.inflight_deployment`); the
 GPU's memory caps that. One instance holds, besides what every process on a GPU holds
@@ -12,6 +12,8 @@ the server and the allocator's fragmentation.
 
 Measured on an H100 (issue 53, ``results/engine-minilm-20261127``): the whole of a served
 all-MiniLM-L6-v2 instance (one stub process) held 1,398-1,532 MiB, the server's own process 582 MiB.
+
+The same launch, timed, sets the dynamic batcher's delay (:func:`batcher_delay_us`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ LOGGER = logging.getLogger(__name__)
 CONTEXT_MB = 800
 #: Share of the GPU's free memory the instances may hold together.
 MEMORY_SHARE = 0.85
+#: The dynamic batcher's delay where nothing was measured, and its floor (µs).
+MIN_BATCHER_DELAY_US = 500
+#: Its ceiling (µs): a tenth of the 100 ms p99 the sittings hold a model to.
+MAX_BATCHER_DELAY_US = 10_000
 
 
 @dataclass(frozen=True)
@@ -43,12 +49,15 @@ class InstanceMemory:
         weights_mb: The model's weights in the served precision.
         peak_mb: Activations of the largest launch, run once eagerly.
         graph_mb: The engine's graph memory budget (``BackendParameters.graph_memory_mb``).
+        batch_ms: One full batch's GPU time (``max_batch_size`` sequences of the typical length,
+            ``warmup_seq_len``; its second eager run); None if not timed.
     """
 
     free_mb: float
     weights_mb: float
     peak_mb: float
     graph_mb: float
+    batch_ms: float | None = None
 
     @property
     def instance_mb(self) -> float:
@@ -79,12 +88,52 @@ def instances_that_fit(cores: int, memory: InstanceMemory | None) -> int:
     return max(1, min(cores, fit))
 
 
-def measure_instance_memory(
-    spec: ModelSpec, max_batch: int, max_seq: int | None, graph_mb: int, device_id: int = 0
-) -> InstanceMemory | None:
-    """Run the model's largest launch once on the GPU (fp16, seeded weights) and measure what it holds.
+def batcher_delay_us(memory: InstanceMemory | None) -> int:
+    """How long the dynamic batcher may hold a batch open: one full batch's GPU time, within bounds.
 
-    Returns None without a GPU or a module to build (the rule then counts cores only).
+    Where the GPU is the bound, a full batch arrives at capacity in about the time the GPU takes to
+    compute one, so a delay of that length lets batches grow to ``max_batch_size`` as the load nears
+    capacity, and adds at most one full batch's time to a request's latency at low load. The batch is
+    timed at the model's typical length (``warmup_seq_len``), not its longest: at all-MiniLM-L6-v2's
+    ``max_seq_len`` 256 a full batch took 12.7 ms on the H100, which would hold short requests for
+    the ceiling. Triton's 500 µs suits a small model (bert-tiny's full batch takes less: the floor
+    keeps it). Measured on
+    an H100 with all-MiniLM-L6-v2, 8 instances, 32 sequences a request of lengths 16-128 (issue 53,
+    ``results/gpu-bound/20261127-2218-h100-minilm-batcher``): at 500 µs the batches held 3-4 requests
+    and p99 <= 100 ms held to 4,000 req/s; at 4 ms they held 13-16 and p99 was 25-27 ms at 5,000;
+    4 and 10 ms saturated alike (5,210 and 5,230 req/s), 10 ms costing 6 ms of p50 at 1,000 req/s.
+
+    Args:
+        memory: What the probe measured (None, or no time: the floor).
+
+    Returns:
+        ``max_queue_delay_microseconds`` in [``MIN_BATCHER_DELAY_US``, ``MAX_BATCHER_DELAY_US``].
+    """
+    if memory is None or memory.batch_ms is None:
+        return MIN_BATCHER_DELAY_US
+    return int(min(MAX_BATCHER_DELAY_US, max(MIN_BATCHER_DELAY_US, round(1000 * memory.batch_ms))))
+
+
+def measure_instance_memory(
+    spec: ModelSpec,
+    max_batch: int,
+    max_seq: int | None,
+    graph_mb: int,
+    device_id: int = 0,
+    typical_seq: int | None = None,
+) -> InstanceMemory | None:
+    """Run the model's largest launch on the GPU (fp16, seeded weights) for what it holds; time a full batch.
+
+    Args:
+        spec: The model.
+        max_batch: Sequences of the largest launch (``max_batch_size``).
+        max_seq: Their length (the largest bucket; None for a fixed-shape model).
+        graph_mb: The engine's graph memory budget.
+        device_id: The GPU.
+        typical_seq: The length the full batch is timed at (``warmup_seq_len``); None: ``max_seq``.
+
+    Returns:
+        The measurement; None without a GPU or a module to build (the rule then counts cores only).
     """
     try:
         import torch
@@ -98,23 +147,41 @@ def measure_instance_memory(
     free, _ = torch.cuda.mem_get_info(dev)
     module = spec.build_module(0).to(dev).half().eval()
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
-    x = spec.example_inputs(max_batch, seq_len=max_seq, rng=np.random.default_rng(0))
-    # float inputs in the served precision, as the engine casts them
-    args = [torch.from_numpy(x[t.name]).to(dev) for t in spec.inputs]
-    args = [a.half() if a.is_floating_point() else a for a in args]
+
+    def inputs(seq: int | None) -> list[torch.Tensor]:
+        x = spec.example_inputs(max_batch, seq_len=seq, rng=np.random.default_rng(0))
+        # float inputs in the served precision, as the engine casts them
+        args = [torch.from_numpy(x[t.name]).to(dev) for t in spec.inputs]
+        return [a.half() if a.is_floating_point() else a for a in args]
+
+    largest = inputs(max_seq)
     torch.cuda.synchronize(dev)
     base = torch.cuda.memory_allocated(dev)
     torch.cuda.reset_peak_memory_stats(dev)
     with torch.inference_mode():
-        module(*args)
-    torch.cuda.synchronize(dev)
-    peak = torch.cuda.max_memory_allocated(dev) - base
-    del module, args
+        module(*largest)
+        torch.cuda.synchronize(dev)
+        peak = torch.cuda.max_memory_allocated(dev) - base
+        del largest
+        typical = inputs(typical_seq if max_seq is not None and typical_seq is not None else max_seq)
+        module(*typical)  # timed on its second run: the first includes the libraries' set-up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        module(*typical)
+        end.record()
+        end.synchronize()
+    del module, typical
     torch.cuda.empty_cache()
-    m = InstanceMemory(free_mb=free / 2**20, weights_mb=weights / 2**20, peak_mb=peak / 2**20, graph_mb=graph_mb)
+    m = InstanceMemory(
+        free_mb=free / 2**20,
+        weights_mb=weights / 2**20,
+        peak_mb=peak / 2**20,
+        graph_mb=graph_mb,
+        batch_ms=start.elapsed_time(end),
+    )
     LOGGER.info(
-        "%s on %s: one instance %.0f MiB (largest launch %d x %s: %.0f MiB, graphs %d, weights %.0f, context %d), "
-        "%.0f MiB free",
+        "%s on %s: one instance %.0f MiB (largest launch %d x %s: %.0f MiB, graphs %d, weights %.0f, "
+        "context %d), %.0f MiB free; a full batch at length %s: %.2f ms, batcher delay %d us",
         spec.name,
         torch.cuda.get_device_name(dev),
         m.instance_mb,
@@ -125,5 +192,8 @@ def measure_instance_memory(
         m.weights_mb,
         CONTEXT_MB,
         m.free_mb,
+        typical_seq if max_seq is not None and typical_seq is not None else max_seq,
+        m.batch_ms,
+        batcher_delay_us(m),
     )
     return m

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from inflight.lab import gpu_bound_results as g
@@ -38,3 +39,21 @@ def test_the_committed_sittings_give_the_summary_block_from_their_files() -> Non
     assert rows[0] == g.ROWS_BEGIN and rows[-1] == g.ROWS_END and len(rows) == 5
     readme = (ROOT / "README.md").read_text()
     assert "\n".join(rows) in readme, "README's GPU-bound rows are stale: run `inflight results-report`"
+
+
+def test_the_default_as_built_is_the_newest_sittings_marked_variant_and_its_capture_gives_the_activity() -> None:
+    vs = g.variants(ROOT)
+    default = g.default_as_built(vs)
+    assert default is not None and "cupti=true" in default["spec"]
+    # the newest sitting with a marked variant, by the time it ran (not by file name)
+    marked = [v for v in vs if v["kind"] == "inflight" and "cupti" in v["spec"]]
+    assert len(marked) > 1 and default is marked[-1]
+    assert default["delay_us"] > 500  # the build's measured batcher delay, not Triton's usual
+    caps = g.nsys_captures(ROOT)
+    assert {"sync1", "auto1"} <= {c["name"] for c in caps}
+    by_name = {c["name"]: c for c in caps}
+    assert by_name["sync1"]["rate"] == by_name["auto1"]["rate"] == 1500  # equal load
+    assert all(0 < c["gpu_activity"] <= 1 and 0 <= c["sync_share"] <= 1 for c in caps)
+    summary = json.loads((ROOT / "results" / "summary.json").read_text())["gpu_bound"]
+    newest = [c for c in caps if c["name"].startswith("default")][-1]
+    assert summary["gpu_activity"] == newest["gpu_activity"] and summary["gpu_activity_at_rps"] == newest["rate"]

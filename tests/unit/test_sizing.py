@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,15 @@ from inflight.models.architecture import Architecture, token_cost_scale
 from inflight.models.bert import TINY, BertShape
 from inflight.models.packing import UNPAD_COST_TOKENS
 from inflight.runtime.batch import Buckets, token_buckets
-from inflight.sizing import CONTEXT_MB, MEMORY_SHARE, InstanceMemory, instances_that_fit
+from inflight.sizing import (
+    CONTEXT_MB,
+    MAX_BATCHER_DELAY_US,
+    MEMORY_SHARE,
+    MIN_BATCHER_DELAY_US,
+    InstanceMemory,
+    batcher_delay_us,
+    instances_that_fit,
+)
 from inflight.variants import inflight_deployment
 
 MINILM = Architecture(shape=BertShape(layers=6, hidden=384, heads=12, ffn=1536), pooling="mean", normalize=True)
@@ -39,6 +48,40 @@ def test_the_gpu_memory_caps_the_instances_the_cores_would_give() -> None:
 def test_a_model_whose_one_instance_does_not_fit_says_what_to_lower() -> None:
     with pytest.raises(ConfigError, match="lower max_batch_size or max_seq_len"):
         instances_that_fit(8, InstanceMemory(free_mb=20_000, weights_mb=60, peak_mb=10_000, graph_mb=4096))
+
+
+def test_the_batcher_waits_as_long_as_a_full_batch_takes_within_bounds() -> None:
+    def probe(ms: float | None) -> InstanceMemory:
+        return InstanceMemory(free_mb=80_000, weights_mb=43, peak_mb=801, graph_mb=4096, batch_ms=ms)
+
+    assert batcher_delay_us(None) == MIN_BATCHER_DELAY_US == 500  # no GPU: Triton's usual delay
+    assert batcher_delay_us(probe(None)) == MIN_BATCHER_DELAY_US
+    assert batcher_delay_us(probe(0.2)) == MIN_BATCHER_DELAY_US  # a small model keeps the floor
+    assert batcher_delay_us(probe(4.2)) == 4200  # a GPU-bound one waits one full batch's time
+    assert batcher_delay_us(probe(60.0)) == MAX_BATCHER_DELAY_US == 10_000
+
+
+def test_the_inflight_variant_is_written_with_the_measured_delay_and_the_others_keep_theirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from inflight import build
+    from inflight.models.registry import MODELS
+    from inflight.variants import BatchingConfig, parse_pbtxt
+
+    measured = InstanceMemory(free_mb=80_000, weights_mb=43, peak_mb=801, graph_mb=4096, batch_ms=4.2)
+    monkeypatch.setattr(build, "measure_instance_memory", lambda *a, **k: measured)
+    build.write_configs(tmp_path, MODELS["bert_tiny"], server_cpus=8, gpus=1)
+    delays = {
+        d.name: parse_pbtxt((d / "config.pbtxt").read_text()).dynamic_batching.max_queue_delay_microseconds
+        for d in tmp_path.iterdir()
+        if (d / "config.pbtxt").is_file()
+    }
+    assert delays["bert_tiny_inflight"] == 4200
+    assert delays["bert_tiny_sync"] == delays["bert_tiny_plain"] == 500
+    # never less than asked
+    build.write_configs(tmp_path, MODELS["bert_tiny"], batching=BatchingConfig(max_queue_delay_us=9000), gpus=1)
+    cfg = parse_pbtxt((tmp_path / "bert_tiny_inflight" / "config.pbtxt").read_text())
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 9000
 
 
 def test_fixed_launch_costs_are_fewer_padded_tokens_of_a_heavier_encoder() -> None:

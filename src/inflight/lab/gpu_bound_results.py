@@ -1,10 +1,14 @@
 """Issue 53's figures: a real encoder where the GPU is the bound, from the files its sittings wrote.
 
 Reads ``results/engine-minilm-*/encoder-engine-*.json`` (``scripts/lab/encoder_engine.py``: the engine
-alone, by rewrite) and ``results/gpu-bound/*/ab-*.json`` (``scripts/lab/gpu_bound.sh``: the served
+alone, by rewrite), ``results/gpu-bound/*/ab-*.json`` (``scripts/lab/gpu_bound.sh``: the served
 workload, 32 sequences a request of lengths 16-128, variants interleaved over rounds, p99 SLO 100
-ms). :func:`write_summary` writes ``summary.json["gpu_bound"]``, :func:`section` RESULTS' section and
-:func:`decision_rows` the README's rows for the model.
+ms) and ``results/gpu-bound/*/nsys/*/summary.json`` (``scripts/lab/gpu_bound_nsys.sh``: the whole server
+under Nsight Systems at a fixed offered rate). :func:`write_summary` writes ``summary.json["gpu_bound"]``,
+:func:`section` RESULTS' section and :func:`decision_rows` the README's rows for the model.
+
+The default as built is the variant a sitting marks with the ``cupti=true`` override (the gauges on,
+nothing else changed), from the newest sitting that has one: the build's rule changed between sittings.
 """
 
 from __future__ import annotations
@@ -34,7 +38,41 @@ def _engine_files(root: Path) -> list[Path]:
 
 
 def _ab_files(root: Path) -> list[Path]:
-    return sorted((root / "results").glob("gpu-bound/*/ab-*.json"))
+    """The served sittings' files, in the order they ran (their ``started`` time)."""
+    files = (root / "results").glob("gpu-bound/*/ab-*.json")
+    return sorted(files, key=lambda p: str(json.loads(p.read_text()).get("started", "")))
+
+
+def nsys_files(root: Path) -> list[Path]:
+    """Each capture's own summary (``nsys/<name>/summary.json``), oldest sitting first."""
+    return sorted((root / "results").glob("gpu-bound/*/nsys/*/summary.json"))
+
+
+def nsys_captures(root: Path) -> list[dict[str, Any]]:
+    """Each capture: its name, the rate the generator offered, what it achieved, GPU activity and sync share."""
+    out = []
+    for p in nsys_files(root):
+        files = json.loads(p.read_text()).get("files", [])
+        run = p.parent / "run.json"
+        load = json.loads(run.read_text()).get("load", "") if run.is_file() else ""
+        words = str(load).split()
+        rate = float(words[words.index("--rate") + 1]) if "--rate" in words else None
+        log = p.parent / "load.log"
+        achieved = None
+        if log.is_file() and "answered (" in log.read_text():
+            achieved = float(log.read_text().rsplit("answered (", 1)[1].split()[0])
+        for f in files:
+            out.append(
+                {
+                    "path": p,
+                    "name": p.parent.name,
+                    "rate": rate,
+                    "achieved_rps": achieved,
+                    "gpu_activity": f["summary"].get("gpu_activity"),
+                    "sync_share": f["summary"].get("sync_share"),
+                }
+            )
+    return out
 
 
 def token_flops(shape: Mapping[str, int], length: int = 64) -> float:
@@ -110,6 +148,7 @@ def variants(root: Path) -> list[dict[str, Any]]:
                     "spec": v["spec"],
                     "kind": v["variant"],
                     "instances": v["config"]["instance_group"][0]["count"],
+                    "delay_us": int(v["config"].get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0)),
                     "capacities": caps,
                     "capacity": cap,
                     "bounded": cap < top,
@@ -127,8 +166,19 @@ def _pick(vs: Sequence[Mapping[str, Any]], kind: str, spec_has: str = "") -> Map
     return max(cands, key=lambda v: v["capacity"]) if cands else None
 
 
+def default_as_built(vs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The ``cupti=true`` variant of the newest sitting that has one (see the module's docstring)."""
+    marked = [v for v in vs if v["kind"] == "inflight" and "cupti" in v["spec"]]
+    return marked[-1] if marked else None
+
+
+def _default_capture(root: Path) -> Mapping[str, Any] | None:
+    caps = [c for c in nsys_captures(root) if c["name"].startswith("default") and c["gpu_activity"] is not None]
+    return caps[-1] if caps else None
+
+
 def write_summary(root: Path) -> dict[str, Any] | None:
-    """``summary.json["gpu_bound"]`` (issue 53's keys; ``gpu_activity`` None: see :func:`section`)."""
+    """``summary.json["gpu_bound"]`` (issue 53's keys; ``gpu_activity``: the default's newest nsys capture)."""
     e = engine(root)
     vs = variants(root)
     if e is None or not vs:
@@ -136,11 +186,12 @@ def write_summary(root: Path) -> dict[str, Any] | None:
     served = e["served"]
     per_request = ITEMS * served["unpadded"]["real_tokens"] / served["doc"]["rows"]
     bound = served["unpadded"]["tokens_per_s"] / per_request
-    default = _pick(vs, "inflight", "cupti")
+    default = default_as_built(vs)
     one_auto = _pick(vs, "inflight", "instances=1")
     one_sync = _pick(vs, "sync", "instances=1")
     plain = _pick(vs, "plain")
     best = max((v for v in vs if v["kind"] in ("inflight", "sync")), key=lambda v: v["capacity"])
+    capture = _default_capture(root)
     block = {
         "model": "all-MiniLM-L6-v2 (seeded random weights of its shape)",
         "device": served["doc"]["device"],
@@ -149,7 +200,8 @@ def write_summary(root: Path) -> dict[str, Any] | None:
         "compute_roof_tokens_per_s": H100_DENSE_FLOPS / token_flops(served["doc"]["shape"]),
         "served_capacity_rps": best["capacity"],
         "engine_bound_rps": bound,
-        "gpu_activity": None,
+        "gpu_activity": capture["gpu_activity"] if capture else None,
+        "gpu_activity_at_rps": capture["rate"] if capture else None,
         "one_instance_pipelined_over_sync": (
             one_auto["capacity"] / one_sync["capacity"] if one_auto and one_sync and one_sync["capacity"] else None
         ),
@@ -173,12 +225,17 @@ def decision_rows(root: Path) -> list[str]:
     vs = variants(root)
     if not vs:
         return []
-    default = _pick(vs, "inflight", "cupti")
+    default = default_as_built(vs)
     best_pipe = _pick(vs, "inflight")
     best_sync = _pick(vs, "sync")
     plain = _pick(vs, "plain")
     share = f"{default['capacity'] / best_pipe['capacity']:.0%}" if default and best_pipe else "n/a"
-    deploy = f"`auto`, {best_pipe['instances']} instances: {best_pipe['capacity']:,.0f} req/s" if best_pipe else "n/a"
+    deploy = (
+        f"`auto`, {best_pipe['instances']} instances, batcher delay {best_pipe['delay_us']:,} µs: "
+        f"{best_pipe['capacity']:,.0f} req/s"
+        if best_pipe
+        else "n/a"
+    )
     cores = len(parse_cpus(vs[0]["cores"]["server"]))
     row = [vs[0]["device"], "minilm", str(cores), deploy, _cap(best_sync), _cap(best_pipe), _cap(default)]
     row += [share, _cap(plain)]
@@ -238,22 +295,42 @@ def section(root: Path) -> list[str]:
         lines += [
             "Served on the same kind of host (server cores 0-7, asyncio open-loop generator on 8-15), 32 sequences "
             "a request of lengths 16-128, each variant at each rate in each of three interleaved rounds; capacity "
-            "= the highest rate whose p99 <= 100 ms, median over rounds. The CUPTI gauge is each instance's own "
-            "kernel time over wall time, averaged over instances: with several processes on one GPU it is not the "
-            "GPU's activity, so `gpu_activity` stays unset.",
+            "= the highest rate whose p99 <= 100 ms, median over rounds. The default as built is the `cupti=true` "
+            "variant (gauges on, nothing else overridden); the build's rule changed between sittings: the batcher "
+            "delay was 500 µs until the 2026-11-27 22:39 sitting (10 ms: a full batch at the longest length), then "
+            "3,272 µs (a full batch at the typical length, `inflight.sizing.batcher_delay_us`). The CUPTI gauge is "
+            "each instance's own kernel time over wall time, averaged over instances; the GPU's activity is the "
+            "nsys captures' below.",
             "",
-            "| file | variant | instances | capacity per round | median | achieved at the top rate (median) | "
-            "CUPTI gauge at capacity |",
-            "|---|---|---|---|---|---|---|",
+            "| file | variant | instances | batcher delay (µs) | capacity per round | median | "
+            "achieved at the top rate (median) | CUPTI gauge at capacity |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for v in vs:
             rel = v["path"].relative_to(root)
             gauge = "" if v["gauge_activity_at_capacity"] is None else f"{v['gauge_activity_at_capacity']:.2f}"
             ach = "" if v["achieved_at_top"] is None else f"{v['achieved_at_top']:,.0f} of {v['top']:,.0f}"
             lines.append(
-                f"| [`{rel.name}`]({rel}) | `{v['spec']}` | {v['instances']} | "
+                f"| [`{rel.name}`]({rel}) | `{v['spec']}` | {v['instances']} | {v['delay_us']:,} | "
                 f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {_cap(v).split(' (')[0]} | {ach} | {gauge} |"
             )
+    caps = nsys_captures(root)
+    if caps:
+        lines += [
+            "",
+            "The whole server under Nsight Systems (`scripts/lab/gpu_bound_nsys.sh`: tritonserver and every "
+            "instance's stub, 5 s captured after 12 s of load at a fixed offered rate; GPU activity = union of "
+            "kernel and copy intervals over the window, sync share = `*Synchronize` time over all CUDA API time):",
+            "",
+            "| capture | offered (req/s) | achieved | GPU activity | sync share |",
+            "|---|---|---|---|---|",
+        ]
+        for c in caps:
+            rel = c["path"].relative_to(root)
+            ach = "" if c["achieved_rps"] is None else f"{c['achieved_rps']:,.0f}"
+            act = "" if c["gpu_activity"] is None else f"{c['gpu_activity']:.1%}"
+            sync = "" if c["sync_share"] is None else f"{c['sync_share']:.1%}"
+            lines.append(f"| [`{c['name']}`]({rel}) | {c['rate'] or 0:,.0f} | {ach} | {act} | {sync} |")
     for f in _ab_files(root):
         doc = json.loads(f.read_text())
         low = min(r["rate"] for r in doc["runs"])
