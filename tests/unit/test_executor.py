@@ -28,7 +28,7 @@ from inflight.runtime.batch import (
     pow2_buckets,
 )
 from inflight.runtime.engines.base import HostEngine
-from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
+from inflight.runtime.pipeline import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner
 
 SPEC = TOY_SPEC
@@ -458,13 +458,13 @@ def _respond(outputs: Mapping[str, np.ndarray] | None, error: str | None) -> Any
 def test_chunk_bounds_cut_at_request_boundaries_into_even_chunks(
     counts: list[int], chunk_items: int, max_chunks: int, expected: list[tuple[int, int]]
 ) -> None:
-    from inflight.runtime.executor import chunk_bounds
+    from inflight.runtime.pipeline import chunk_bounds
 
     assert chunk_bounds(counts, chunk_items, max_chunks) == expected
 
 
 def test_chunk_bounds_cover_every_request_once() -> None:
-    from inflight.runtime.executor import chunk_bounds
+    from inflight.runtime.pipeline import chunk_bounds
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -476,7 +476,7 @@ def test_chunk_bounds_cover_every_request_once() -> None:
 
 
 def _overlap(engine: HostEngine, chunk_items: int = 8, slots: int = 3) -> Any:
-    from inflight.runtime.executor import OverlapExecutor
+    from inflight.runtime.pipeline import OverlapExecutor
 
     return OverlapExecutor(_runner(engine), slots=slots, chunk_items=chunk_items, max_chunks=8)
 
@@ -500,7 +500,7 @@ def test_overlap_returns_every_response_inline_and_exact() -> None:
 
 
 def test_a_failing_chunk_fails_only_its_requests() -> None:
-    from inflight.runtime.executor import OverlapExecutor
+    from inflight.runtime.pipeline import OverlapExecutor
 
     layout = Layout(TOKENS, 64, 16)
 

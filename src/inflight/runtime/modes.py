@@ -42,13 +42,14 @@ import numpy as np
 from inflight.errors import ShuttingDownError, ValidationError
 from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import Batch, Item, partition_values
-from inflight.runtime.executor import (
+from inflight.runtime.pipeline import (
     AutoPolicy,
     ExecutorStats,
     OverlapExecutor,
     PipelinedExecutor,
     Ranges,
     SyncExecutor,
+    failed_on_device,
 )
 
 LOGGER = logging.getLogger(__name__)
@@ -326,7 +327,7 @@ class SyncMode(Returning[InBand]):
         except Exception as e:
             LOGGER.error("batch failed: %s", e)
             for item in taken.items:
-                responses[item.handle] = self.sink.response(None, f"batch failed on the device: {e}")
+                responses[item.handle] = self.sink.response(None, failed_on_device(e))
         else:
             t0 = time.perf_counter()
             for item, out in zip(taken.items, outs, strict=True):

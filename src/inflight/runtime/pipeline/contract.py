@@ -1,0 +1,60 @@
+"""What the executors share with their callers: the response sink, NVTX ranges, the failure texts.
+
+Every failure text a request can get from an executor is written here once; the executors and the
+modes (``inflight.runtime.modes``) both take them from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+#: The executors' logger. Its name is the one their log lines have always carried (``[name]`` in each line,
+#: ``inflight.log``), kept so that those lines read as before.
+LOGGER = logging.getLogger("inflight.runtime.executor")
+
+#: The error of every request refused or failed because its instance is closing.
+SHUTTING_DOWN = "the model is being unloaded; retry on another instance or after reload"
+
+#: The error of each request of a batch still on the device when its executor's ``close`` timed out.
+UNLOADED_BEFORE_COMPLETION = "the model was unloaded before this batch completed"
+
+#: A batch that never reached the device: ``(what the log line says, the error its requests get)``.
+GATHER_FAILED = ("could not be gathered", "batch failed before launch")
+LAUNCH_FAILED = ("failed to launch", "batch failed to launch on the device")
+
+
+def failed_on_device(error: BaseException) -> str:
+    """The error each request of a batch gets when the batch failed on the device (or in-band, anywhere)."""
+    return f"batch failed on the device: {error}"
+
+
+def failed_unlaunched(step: tuple[str, str], error: BaseException) -> str:
+    """The error each request gets when its batch failed at ``step`` (``GATHER_FAILED``, ``LAUNCH_FAILED``)."""
+    return f"{step[1]}: {error}"
+
+
+class ResponseSink(Protocol):
+    """Where responses go: the Triton response sender, or a test's collector."""
+
+    def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
+        """Send exactly one final response (outputs, or an error) for the request ``handle``; may block."""
+
+
+class Ranges(Protocol):
+    """NVTX-style named ranges (a no-op object when profiling is off)."""
+
+    def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """A context manager that marks ``name`` on the timeline."""
+
+
+class NoRanges:
+    """``Ranges`` that mark nothing (profiling off)."""
+
+    def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """A context manager that does nothing."""
+        return contextlib.nullcontext()
