@@ -48,6 +48,7 @@ from inflight.runtime.pipeline import (
     OverlapExecutor,
     PipelinedExecutor,
     Ranges,
+    Returned,
     SyncExecutor,
     failed_on_device,
 )
@@ -389,10 +390,8 @@ class OverlapMode(Returning[OverlapExecutor]):
         taken = self.take(requests)
         for i, _, error in taken.bad:
             responses[i] = self.rejections.response(error)
-        if taken.items:
-            built = self.executor.run(Batch(taken.items), self.sink.response)
-            for i, response in zip(taken.index, built, strict=True):
-                responses[i] = response
+        if taken.items:  # handles are the requests' positions: each response is built into ``responses``
+            self.executor.run(Batch(taken.items), Returned(self.sink.response, responses))
         return responses
 
 

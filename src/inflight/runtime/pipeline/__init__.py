@@ -42,9 +42,9 @@ batch into valid and bad requests once, before anything is submitted
 from inflight.errors import EngineError
 from inflight.runtime.pipeline.auto import AutoPolicy
 from inflight.runtime.pipeline.completion import Completion, collect
-from inflight.runtime.pipeline.contract import NoRanges, Ranges, ResponseSink, failed_on_device
+from inflight.runtime.pipeline.contract import Build, NoRanges, Ranges, ResponseSink, Returned, failed_on_device
 from inflight.runtime.pipeline.gate import IssueGate
-from inflight.runtime.pipeline.overlap import OverlapExecutor, Respond, chunk_bounds
+from inflight.runtime.pipeline.overlap import OverlapExecutor, chunk_bounds
 from inflight.runtime.pipeline.pipelined import PipelinedExecutor
 from inflight.runtime.pipeline.responses import ResponsePool
 from inflight.runtime.pipeline.ring import SlotRing
@@ -53,6 +53,7 @@ from inflight.runtime.pipeline.sync import SyncExecutor
 
 __all__ = [
     "AutoPolicy",
+    "Build",
     "Completion",
     "EngineError",
     "ExecutorStats",
@@ -62,9 +63,9 @@ __all__ = [
     "OverlapExecutor",
     "PipelinedExecutor",
     "Ranges",
-    "Respond",
     "ResponsePool",
     "ResponseSink",
+    "Returned",
     "SlotRing",
     "StatMetric",
     "SyncExecutor",

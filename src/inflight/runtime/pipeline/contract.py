@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -43,6 +43,31 @@ class ResponseSink(Protocol):
 
     def send(self, handle: Any, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
         """Send exactly one final response (outputs, or an error) for the request ``handle``; may block."""
+
+
+#: Builds the response object of one request from its outputs, or from an error message (``Returned``).
+Build = Callable[[Mapping[str, np.ndarray] | None, str | None], Any]
+
+
+class Returned:
+    """A ``ResponseSink`` for a batch answered in ``execute()``'s returned list: handles are list positions.
+
+    Each outcome is built into a response object at once (``build``: the mode's, e.g. a Triton
+    ``InferenceResponse``), while the outputs it is given are still valid.
+
+    Args:
+        build: Builds one request's response object.
+        responses: The list the responses go into, at their handles (``[None] * n`` by default).
+        n: The list's length when ``responses`` is not given.
+    """
+
+    def __init__(self, build: Build, responses: list[Any] | None = None, n: int = 0) -> None:
+        self._build = build
+        self.responses: list[Any] = [None] * n if responses is None else responses
+
+    def send(self, handle: int, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
+        """Build the response of the request at position ``handle``."""
+        self.responses[handle] = self._build(outputs, error)
 
 
 class Ranges(Protocol):

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
-
-import numpy as np
+from collections.abc import Sequence
 
 from inflight.errors import ShuttingDownError
 from inflight.runtime.batch import Batch, Item, Slot
 from inflight.runtime.pipeline.base import ExecutorBase
 from inflight.runtime.pipeline.completion import collect
-from inflight.runtime.pipeline.contract import GATHER_FAILED, LAUNCH_FAILED, LOGGER, Ranges, failed_unlaunched
+from inflight.runtime.pipeline.contract import (
+    GATHER_FAILED,
+    LAUNCH_FAILED,
+    LOGGER,
+    Ranges,
+    ResponseSink,
+    failed_unlaunched,
+)
 from inflight.runtime.pipeline.ring import SlotRing
 from inflight.runtime.runners import Runner
 
@@ -50,18 +54,15 @@ def chunk_bounds(counts: Sequence[int], chunk_items: int, max_chunks: int) -> li
     return bounds
 
 
-#: Builds the response object of one request from its outputs, or from an error message.
-Respond = Callable[[Mapping[str, np.ndarray] | None, str | None], Any]
-
-
 class OverlapExecutor(ExecutorBase):
     """Chunks of one batch overlapped on the GPU, answered in ``execute()``'s returned list.
 
     ``run`` cuts the batch into chunks (``chunk_bounds``); each chunk takes a slot of a
     ``SlotRing``, is gathered and launched, and the previous chunk is waited for, its outputs
-    copied out of the slot (the slot is free again at once) and its responses built while the GPU
-    runs the newer chunk. Responses are returned, so the Python backend ships them in one message
-    per batch, the sync mode's cost per request. Nothing is in flight between two ``run`` calls,
+    copied out of the slot (the slot is free again at once) and its requests' outcomes reported to
+    the sink while the GPU runs the newer chunk. The overlap mode's sink builds each response into
+    the list ``execute()`` returns (``contract.Returned``), so the Python backend ships them in one
+    message per batch, the sync mode's cost per request. Nothing is in flight between two ``run`` calls,
     so it needs no completion thread and no senders.
 
     Args:
@@ -105,40 +106,37 @@ class OverlapExecutor(ExecutorBase):
         self.runner.close()
         return True
 
-    def run(self, batch: Batch, respond: Respond) -> list[Any]:
-        """Execute ``batch``; return each request's response object, in order.
+    def run(self, batch: Batch, sink: ResponseSink) -> None:
+        """Execute ``batch``, reporting each request's outcome to ``sink`` (by its handle) as its chunk ends.
 
         Never raises for a chunk's failure: the requests of a chunk that failed get
-        ``respond(None, message)``, and the other chunks carry on. The batch's values were checked
-        by ``partition_values`` before.
+        ``sink.send(handle, None, message)``, and the other chunks carry on. The batch's values were
+        checked by ``partition_values`` before.
 
         Raises:
             ClosedError: after ``close()``.
         """
         self._check_open()
         items = batch.items
-        out: list[Any] = [None] * len(items)
-        position = {id(it): k for k, it in enumerate(items)}
         bounds = chunk_bounds([it.count for it in items], self.chunk_items, self.max_chunks)
         with self._lock:
             self.stats.overlap_batches += 1
         pending: deque[Slot] = deque()
         for ci, (lo, hi) in enumerate(bounds):
             last = ci == len(bounds) - 1
-            slot = self._start(items[lo:hi], out, position, respond)
+            slot = self._start(items[lo:hi], sink)
             if slot is not None:
                 pending.append(slot)
             while len(pending) > (0 if last else 1):
-                self._finish(pending.popleft(), out, position, respond)
-        return out
+                self._finish(pending.popleft(), sink)
 
-    def _start(self, chunk: list[Item], out: list[Any], position: Mapping[int, int], respond: Respond) -> Slot | None:
-        """Gather and launch one chunk; answer its requests in ``out`` when that fails."""
+    def _start(self, chunk: list[Item], sink: ResponseSink) -> Slot | None:
+        """Gather and launch one chunk; report its requests' failure to ``sink`` when that fails."""
         try:
             slot = self.ring.acquire()
         except ShuttingDownError as e:
             for it in chunk:
-                out[position[id(it)]] = respond(None, str(e))
+                sink.send(it.handle, None, str(e))
             return None
         for step, failure in ((self._prepare, GATHER_FAILED), (lambda s, _: self._launch(s), LAUNCH_FAILED)):
             try:
@@ -147,14 +145,14 @@ class OverlapExecutor(ExecutorBase):
                 LOGGER.error("chunk of %d requests %s: %s", len(chunk), failure[0], e)
                 self.ring.release(slot)
                 for it in chunk:
-                    out[position[id(it)]] = respond(None, failed_unlaunched(failure, e))
+                    sink.send(it.handle, None, failed_unlaunched(failure, e))
                 return None
         with self._lock:
             self.stats.chunks += 1
         return slot
 
-    def _finish(self, slot: Slot, out: list[Any], position: Mapping[int, int], respond: Respond) -> None:
-        """Wait for one chunk, copy its outputs out, free its slot, build its responses into ``out``."""
+    def _finish(self, slot: Slot, sink: ResponseSink) -> None:
+        """Wait for one chunk, copy its outputs out, free its slot, report its requests' outcomes to ``sink``."""
         batch = slot.batch
         assert batch is not None
         outs, error, waited = collect(self.runner, self.ranges, slot, "wait")
@@ -169,6 +167,6 @@ class OverlapExecutor(ExecutorBase):
         with self.ranges.range("respond"):
             for it, r in zip(batch.items, rows, strict=True):
                 if outs is None:
-                    out[position[id(it)]] = respond(None, error)
+                    sink.send(it.handle, None, error)
                 else:
-                    out[position[id(it)]] = respond({name: v[r : r + it.count] for name, v in outs.items()}, None)
+                    sink.send(it.handle, {name: v[r : r + it.count] for name, v in outs.items()}, None)
