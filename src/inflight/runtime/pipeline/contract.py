@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -23,19 +23,30 @@ SHUTTING_DOWN = "the model is being unloaded; retry on another instance or after
 #: The error of each request of a batch still on the device when its executor's ``close`` timed out.
 UNLOADED_BEFORE_COMPLETION = "the model was unloaded before this batch completed"
 
-#: A batch that never reached the device: ``(what the log line says, the error its requests get)``.
-GATHER_FAILED = ("could not be gathered", "batch failed before launch")
-LAUNCH_FAILED = ("failed to launch", "batch failed to launch on the device")
+
+class Unlaunched(NamedTuple):
+    """How a batch (or an overlap chunk) that never reached the device fails at one step.
+
+    Attributes:
+        what: What the log line says of it.
+        error: The error its requests get, before the exception's text (``message``).
+    """
+
+    what: str
+    error: str
+
+    def message(self, exc: BaseException) -> str:
+        """The error each request of the batch gets when the step raised ``exc``."""
+        return f"{self.error}: {exc}"
+
+
+GATHER_FAILED = Unlaunched("could not be gathered", "batch failed before launch")
+LAUNCH_FAILED = Unlaunched("failed to launch", "batch failed to launch on the device")
 
 
 def failed_on_device(error: BaseException) -> str:
     """The error each request of a batch gets when the batch failed on the device (or in-band, anywhere)."""
     return f"batch failed on the device: {error}"
-
-
-def failed_unlaunched(step: tuple[str, str], error: BaseException) -> str:
-    """The error each request gets when its batch failed at ``step`` (``GATHER_FAILED``, ``LAUNCH_FAILED``)."""
-    return f"{step[1]}: {error}"
 
 
 class ResponseSink(Protocol):

@@ -16,7 +16,6 @@ from inflight.runtime.pipeline.contract import (
     LOGGER,
     Ranges,
     ResponseSink,
-    failed_unlaunched,
 )
 from inflight.runtime.pipeline.ring import SlotRing
 from inflight.runtime.runners import Runner
@@ -142,10 +141,10 @@ class OverlapExecutor(ExecutorBase):
             try:
                 step(slot, Batch(chunk))
             except Exception as e:
-                LOGGER.error("chunk of %d requests %s: %s", len(chunk), failure[0], e)
+                LOGGER.error("chunk of %d requests %s: %s", len(chunk), failure.what, e)
                 self.ring.release(slot)
                 for it in chunk:
-                    sink.send(it.handle, None, failed_unlaunched(failure, e))
+                    sink.send(it.handle, None, failure.message(e))
                 return None
         with self._lock:
             self.stats.chunks += 1

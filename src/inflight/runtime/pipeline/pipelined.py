@@ -24,7 +24,7 @@ from inflight.runtime.pipeline.contract import (
     UNLOADED_BEFORE_COMPLETION,
     Ranges,
     ResponseSink,
-    failed_unlaunched,
+    Unlaunched,
 )
 from inflight.runtime.pipeline.gate import IssueGate
 from inflight.runtime.pipeline.responses import Outgoing, ResponsePool
@@ -151,12 +151,12 @@ class PipelinedExecutor(ExecutorBase):
         try:
             self._prepare(slot, batch)
         except Exception as e:
-            self._fail_unlaunched(slot, batch, GATHER_FAILED[0], failed_unlaunched(GATHER_FAILED, e))
+            self._fail_unlaunched(slot, batch, GATHER_FAILED, e)
             return
         try:
             self._launch(slot)
         except Exception as e:
-            self._fail_unlaunched(slot, batch, LAUNCH_FAILED[0], failed_unlaunched(LAUNCH_FAILED, e))
+            self._fail_unlaunched(slot, batch, LAUNCH_FAILED, e)
             return
         self.completion.put(slot)
 
@@ -192,8 +192,9 @@ class PipelinedExecutor(ExecutorBase):
             self.ring.release(slot)
             self.stats.slot_s += took + time.perf_counter() - t0
 
-    def _fail_unlaunched(self, slot: Slot, batch: Batch, what: str, error: str) -> None:
-        """Free the slot of a batch that never reached the device and answer its requests with ``error``."""
-        LOGGER.error("batch of %d requests %s: %s", len(batch.items), what, error)
+    def _fail_unlaunched(self, slot: Slot, batch: Batch, step: Unlaunched, exc: Exception) -> None:
+        """Free the slot of a batch that never reached the device at ``step`` and answer its requests."""
+        error = step.message(exc)
+        LOGGER.error("batch of %d requests %s: %s", len(batch.items), step.what, error)
         self.ring.release(slot)
         self.pool.dispatch(Outgoing(batch.items, None, error), self.gate.waiting)
