@@ -51,7 +51,7 @@ _CHECKED_UP_TO = {"seqlen_head": 128}
 
 @pytest.mark.parametrize("model", ["bert_tiny", "linear_head", "stacked_head", "seqlen_head"])
 def test_pipelined_every_bucket_matches_reference(repository: Path, model: str) -> None:
-    from inflight.runtime.executor import PipelinedExecutor
+    from inflight.runtime.pipeline import PipelinedExecutor
 
     runner, spec = _make(repository, model, 4)
     sink = Collect()
@@ -81,7 +81,7 @@ def test_pipelined_every_bucket_matches_reference(repository: Path, model: str) 
 
 
 def test_sync_executor_matches_reference(repository: Path) -> None:
-    from inflight.runtime.executor import SyncExecutor
+    from inflight.runtime.pipeline import SyncExecutor
 
     runner, spec = _make(repository, "bert_tiny", 1)
     ex = SyncExecutor(runner)
@@ -110,7 +110,7 @@ def test_mixed_lengths_are_graph_replays_and_match_reference(repository: Path) -
     """A batch of lengths uniform over 16..128: one launch per (merged) sequence bucket, every one a
     graph replay once the buckets are captured; a bucket first used after load runs eagerly once,
     is captured, and replays from then on."""
-    from inflight.runtime.executor import SyncExecutor
+    from inflight.runtime.pipeline import SyncExecutor
 
     runner, spec = _make(repository, "bert_tiny", 1)
     ex = SyncExecutor(runner)
@@ -138,7 +138,7 @@ def test_mixed_lengths_are_graph_replays_and_match_reference(repository: Path) -
 
 
 def test_capture_at_load_leaves_no_eager_launch(repository: Path) -> None:
-    from inflight.runtime.executor import SyncExecutor
+    from inflight.runtime.pipeline import SyncExecutor
 
     runner, spec = _make(repository, "bert_tiny", 1)
     ex = SyncExecutor(runner)
@@ -160,7 +160,7 @@ def test_execute_thread_makes_no_synchronize_calls(repository: Path) -> None:
         import_cupti()
     except CuptiUnavailableError as e:
         pytest.skip(f"this test reads CUPTI runtime records: {e}")
-    from inflight.runtime.executor import PipelinedExecutor
+    from inflight.runtime.pipeline import PipelinedExecutor
 
     runner, spec = _make(repository, "bert_tiny", 4)
     sink = Collect()
@@ -200,7 +200,7 @@ def test_repeated_create_and_close_does_not_grow_gpu_memory(repository: Path) ->
     import torch
 
     from inflight.runtime import cuda
-    from inflight.runtime.executor import PipelinedExecutor
+    from inflight.runtime.pipeline import PipelinedExecutor
 
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()

@@ -51,7 +51,7 @@ def test_fp16_engine_matches_sentence_transformers(tmp_path: Path, unpad: bool) 
     from inflight.model_config import BackendParameters
     from inflight.runtime.assembly import assemble, capture_at_load
     from inflight.runtime.batch import Batch, Item
-    from inflight.runtime.executor import SyncExecutor
+    from inflight.runtime.pipeline import SyncExecutor
     from inflight.runtime.text import TextEncoder
     from inflight.variants import repository_spec
 

@@ -53,7 +53,7 @@ def trt_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_tensorrt_engine_pipelined_matches_reference(trt_plan: Path) -> None:
     from inflight.models.reference import reference_outputs
     from inflight.runtime.engines.tensorrt_engine import TensorRTEngine
-    from inflight.runtime.executor import PipelinedExecutor
+    from inflight.runtime.pipeline import PipelinedExecutor
     from inflight.runtime.runners import CudaRunner
 
     spec = MODELS["bert_tiny"]

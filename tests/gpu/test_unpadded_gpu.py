@@ -54,7 +54,7 @@ def _check(repository: Path, batch: Batch, outs: list[dict[str, np.ndarray]]) ->
 
 
 def test_mixed_lengths_run_as_one_unpadded_launch_replayed_from_a_graph(repository: Path) -> None:
-    from inflight.runtime.executor import SyncExecutor
+    from inflight.runtime.pipeline import SyncExecutor
 
     runner = _make(repository)
     ex = SyncExecutor(runner)
@@ -83,7 +83,7 @@ def test_mixed_lengths_run_as_one_unpadded_launch_replayed_from_a_graph(reposito
 
 
 def test_small_or_unmasked_launches_run_padded_and_every_answer_matches(repository: Path) -> None:
-    from inflight.runtime.executor import PipelinedExecutor
+    from inflight.runtime.pipeline import PipelinedExecutor
 
     runner = _make(repository)
     sink = Collect()

@@ -28,7 +28,7 @@ from inflight.runtime.batch import (
     pow2_buckets,
 )
 from inflight.runtime.engines.base import HostEngine
-from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
+from inflight.runtime.pipeline import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner
 
 SPEC = TOY_SPEC
@@ -444,6 +444,15 @@ def _respond(outputs: Mapping[str, np.ndarray] | None, error: str | None) -> Any
     return ("ok", {k: v.copy() for k, v in outputs.items()}) if outputs is not None else ("error", error)
 
 
+def _run_overlap(ex: Any, items: list[Item]) -> list[Any]:
+    """Run a batch (handles: positions) on the overlap executor; each request's response object, in order."""
+    from inflight.runtime.pipeline import Returned
+
+    returned = Returned(_respond, n=len(items))
+    ex.run(Batch(items), returned)
+    return returned.responses
+
+
 @pytest.mark.parametrize(
     ("counts", "chunk_items", "max_chunks", "expected"),
     [
@@ -458,13 +467,13 @@ def _respond(outputs: Mapping[str, np.ndarray] | None, error: str | None) -> Any
 def test_chunk_bounds_cut_at_request_boundaries_into_even_chunks(
     counts: list[int], chunk_items: int, max_chunks: int, expected: list[tuple[int, int]]
 ) -> None:
-    from inflight.runtime.executor import chunk_bounds
+    from inflight.runtime.pipeline import chunk_bounds
 
     assert chunk_bounds(counts, chunk_items, max_chunks) == expected
 
 
 def test_chunk_bounds_cover_every_request_once() -> None:
-    from inflight.runtime.executor import chunk_bounds
+    from inflight.runtime.pipeline import chunk_bounds
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -476,7 +485,7 @@ def test_chunk_bounds_cover_every_request_once() -> None:
 
 
 def _overlap(engine: HostEngine, chunk_items: int = 8, slots: int = 3) -> Any:
-    from inflight.runtime.executor import OverlapExecutor
+    from inflight.runtime.pipeline import OverlapExecutor
 
     return OverlapExecutor(_runner(engine), slots=slots, chunk_items=chunk_items, max_chunks=8)
 
@@ -488,7 +497,7 @@ def test_overlap_returns_every_response_inline_and_exact() -> None:
     for _ in range(30):
         s = int(rng.integers(1, 17))
         items = [_item(k, int(rng.integers(1, 9)), s, rng) for k in range(int(rng.integers(1, 12)))]
-        out = ex.run(Batch(items), _respond)
+        out = _run_overlap(ex, items)
         assert len(out) == len(items)
         for it, (kind, value) in zip(items, out, strict=True):
             assert kind == "ok"
@@ -500,7 +509,7 @@ def test_overlap_returns_every_response_inline_and_exact() -> None:
 
 
 def test_a_failing_chunk_fails_only_its_requests() -> None:
-    from inflight.runtime.executor import OverlapExecutor
+    from inflight.runtime.pipeline import OverlapExecutor
 
     layout = Layout(TOKENS, 64, 16)
 
@@ -514,12 +523,12 @@ def test_a_failing_chunk_fails_only_its_requests() -> None:
     ex = OverlapExecutor(runner, slots=2, chunk_items=4, max_chunks=8)
     items = [_token_item(i) for i in range(6)]
     items[4].inputs["input_ids"][0, 0] = 99  # a device fault, in the third chunk with item 5
-    out = ex.run(Batch(items), _respond)
+    out = _run_overlap(ex, items)
     assert [o[0] for o in out] == ["ok", "ok", "ok", "ok", "error", "error"]
     assert "device fault" in out[4][1] and "device fault" in out[5][1]
     np.testing.assert_array_equal(out[2][1]["y"], [[28, 4], [28, 4]])
     # the executor carries on: the slots went back to the ring
-    assert [o[0] for o in ex.run(Batch([_token_item(i) for i in range(4)]), _respond)] == ["ok"] * 4
+    assert [o[0] for o in _run_overlap(ex, [_token_item(i) for i in range(4)])] == ["ok"] * 4
     assert ex.stats.failed_batches == 1
     assert ex.close(10)
 

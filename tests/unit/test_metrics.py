@@ -6,8 +6,8 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
-from inflight.runtime.executor import ExecutorStats
 from inflight.runtime.metrics import CALLS_PER_EXECUTE, HISTOGRAM_SAMPLE, MetricsPublisher
+from inflight.runtime.pipeline import ExecutorStats
 
 
 class _Metric:

@@ -18,8 +18,8 @@ from tests.helpers import TOY_SPEC
 from inflight.errors import ConfigError, ValidationError
 from inflight.runtime.batch import Buckets, Layout
 from inflight.runtime.engines.base import HostEngine
-from inflight.runtime.executor import AutoPolicy, PipelinedExecutor, SyncExecutor
 from inflight.runtime.modes import Answering, AutoMode, Rejections, SyncMode, TritonSink
+from inflight.runtime.pipeline import AutoPolicy, PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner
 
 SPEC = TOY_SPEC
@@ -102,9 +102,9 @@ def _read(request: Request) -> tuple[dict[str, np.ndarray], int, int | None]:
 
 def _answering() -> Answering:
     sink = TritonSink(FakePb)
-    from inflight.runtime.executor import _NoRanges
+    from inflight.runtime.pipeline import NoRanges
 
-    return Answering(SPEC, _read, sink, Rejections(sink, "toy"), _NoRanges())
+    return Answering(SPEC, _read, sink, Rejections(sink, "toy"), NoRanges())
 
 
 def _runner(delay_s: float) -> CpuRunner:

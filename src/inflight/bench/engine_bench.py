@@ -42,7 +42,7 @@ from inflight.runtime.batch import (
     outputs_for,
 )
 from inflight.runtime.engines.torch_engine import TorchEngine
-from inflight.runtime.executor import PipelinedExecutor, SyncExecutor
+from inflight.runtime.pipeline import PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CudaRunner
 from inflight.variants import repository_spec
 

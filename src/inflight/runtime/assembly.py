@@ -22,8 +22,8 @@ from inflight.models.packing import UNPAD_COST_TOKENS
 from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Buckets, Layout, pow2_buckets, token_buckets
 from inflight.runtime.engines.base import DeviceEngine, Engine, HostEngine
-from inflight.runtime.executor import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor
 from inflight.runtime.modes import Answering, AutoMode, Mode, OverlapMode, PipelinedMode, SyncMode
+from inflight.runtime.pipeline import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor
 from inflight.runtime.runners import CpuRunner, CudaRunner, Runner
 
 LOGGER = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from inflight.model_config import BackendParameters
-from inflight.runtime.executor import ExecutorStats
+from inflight.runtime.pipeline import ExecutorStats
 
 LOGGER = logging.getLogger(__name__)
 

@@ -42,13 +42,15 @@ import numpy as np
 from inflight.errors import ShuttingDownError, ValidationError
 from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import Batch, Item, partition_values
-from inflight.runtime.executor import (
+from inflight.runtime.pipeline import (
     AutoPolicy,
     ExecutorStats,
     OverlapExecutor,
     PipelinedExecutor,
     Ranges,
+    Returned,
     SyncExecutor,
+    failed_on_device,
 )
 
 LOGGER = logging.getLogger(__name__)
@@ -326,7 +328,7 @@ class SyncMode(Returning[InBand]):
         except Exception as e:
             LOGGER.error("batch failed: %s", e)
             for item in taken.items:
-                responses[item.handle] = self.sink.response(None, f"batch failed on the device: {e}")
+                responses[item.handle] = self.sink.response(None, failed_on_device(e))
         else:
             t0 = time.perf_counter()
             for item, out in zip(taken.items, outs, strict=True):
@@ -388,10 +390,8 @@ class OverlapMode(Returning[OverlapExecutor]):
         taken = self.take(requests)
         for i, _, error in taken.bad:
             responses[i] = self.rejections.response(error)
-        if taken.items:
-            built = self.executor.run(Batch(taken.items), self.sink.response)
-            for i, response in zip(taken.index, built, strict=True):
-                responses[i] = response
+        if taken.items:  # handles are the requests' positions: each response is built into ``responses``
+            self.executor.run(Batch(taken.items), Returned(self.sink.response, responses))
         return responses
 
 

@@ -1,0 +1,209 @@
+"""The executors' counters: ``ExecutorStats``, each field described once, and where it is published."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: How a field of ``ExecutorStats`` is published: ``counter`` (its increase), ``gauge`` (its value) or
+#: ``histogram`` (observations the publisher drains).
+MetricKind = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True)
+class StatMetric:
+    """Where a counter of ``ExecutorStats`` shows at Triton's metrics endpoint.
+
+    Attributes:
+        name: The metric family's name.
+        kind: How it is published.
+    """
+
+    name: str
+    kind: MetricKind
+
+
+def _meta(doc: str, metric: str | None = None, kind: MetricKind = "counter") -> dict[str, Any]:
+    """A field's metadata: ``doc`` says what it counts (its one description), ``metric`` where it is published."""
+    return {"doc": doc, "metric": StatMetric(metric, kind) if metric else None}
+
+
+def _stat(doc: str, metric: str | None = None, kind: MetricKind = "counter", default: float = 0) -> Any:
+    """A number field of ``ExecutorStats`` (see ``_meta``)."""
+    return field(default=default, metadata=_meta(doc, metric, kind))
+
+
+@dataclass
+class ExecutorStats:
+    """Counters of one executor (cumulative; read by the metrics publisher on the execute thread).
+
+    Each field is described once, in its metadata: ``doc`` (what it counts, also the metric's
+    description) and ``metric`` (a ``StatMetric``, or None where it is only logged). ``published()``
+    lists the published ones; the metrics publisher loops over them.
+    """
+
+    batches: int = _stat("Batches launched.", "inflight_batches_total")
+    requests: int = _stat("Requests launched.")
+    items: int = _stat("Items (rows) launched, without padding.", "inflight_items_total")
+    padded_items: int = _stat("Rows launched including bucket padding.", "inflight_padded_items_total")
+    launches: int = _stat(
+        "Engine launches (a batch is one per sequence bucket, or more when cut; see ``Group``).",
+        "inflight_launches_total",
+    )
+    real_tokens: int = _stat(
+        "Items x their own lengths (variable-length models; items otherwise).", "inflight_real_tokens_total"
+    )
+    padded_tokens: int = _stat(
+        "Tokens the launches computed: bucket rows x bucket length, or the token bucket of an unpadded "
+        "launch; ``padded_tokens / real_tokens - 1`` is the padding waste (below 0 when unpadded launches "
+        "left the requests' masked tokens out).",
+        "inflight_padded_tokens_total",
+    )
+    unpadded_launches: int = _stat(
+        "Launches run unpadded (masked tokens left out on the device).", "inflight_unpadded_launches_total"
+    )
+    mixed_length_batches: int = _stat(
+        "Batches whose requests fell in more than one sequence bucket.", "inflight_mixed_length_batches_total"
+    )
+    graph_replays: int = _stat("Launches replayed from a CUDA graph.", "inflight_graph_replays_total")
+    eager_launches: int = _stat(
+        "Launches run eagerly (no graph: graphs off, capture failed, or the first use of a bucket captured lazily).",
+        "inflight_eager_launches_total",
+    )
+    failed_batches: int = _stat("Batches that failed on the device.", "inflight_failed_batches_total")
+    responses: int = _stat("Responses sent through ``send()`` (outputs).")
+    error_responses: int = _stat("Error responses sent through ``send()``.", "inflight_error_responses_total")
+    depth_launches: list[int] = field(
+        default_factory=lambda: [0] * 65,
+        metadata=_meta(
+            "How many launches found k batches in flight (index k = depth incl. itself); published as a uniform "
+            "sample of at most 8 launches per publication.",
+            "inflight_launch_depth",
+            "histogram",
+        ),
+    )
+    max_depth: int = _stat("Deepest pipeline seen.")
+    slot_waits: int = _stat("Times ``execute()`` found every slot busy.", "inflight_slot_waits_total")
+    slot_wait_s: float = _stat(
+        "Time ``execute()`` waited for a free slot.", "inflight_slot_wait_seconds_total", default=0.0
+    )
+    gather_s: float = _stat("Issue-path time copying request inputs into slots.", default=0.0)
+    slot_s: float = _stat(
+        "Execute-thread time taking and returning in-band batches' slots (the ring's ``acquire`` and "
+        "``release``; the sync executor's depth count): what auto's in-band path costs over sync's.",
+        default=0.0,
+    )
+    auto_policy_s: float = _stat(
+        "auto: execute-thread time deciding each batch's path and measuring it (``AutoPolicy.decide``, ``ran``, "
+        "``deferred``, the counters they set).",
+        default=0.0,
+    )
+    launch_s: float = _stat("Issue-path time enqueueing copies and compute.", default=0.0)
+    # the longest of each step of one batch (where an execute() over 10 ms spent it)
+    parse_max_s: float = _stat("Longest reading of one batch's requests (``Mode.take``).", default=0.0)
+    gather_max_s: float = _stat("Longest gather of one batch.", default=0.0)
+    launch_max_s: float = _stat("Longest launch of one batch.", default=0.0)
+    wait_max_s: float = _stat("Longest in-band wait for the device of one batch.", default=0.0)
+    build_max_s: float = _stat("Longest building of one in-band batch's responses.", default=0.0)
+    send_s: float = _stat(
+        "Time spent in response ``send()`` calls (summed over sender threads).",
+        "inflight_send_seconds_total",
+        default=0.0,
+    )
+    send_waits: int = _stat(
+        "Times a completed batch waited because ``response_backlog`` batches awaited their responses.",
+        "inflight_response_backlog_waits_total",
+    )
+    send_wait_s: float = _stat(
+        "Total time of those waits.", "inflight_response_backlog_wait_seconds_total", default=0.0
+    )
+    respond_latency_s: float = _stat(
+        "Summed time from a batch's outputs on the host to its last response sent.",
+        "inflight_respond_seconds_total",
+        default=0.0,
+    )
+    device_wait_s: float = _stat(
+        "Time the completion side waited for the device.", "inflight_device_wait_seconds_total", default=0.0
+    )
+    chunks: int = _stat(
+        "Chunks launched (overlap mode; each is one batch in a slot, counted in ``batches`` too).",
+        "inflight_chunks_total",
+    )
+    overlap_batches: int = _stat("Batches (``execute()`` calls) the overlap executor ran.")
+    inline_wait_s: float = _stat(
+        "Time the execute thread waited for the device (every batch answered in-band: sync, overlap, auto's).",
+        default=0.0,
+    )
+    deferred_requests: int = _stat(
+        "Requests of the batches auto deferred, answered through ``send()``.", "inflight_deferred_requests_total"
+    )
+    auto_inline: int = _stat(
+        "auto: batches answered in-band, the sync mode's path, because the measured overlap bound is under "
+        "``auto_bound_min`` (or not measured yet).",
+        "inflight_auto_inline_batches_total",
+    )
+    auto_unsaturated: int = _stat(
+        "auto: batches answered in-band because the period's reference window found the instance unsaturated "
+        "(its busy share under ``auto_busy_min`` and its batch fill under ``auto_fill_min``; ``AutoPolicy``).",
+        "inflight_auto_unsaturated_batches_total",
+    )
+    auto_reference: int = _stat(
+        "auto: batches answered in-band in a reference window (the start of each probe period, while the "
+        "overlap bound is at ``auto_bound_min`` or over; under it they count as inline; ``AutoPolicy``).",
+        "inflight_auto_reference_batches_total",
+    )
+    auto_no_gain: int = _stat(
+        "auto: batches answered in-band because the period's probe did not gain ``auto_gain_min`` by deferring "
+        "(from ``auto_bound_high``: measured a loss).",
+        "inflight_auto_no_gain_batches_total",
+    )
+    auto_deferred: int = _stat(
+        "auto: batches deferred, the pipelined mode's path (in a probe window, or after a probe that gained).",
+        "inflight_auto_deferred_batches_total",
+    )
+    auto_bound: float = _stat(
+        "auto: the overlap bound measured on in-band batches (moving average; see ``AutoPolicy``).",
+        "inflight_auto_overlap_bound",
+        "gauge",
+        default=0.0,
+    )
+    auto_gain: float = _stat(
+        "auto: the last probe's gain, the execute thread's cycle per request in-band over deferred (0: none yet).",
+        "inflight_auto_gain",
+        "gauge",
+        default=0.0,
+    )
+    auto_busy: float = _stat(
+        "auto: the last reference window's busy share, the execute thread's time in ``execute()`` over its cycle "
+        "(0: none yet; ``AutoPolicy``).",
+        "inflight_auto_busy_share",
+        "gauge",
+        default=0.0,
+    )
+    batch_sizes: deque[int] = field(
+        default_factory=lambda: deque(maxlen=100_000),
+        metadata=_meta(
+            "Items per executed batch, before padding (recent batches, bounded; drained by the metrics publisher, "
+            "which publishes a uniform sample of at most 8 of them per publication: exact totals are "
+            "inflight_batches_total and inflight_items_total).",
+            "inflight_batch_size",
+            "histogram",
+        ),
+    )
+
+    @classmethod
+    def published(cls, kind: MetricKind) -> list[tuple[str, StatMetric, str]]:
+        """``(field, metric, description)`` of every field published as ``kind``."""
+        return [
+            (f.name, f.metadata["metric"], f.metadata["doc"])
+            for f in dataclasses.fields(cls)
+            if f.metadata["metric"] is not None and f.metadata["metric"].kind == kind
+        ]
+
+    def snapshot(self) -> dict[str, Any]:
+        """A plain-dict copy (for logs and tests)."""
+        d = {k: v for k, v in self.__dict__.items() if k not in ("batch_sizes", "depth_launches")}
+        d["depth_launches"] = {i: n for i, n in enumerate(self.depth_launches) if n}
+        return d
