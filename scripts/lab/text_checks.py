@@ -28,9 +28,10 @@ def pool_check() -> None:
     """Print the pooling's and the encoder's errors, eager and compiled (needs a CUDA device)."""
     import torch
 
-    from inflight.models.architecture import mean_pool_varlen
-    from inflight.models.bert import Architecture, BertShape
+    from inflight.models.architecture import Architecture
+    from inflight.models.bert import BertShape
     from inflight.models.packing import forward_rows_unpadded
+    from inflight.models.pooling import mean_pool_varlen
 
     torch.manual_seed(0)
     dev = "cuda"

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inflight.models.bert import Architecture, BertShape
+from inflight.models.architecture import Architecture
+from inflight.models.bert import BertShape
 from inflight.tool_errors import CheckpointError
 
 if TYPE_CHECKING:

@@ -131,7 +131,7 @@ def spec_from_config(cfg: mc.ModelConfig, *, version_dir: Path | None = None) ->
     make_module = None
     extra: dict[str, Any] = {}
     if arch is not None:
-        from inflight.models.bert import Architecture
+        from inflight.models.architecture import Architecture
 
         architecture = Architecture.from_json(arch)  # refuses a kind it cannot build
         make_module = architecture.make

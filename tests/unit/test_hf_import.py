@@ -12,7 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from inflight.errors import ConfigError  # noqa: E402
-from inflight.models.bert import Architecture, BertShape, make_module, make_packed_module  # noqa: E402
+from inflight.models.architecture import Architecture  # noqa: E402
+from inflight.models.bert import BertShape, make_module, make_packed_module  # noqa: E402
 from inflight.models.packing import forward_rows_unpadded, unpad  # noqa: E402
 
 SMALL_CFG: dict[str, Any] = {

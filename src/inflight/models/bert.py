@@ -9,7 +9,8 @@ drawn from a seeded generator. Output: the CLS token's final hidden state.
 The same encoder computes a user's BERT checkpoint (:mod:`inflight.hf_import` loads its weights):
 ``BertShape.eps`` is its layer-norm epsilon, and ``make_module(pooling="mean", normalize=True)``
 the masked mean of the last layer's token states, L2-normalized, as sentence-transformers models
-such as all-MiniLM-L6-v2 define their embedding. :class:`Architecture` is all of that as data.
+such as all-MiniLM-L6-v2 define their embedding. :class:`inflight.models.architecture.Architecture` is all
+of that as data (the registry gives bert-tiny's spec its own).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from inflight.models.architecture import Architecture as Architecture
-from inflight.models.architecture import l2_normalize, mean_pool, mean_pool_varlen
+from inflight.models.pooling import l2_normalize, mean_pool, mean_pool_varlen
 from inflight.models.spec import ModelSpec, TensorSpec
 
 if TYPE_CHECKING:
@@ -424,8 +424,6 @@ SPEC = ModelSpec(
     unpadded=True,
     portable_options={"kernels": False},
     reference_options={"cls_only": False, "kernels": False},
-    # written into model.json: the engine rebuilds the module from it for unpadded launches
-    extra={"architecture": Architecture(shape=TINY)},
 )
 
 SMALL_SPEC = ModelSpec(

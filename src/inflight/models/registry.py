@@ -6,12 +6,17 @@ resolves variant names (``bert_tiny_sync``, ``bert_tiny_inflight_auto``) to thei
 
 from __future__ import annotations
 
+import dataclasses
+
 from inflight.models import bert, heads
+from inflight.models.architecture import Architecture
 from inflight.models.spec import ModelSpec
 
 
 def _build_registry() -> dict[str, ModelSpec]:
-    specs = [bert.SPEC, bert.SMALL_SPEC, heads.LINEAR_SPEC, heads.STACKED_SPEC, heads.SEQLEN_SPEC]
+    # bert-tiny's architecture goes into its model.json: the engine rebuilds the module from it for unpadded launches
+    tiny = dataclasses.replace(bert.SPEC, extra={**bert.SPEC.extra, "architecture": Architecture(shape=bert.TINY)})
+    specs = [tiny, bert.SMALL_SPEC, heads.LINEAR_SPEC, heads.STACKED_SPEC, heads.SEQLEN_SPEC]
     return {s.name: s for s in specs}
 
 
