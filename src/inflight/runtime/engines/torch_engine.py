@@ -346,10 +346,14 @@ class TorchEngine(DeviceEngine):
             return False
         return True
 
-    def _out_of_memory(self, key: GraphKey, e: BaseException) -> EngineError:
-        """Return the cached memory the failed launch took and the error that fails its batch alone."""
+    def _free_after_out_of_memory(self) -> None:
+        """Return what the allocator cached for a launch or capture the GPU had no memory for, and count it."""
         self._torch.cuda.empty_cache()
         self.counters["out_of_memory"] += 1
+
+    def _out_of_memory(self, key: GraphKey, e: BaseException) -> EngineError:
+        """Return the cached memory the failed launch took and the error that fails its batch alone."""
+        self._free_after_out_of_memory()
         return EngineError(
             f"GPU out of memory running {key} ({str(e).splitlines()[0]}); this batch failed and the instance "
             "serves the next one. Fewer instances or a smaller max_batch_size fit the card: rebuild with "
@@ -382,8 +386,7 @@ class TorchEngine(DeviceEngine):
             ):
                 self._run(key)
         except torch.OutOfMemoryError as e:  # not this bucket's graph now; the launch itself ran
-            torch.cuda.empty_cache()
-            self.counters["out_of_memory"] += 1
+            self._free_after_out_of_memory()
             LOGGER.warning("no memory to capture %s (%s); it runs eagerly", str(key), str(e).splitlines()[0])
             return False
         except Exception as e:  # capture can fail on unsupported ops; fall back once, loudly
