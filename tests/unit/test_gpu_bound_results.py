@@ -57,3 +57,28 @@ def test_the_default_as_built_is_the_newest_sittings_marked_variant_and_its_capt
     summary = json.loads((ROOT / "results" / "summary.json").read_text())["gpu_bound"]
     newest = [c for c in caps if c["name"].startswith("default")][-1]
     assert summary["gpu_activity"] == newest["gpu_activity"] and summary["gpu_activity_at_rps"] == newest["rate"]
+
+
+def test_the_headline_judges_each_target_of_the_block() -> None:
+    block = {
+        "engine_tokens_per_s": 16.4e6,
+        "engine_mixed_over_uniform": 0.94,
+        "served_capacity_rps": 5000.0,
+        "engine_bound_rps": 6579.0,
+        "gpu_activity": 0.81,
+        "gpu_activity_at_rps": 4500.0,
+        "one_instance_pipelined_over_sync": None,
+        "default_over_best": 0.8,
+        "default_oom_failures": 0,
+        "plain_rps": 1000.0,
+    }
+    rows = {r[0]: r[1:] for r in g.headline_rows(block)}
+    assert rows["engine, fp16, [2048, 64] (tokens/s)"][2] == "met"
+    assert rows["best served capacity at p99 <= 100 ms / engine bound"][:1] == ["76%"]
+    assert rows["best served capacity at p99 <= 100 ms / engine bound"][2] == "**missed**"
+    assert rows["GPU activity of the default as built (nsys, 4,500 req/s)"][2] == "**missed**"
+    assert rows["one auto instance / one sync instance at the SLO"] == ["n/a", ">= 1.3x", "n/a"]
+    assert rows["requests failed for GPU memory, default as built"][2] == "met"
+    # the default's own capacity (0.8 x 5,000) over plain's: 4.0x, under 5x
+    assert rows["default as built / plain Python backend at the SLO"] == ["4.0x", ">= 5x", "**missed**"]
+    assert g.headline_rows(None) == []

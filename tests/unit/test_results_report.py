@@ -344,7 +344,9 @@ def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> No
         + len(d["cpu_per_request"]["targets"])
         + len(rr.closed_loop_rows(d))
         + len(rr.modes_results.headline_rows(d.get("modes")))  # a row per core budget, two for the regime
+        + len(rr.gpu_bound_results.headline_rows(d.get("gpu_bound")))  # issue 53's eight targets
     )
+    assert len(rr.gpu_bound_results.headline_rows(d.get("gpu_bound"))) == 8
     assert len(rows) == want
     # the regime: one pipelined instance, and one instance of the repository as built (auto)
     assert len(rr.modes_results.headline_rows(d.get("modes"))) == len(d["modes"]["capacity"]) + 2

@@ -213,6 +213,50 @@ def write_summary(root: Path) -> dict[str, Any] | None:
     return block
 
 
+def headline_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
+    """RESULTS' "At a glance" rows of the ``gpu_bound`` block: [figure, value, target, verdict] per issue 53 target."""
+    if not block:
+        return []
+
+    def ratio(num: str, den: str) -> float | None:
+        a, b = block.get(num), block.get(den)
+        return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+    def row(figure: str, value: float | None, fmt: str, target: str, ok: bool | None) -> list[str]:
+        shown = "n/a" if value is None else fmt.format(value)
+        return [figure, shown, target, "n/a" if ok is None else ("met" if ok else "**missed**")]
+
+    def at_least(value: float | None, floor: float) -> bool | None:
+        return None if value is None else value >= floor
+
+    tokens = block.get("engine_tokens_per_s")
+    mixed = block.get("engine_mixed_over_uniform")
+    served = ratio("served_capacity_rps", "engine_bound_rps")
+    activity = block.get("gpu_activity")
+    one = block.get("one_instance_pipelined_over_sync")
+    default = block.get("default_over_best")
+    oom = block.get("default_oom_failures")
+    best_over_plain = ratio("served_capacity_rps", "plain_rps")
+    plain = best_over_plain * default if best_over_plain is not None and default is not None else None
+    at = block.get("gpu_activity_at_rps")
+    return [
+        row("engine, fp16, [2048, 64] (tokens/s)", tokens, "{:,.0f}", ">= 16M", at_least(tokens, 16e6)),
+        row("engine, unpadded lengths 16-128 / uniform", mixed, "{:.2f}", ">= 0.9", at_least(mixed, 0.9)),
+        row("best served capacity at p99 <= 100 ms / engine bound", served, "{:.0%}", ">= 85%", at_least(served, 0.85)),
+        row(
+            f"GPU activity of the default as built (nsys, {at or 0:,.0f} req/s)",
+            activity,
+            "{:.1%}",
+            ">= 95%",
+            at_least(activity, 0.95),
+        ),
+        row("one auto instance / one sync instance at the SLO", one, "{:.2f}x", ">= 1.3x", at_least(one, 1.3)),
+        row("default as built / best configuration", default, "{:.0%}", ">= 95%", at_least(default, 0.95)),
+        row("requests failed for GPU memory, default as built", oom, "{:.0f}", "0", None if oom is None else oom == 0),
+        row("default as built / plain Python backend at the SLO", plain, "{:.1f}x", ">= 5x", at_least(plain, 5.0)),
+    ]
+
+
 def _cap(v: Mapping[str, Any] | None) -> str:
     if v is None:
         return "not measured"

@@ -665,6 +665,8 @@ def headline_section(results: Path) -> list[str]:
             ]
         )
     rows += [["modes", *r, "Sync against pipelined"] for r in modes_results.headline_rows(d.get("modes"))]
+    gpu_bound = gpu_bound_results.headline_rows(d.get("gpu_bound"))
+    rows += [["GPU-bound (MiniLM)", *r, "Where the GPU is the bound"] for r in gpu_bound]
     if d:
         rows += [["closed loop (published)", *r, "Summary"] for r in closed_loop_rows(d)]
     if not rows:
