@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from inflight.runtime.record import combine
 from inflight.tool_errors import StatsError
 
 #: Percentiles reported everywhere.
@@ -443,31 +444,23 @@ def executor_stats_from_log(text: str) -> list[dict[str, Any]]:
     return out
 
 
-#: Counters of the ``finalized`` record that are maxima: a run takes the largest over its instances.
 #: The steps of one batch whose longest time each instance logs (``<step>_max_s``; ``ExecutorStats``).
 _STEPS = ("parse", "gather", "launch", "wait", "build")
 
-_PEAK_KEYS = frozenset({"execute_max_ms", "gc_max_ms", "publish_max_ms"} | {f"{step}_max_s" for step in _STEPS})
-
 
 def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """Where one run's execute-thread and response time went, summed over its instances.
+    """Where one run's execute-thread and response time went, over its instances.
 
     Per batch (``_ms``) and per response (``_us``) figures, from the backend's cumulative counters
-    (warm-up included, as they cover the model's whole life).
+    (warm-up included, as they cover the model's whole life), each combined over the instances as
+    its owner declares (``inflight.runtime.record``: summed, the longest, or the mean).
 
     Returns:
         None when the records carry no batches.
     """
-    tot: dict[str, float] = {}
-    peak: dict[str, float] = {}
+    tot = combine([r["stats"] for r in records])
     depth: dict[str, int] = {}
     for r in records:
-        for k, v in r["stats"].items():
-            if isinstance(v, (int, float)):
-                tot[k] = tot.get(k, 0.0) + float(v)
-                if k in _PEAK_KEYS:
-                    peak[k] = max(peak.get(k, 0.0), float(v))
         for k, v in (r["stats"].get("depth_launches") or {}).items():
             depth[k] = depth.get(k, 0) + int(v)
     batches = tot.get("batches", 0.0)
@@ -503,9 +496,7 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "backlog_waits": int(tot.get("send_waits", 0)),
         "max_depth": max((int(k) for k in depth), default=0),
         "depth_launches": dict(sorted(depth.items(), key=lambda kv: int(kv[0]))),
-        "gil_probe_mean_late_us": (
-            tot["gil_probe_mean_late_us"] / len(records) if "gil_probe_mean_late_us" in tot else None
-        ),
+        "gil_probe_mean_late_us": (tot.get("gil_probe_mean_late_us")),
         # overlap mode: chunks per batch; auto: the batches of each path and the overlap bound it measured
         "chunks_per_execute": tot["chunks"] / executes if tot.get("chunks") else None,
         "inline_wait_ms": tot["inline_wait_s"] / executes * 1e3 if tot.get("chunks") else None,
@@ -515,9 +506,9 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "auto_reference": int(tot.get("auto_reference", 0)),
         "auto_no_gain": int(tot.get("auto_no_gain", 0)),
         "auto_unsaturated": int(tot.get("auto_unsaturated", 0)),
-        "auto_busy": tot["auto_busy"] / len(records) if tot.get("auto_busy") else None,
-        "auto_bound": tot["auto_bound"] / len(records) if tot.get("auto_bound") else None,
-        "auto_gain": tot["auto_gain"] / len(records) if tot.get("auto_gain") else None,
+        "auto_busy": tot["auto_busy"] if tot.get("auto_busy") else None,
+        "auto_bound": tot["auto_bound"] if tot.get("auto_bound") else None,
+        "auto_gain": tot["auto_gain"] if tot.get("auto_gain") else None,
         "deferred_requests": int(tot.get("deferred_requests", 0)),
         # launches, and those run unpadded (masked tokens left out); computed over real tokens
         "launches": int(tot["launches"]) if "launches" in tot else None,
@@ -527,18 +518,18 @@ def executor_breakdown(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         ),
         # stalls: the longest execute() and the stubs' garbage-collector pauses (their longest, and the
         # time per execute they took), over every instance's life
-        "execute_max_ms": peak.get("execute_max_ms"),
+        "execute_max_ms": tot.get("execute_max_ms"),
         "executes_over_10ms": int(tot["executes_over_10ms"]) if "executes_over_10ms" in tot else None,
-        "gc_max_ms": peak.get("gc_max_ms"),
+        "gc_max_ms": tot.get("gc_max_ms"),
         "gc_gen2": int(tot["gc_gen2"]) if "gc_gen2" in tot else None,
         "gc_ms_per_execute": tot["gc_s"] / executes * 1e3 if "gc_s" in tot else None,
         # the live metrics' calls on the execute thread (each a round trip to the server): per execute, and the
         # longest time one execute() spent publishing
         "metric_calls_per_execute": tot["metric_calls"] / executes if "metric_calls" in tot else None,
         "publish_ms_per_execute": tot["publish_s"] / executes * 1e3 if "publish_s" in tot else None,
-        "publish_max_ms": peak.get("publish_max_ms"),
+        "publish_max_ms": tot.get("publish_max_ms"),
         # the longest of each step of one batch, over every instance: where the executes over 10 ms went
-        **{f"{step}_max_ms": peak[f"{step}_max_s"] * 1e3 if f"{step}_max_s" in peak else None for step in _STEPS},
+        **{f"{step}_max_ms": tot[f"{step}_max_s"] * 1e3 if f"{step}_max_s" in tot else None for step in _STEPS},
     }
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any
+from typing import Any, ClassVar
+
+from inflight.runtime.pipeline.stats import Aggregation
 
 #: A pause at least this long (ms) is listed in ``GcWatch.long`` with its time.
 LONG_MS = 5.0
@@ -30,6 +32,16 @@ class GcWatch:
     Attributes:
         long: Pauses of at least ``LONG_MS``: ``[s from origin, ms, generation]`` (the first ``LONG_MAX``).
     """
+
+    #: Each figure ``stop()`` returns, and how it combines over instances (``inflight.runtime.record``).
+    FIGURES: ClassVar[dict[str, Aggregation]] = {
+        "gc_collections": "sum",
+        "gc_gen2": "sum",
+        "gc_s": "sum",
+        "gc_gen2_s": "sum",
+        "gc_max_ms": "max",
+        "gc_frozen": "sum",
+    }
 
     def __init__(self, *, freeze: bool = False, origin: float | None = None) -> None:
         self.origin = time.perf_counter() if origin is None else origin

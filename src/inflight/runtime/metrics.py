@@ -42,10 +42,11 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from inflight.model_config import BackendParameters
 from inflight.runtime.pipeline import ExecutorStats
+from inflight.runtime.pipeline.stats import Aggregation
 
 LOGGER = logging.getLogger(__name__)
 
@@ -83,6 +84,14 @@ class MetricsPublisher:
             ``inflight_rejected_requests_total{reason=...}``, a series per reason from its first
             rejection on (Triton counts these requests as successes).
     """
+
+    #: Each of ``figures``, and how it combines over instances (``inflight.runtime.record``).
+    FIGURES: ClassVar[dict[str, Aggregation]] = {
+        "publications": "sum",
+        "metric_calls": "sum",
+        "publish_s": "sum",
+        "publish_max_ms": "max",
+    }
 
     def __init__(
         self,

@@ -10,7 +10,9 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
+
+from inflight.runtime.pipeline.stats import Aggregation
 
 LOGGER = logging.getLogger(__name__)
 
@@ -24,6 +26,16 @@ class ExecuteTiming:
         figures: ``executes``, ``execute_s``, ``between_executes_s``, ``execute_max_ms``,
             ``executes_over_10ms`` and ``execute_failures`` so far.
     """
+
+    #: Each figure, and how it combines over instances (``inflight.runtime.record``).
+    FIGURES: ClassVar[dict[str, Aggregation]] = {
+        "executes": "sum",
+        "execute_s": "sum",
+        "between_executes_s": "sum",
+        "execute_max_ms": "max",
+        "executes_over_10ms": "sum",
+        "execute_failures": "sum",
+    }
 
     def __init__(self) -> None:
         self.figures: dict[str, float] = {
@@ -75,6 +87,13 @@ class GilProbe:
     Args:
         period_s: How long each sample sleeps.
     """
+
+    #: Each figure ``stop()`` returns, and how it combines over instances (``inflight.runtime.record``).
+    FIGURES: ClassVar[dict[str, Aggregation]] = {
+        "gil_probe_samples": "sum",
+        "gil_probe_mean_late_us": "mean",
+        "gil_probe_max_late_us": "max",
+    }
 
     def __init__(self, period_s: float = 0.0005) -> None:
         self.period_s = period_s

@@ -207,7 +207,11 @@ class InflightModel:
         )
 
     def _final_stats(self) -> dict[str, Any]:
-        """The finalize log's figures (the executor's, the execute thread's, the engine's...); stops the probes."""
+        """The finalize log's figures (the executor's, the execute thread's, the engine's...); stops the probes.
+
+        Each number is declared once, by its owner, in ``inflight.runtime.record.FIGURES`` (the figures added
+        here in ``INSTANCE_FIGURES``), which the load-test parser reads them through.
+        """
         stats = self.mode.stats.snapshot()
         stats.update(self.timing.figures, parse_s=self.mode.parse_s)
         if self.reader.text is not None:

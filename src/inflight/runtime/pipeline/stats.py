@@ -10,6 +10,9 @@ from typing import Any, Literal
 #: How a field of ``ExecutorStats`` is published: ``counter`` (its increase), ``gauge`` (its value) or
 #: ``histogram`` (observations the publisher drains).
 MetricKind = Literal["counter", "gauge", "histogram"]
+#: How a figure of the ``finalized`` record combines over a model's instances: summed, the largest, or the
+#: mean over instances (``inflight.runtime.record``).
+Aggregation = Literal["sum", "max", "mean"]
 
 
 @dataclass(frozen=True)
@@ -25,14 +28,22 @@ class StatMetric:
     kind: MetricKind
 
 
-def _meta(doc: str, metric: str | None = None, kind: MetricKind = "counter") -> dict[str, Any]:
-    """A field's metadata: ``doc`` says what it counts (its one description), ``metric`` where it is published."""
-    return {"doc": doc, "metric": StatMetric(metric, kind) if metric else None}
+def _meta(
+    doc: str, metric: str | None = None, kind: MetricKind = "counter", agg: Aggregation = "sum"
+) -> dict[str, Any]:
+    """A field's metadata: what it counts (``doc``, its one description), where it is published, how it combines.
+
+    ``metric`` and ``kind`` name the published metric (None: logged only); ``agg`` says how the field
+    combines over a model's instances in the ``finalized`` records (``inflight.runtime.record``).
+    """
+    return {"doc": doc, "metric": StatMetric(metric, kind) if metric else None, "agg": agg}
 
 
-def _stat(doc: str, metric: str | None = None, kind: MetricKind = "counter", default: float = 0) -> Any:
+def _stat(
+    doc: str, metric: str | None = None, kind: MetricKind = "counter", default: float = 0, agg: Aggregation = "sum"
+) -> Any:
     """A number field of ``ExecutorStats`` (see ``_meta``)."""
-    return field(default=default, metadata=_meta(doc, metric, kind))
+    return field(default=default, metadata=_meta(doc, metric, kind, agg))
 
 
 @dataclass
@@ -84,7 +95,7 @@ class ExecutorStats:
             "histogram",
         ),
     )
-    max_depth: int = _stat("Deepest pipeline seen.")
+    max_depth: int = _stat("Deepest pipeline seen.", agg="max")
     slot_waits: int = _stat("Times ``execute()`` found every slot busy.", "inflight_slot_waits_total")
     slot_wait_s: float = _stat(
         "Time ``execute()`` waited for a free slot.", "inflight_slot_wait_seconds_total", default=0.0
@@ -102,11 +113,11 @@ class ExecutorStats:
     )
     launch_s: float = _stat("Issue-path time enqueueing copies and compute.", default=0.0)
     # the longest of each step of one batch (where an execute() over 10 ms spent it)
-    parse_max_s: float = _stat("Longest reading of one batch's requests (``Mode.take``).", default=0.0)
-    gather_max_s: float = _stat("Longest gather of one batch.", default=0.0)
-    launch_max_s: float = _stat("Longest launch of one batch.", default=0.0)
-    wait_max_s: float = _stat("Longest in-band wait for the device of one batch.", default=0.0)
-    build_max_s: float = _stat("Longest building of one in-band batch's responses.", default=0.0)
+    parse_max_s: float = _stat("Longest reading of one batch's requests (``Mode.take``).", default=0.0, agg="max")
+    gather_max_s: float = _stat("Longest gather of one batch.", default=0.0, agg="max")
+    launch_max_s: float = _stat("Longest launch of one batch.", default=0.0, agg="max")
+    wait_max_s: float = _stat("Longest in-band wait for the device of one batch.", default=0.0, agg="max")
+    build_max_s: float = _stat("Longest building of one in-band batch's responses.", default=0.0, agg="max")
     send_s: float = _stat(
         "Time spent in response ``send()`` calls (summed over sender threads).",
         "inflight_send_seconds_total",
@@ -168,12 +179,14 @@ class ExecutorStats:
         "inflight_auto_overlap_bound",
         "gauge",
         default=0.0,
+        agg="mean",
     )
     auto_gain: float = _stat(
         "auto: the last probe's gain, the execute thread's cycle per request in-band over deferred (0: none yet).",
         "inflight_auto_gain",
         "gauge",
         default=0.0,
+        agg="mean",
     )
     auto_busy: float = _stat(
         "auto: the last reference window's busy share, the execute thread's time in ``execute()`` over its cycle "
@@ -181,6 +194,7 @@ class ExecutorStats:
         "inflight_auto_busy_share",
         "gauge",
         default=0.0,
+        agg="mean",
     )
     batch_sizes: deque[int] = field(
         default_factory=lambda: deque(maxlen=100_000),
@@ -201,6 +215,15 @@ class ExecutorStats:
             for f in dataclasses.fields(cls)
             if f.metadata["metric"] is not None and f.metadata["metric"].kind == kind
         ]
+
+    @classmethod
+    def aggregations(cls) -> dict[str, Aggregation]:
+        """How each number field combines over instances (``depth_launches`` and ``batch_sizes`` are not numbers)."""
+        return {
+            f.name: f.metadata["agg"]
+            for f in dataclasses.fields(cls)
+            if f.name not in ("depth_launches", "batch_sizes")
+        }
 
     def snapshot(self) -> dict[str, Any]:
         """A plain-dict copy (for logs and tests)."""
