@@ -44,4 +44,16 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
   step "done: .venv is ready ($(du -sh .venv 2>/dev/null | cut -f1)); later runs reuse it"
 fi
+# nginx, the balancer in front of one server per GPU (inflight.server.balancer): Debian's package, unpacked
+if [ ! -x .venv/nginx/usr/sbin/nginx ] && ! command -v nginx >/dev/null && command -v apt-get >/dev/null \
+    && command -v dpkg-deb >/dev/null; then
+  step "unpacking Debian's nginx into .venv/nginx (the load balancer of the per-GPU-server layout)"
+  tmp=$(mktemp -d)
+  if (cd "$tmp" && apt-get download -q nginx >/dev/null 2>&1) && dpkg-deb -x "$tmp"/nginx_*.deb .venv/nginx; then
+    step "nginx: $(.venv/nginx/usr/sbin/nginx -v 2>&1)"
+  else
+    step "nginx not unpacked (apt-get download failed): the balancer's test will skip; set INFLIGHT_NGINX"
+  fi
+  rm -rf "$tmp"
+fi
 echo "$PY"
