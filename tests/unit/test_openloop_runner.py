@@ -217,3 +217,25 @@ def test_rounds_reverse_the_variant_order_every_other_round() -> None:
     # with an even number of rounds each variant runs first as often as last
     firsts = [got[i][1] for i in range(0, len(got), 2)]
     assert firsts.count("A") == firsts.count("B")
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"repeat": 0}, r"--repeat 0: run each variant at least once"),
+        ({"rates": [100.0], "rate_repeat": 0}, r"--rate-repeat 0: measure each rate at least once"),
+        ({"rates": [100.0], "slo_ms": 0.0}, r"--slo 0.0: give a p99 latency SLO > 0 milliseconds"),
+        ({"search": (500.0, 100.0)}, r"--search 500,100: give LOW,HIGH requests per second with 0 < LOW < HIGH"),
+        ({"rates": [100.0], "generator": "zmq"}, r"--generator 'zmq': choose one of locust, asyncio"),
+        ({"generator": "asyncio"}, r"the asyncio generator sends open-loop load only"),
+        ({"shape": presets.smoke().replace(users=0)}, r"--users 0: run at least one user"),
+    ],
+)
+def test_the_configuration_checks_itself_when_made(changes: dict[str, Any], fragment: str) -> None:
+    from inflight.loadtest.runner.config import AbConfig
+
+    # no variant is resolved and no repository read: the configuration alone is wrong
+    base: dict[str, Any] = {"variants": ["bert_tiny_null"], "shape": presets.smoke(), "repository": Path("nowhere")}
+    with pytest.raises(ConfigError, match=fragment):
+        AbConfig(**{**base, **changes})
+    AbConfig(**base)  # the same without the change is accepted
