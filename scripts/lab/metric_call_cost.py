@@ -81,7 +81,7 @@ def main() -> int:
 
     import tritonclient.http as http
 
-    from inflight.loadtest.runner import versions
+    from inflight.loadtest.runner.document import versions
     from inflight.server.launcher import ServerConfig, TritonServer
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -389,7 +389,8 @@ def demo_cmd(
 
     from inflight.build import SHIPPED, artifacts_current, build_model, import_checkpoint, shipped_checkpoint
     from inflight.loadtest.presets import preset
-    from inflight.loadtest.runner import AbConfig, run_ab
+    from inflight.loadtest.runner.ab import run_ab
+    from inflight.loadtest.runner.config import AbConfig
     from inflight.runtime.cuda import device_count
 
     gpus = device_count()

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from inflight.lab.stalls import dump_stuck_stubs, find_debugger, stub_processes
-from inflight.loadtest.runner import scrape
+from inflight.loadtest.runner.metrics import scrape
 from inflight.loadtest.stats import request_state
 from inflight.server.control import load_variant, unload, variant_config
 

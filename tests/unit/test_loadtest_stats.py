@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 
 from inflight.errors import ConfigError
-from inflight.loadtest import report, runner
+from inflight.loadtest import report
 from inflight.loadtest import stats as st
+from inflight.loadtest.runner.document import attach_served, finite
+from inflight.loadtest.runner.window import progress_time
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -165,7 +167,7 @@ def test_locust_csv_files_agree_with_recorded_run() -> None:
     figures = st.read_locust_stats(FIXTURES / "locust-A-r1_stats.csv")
     assert figures == pytest.approx(run["locust"])
     history = st.read_locust_history(FIXTURES / "locust-A-r1_stats_history.csv")
-    assert runner._finite(history) == run["history"]  # the JSON holds null where the CSV gives NaN
+    assert finite(history) == run["history"]  # the JSON holds null where the CSV gives NaN
     assert history[-1]["total_requests"] == figures["requests"]
     # the counted throughput at the end of the window is close to Locust's average rate
     assert history[-1]["rps_counted"] == pytest.approx(figures["rps"], rel=0.3)
@@ -269,7 +271,7 @@ def test_report_configuration_follows_what_the_instances_reported() -> None:
         "cuda_graphs": {"string_value": "true"},
         "slots": {"string_value": "4"},
     }
-    runner.attach_served(doc, SERVED_LOG)
+    attach_served(doc, SERVED_LOG)
     assert v["served"] == [
         "bert_tiny_sync_0_0: sync mode, 1 slot(s); torch.export engine on CPU (fp32, eager, 2 threads); "
         "0 CUDA graph(s); ready in 5.3 s"
@@ -472,8 +474,8 @@ def test_stalls_table_lists_each_asyncio_window() -> None:
 
 def test_progress_line_counts_locust_start_up_in_the_plan() -> None:
     """The demo once read "15s / 11s": the elapsed time included Locust's start-up, the plan did not."""
-    line = runner.progress_time(15.0, 10.0, 1.0)
+    line = progress_time(15.0, 10.0, 1.0)
     assert line == "15s of about 15s (Locust start-up ~4s, ramp-up 1s, window 10s)"
-    assert runner.progress_time(5.0, 10.0, 1.0).startswith("5s of about 15s")
-    late = runner.progress_time(19.0, 10.0, 1.0)
+    assert progress_time(5.0, 10.0, 1.0).startswith("5s of about 15s")
+    late = progress_time(19.0, 10.0, 1.0)
     assert late.startswith("19s, past the planned 15s (") and late.endswith("waiting for Locust to finish")

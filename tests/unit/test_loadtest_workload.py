@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 from inflight.errors import ConfigError
-from inflight.loadtest import presets, runner
+from inflight.loadtest import presets
 from inflight.loadtest import workload as wl
+from inflight.loadtest.runner.config import Endpoints, resolve_variants
+from inflight.loadtest.runner.document import finite
+from inflight.loadtest.runner.plan import locust_command
 from inflight.models import get_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,11 +165,11 @@ def test_presets() -> None:
 
 def test_locust_command(tmp_path: Path) -> None:
     shape = presets.smoke().replace(processes=3, check=True, protocol="grpc")
-    cmd = runner.locust_command(
+    cmd = locust_command(
         locustfile=tmp_path / "locustfile.py",
         shape=shape,
         model="bert_tiny_sync",
-        endpoints=runner.Endpoints(http="127.0.0.1:8000", grpc="127.0.0.1:8001", metrics="m"),
+        endpoints=Endpoints(http="127.0.0.1:8000", grpc="127.0.0.1:8001", metrics="m"),
         duration_s=10.2,
         pool_file=tmp_path / "pool.npz",
         repository=tmp_path,
@@ -196,7 +199,7 @@ def test_locust_command(tmp_path: Path) -> None:
 
 
 def test_variants_from_the_repository() -> None:
-    vs = runner.resolve_variants(
+    vs = resolve_variants(
         ["bert_tiny_sync@instances=4,delay_us=250,preferred=512/1024", "bert_tiny_inflight@slots=2"],
         ROOT / "model_repository",
     )
@@ -209,13 +212,13 @@ def test_variants_from_the_repository() -> None:
     )
     assert vs[1].config.params.slots == 2
     with pytest.raises(ConfigError, match="at least one variant"):
-        runner.resolve_variants([], ROOT / "model_repository")
+        resolve_variants([], ROOT / "model_repository")
     with pytest.raises(ConfigError, match="unknown key"):
-        runner.resolve_variants(["bert_tiny_sync@bogus=1"], ROOT / "model_repository")
+        resolve_variants(["bert_tiny_sync@bogus=1"], ROOT / "model_repository")
 
 
 def test_finite_json() -> None:
-    assert runner._finite({"a": [float("nan"), 1.5, {"b": float("inf")}], "c": "x"}) == {
+    assert finite({"a": [float("nan"), 1.5, {"b": float("inf")}], "c": "x"}) == {
         "a": [None, 1.5, {"b": None}],
         "c": "x",
     }

@@ -255,7 +255,8 @@ def variant_config_of(model: str, variant: str) -> VariantConfig:
 
 def test_ab_refuses_to_check_the_null_models_zeros(tmp_path: Path) -> None:
     from inflight.loadtest.presets import preset
-    from inflight.loadtest.runner import AbConfig, AbRunner
+    from inflight.loadtest.runner.ab import AbRunner
+    from inflight.loadtest.runner.config import AbConfig
 
     shape = preset("smoke").replace(check=True)
     with pytest.raises(ConfigError, match=r"bert_tiny_null@sleep_us=5 is the null control model"):

@@ -11,7 +11,11 @@ import pytest
 
 from inflight.errors import ConfigError
 from inflight.loadtest import openloop as ol
-from inflight.loadtest import presets, report, runner
+from inflight.loadtest import presets, report
+from inflight.loadtest.runner.config import Endpoints, round_order
+from inflight.loadtest.runner.document import SCHEMA, finite, open_loop_points, soak_summary
+from inflight.loadtest.runner.plan import locust_command
+from inflight.loadtest.runner.window import generator_limited, rate_point
 
 
 def _record(
@@ -46,7 +50,7 @@ def _record(
 
 
 def test_rate_point_uses_the_generators_counts() -> None:
-    p = runner.rate_point(_record(4000, 12.0, answered=0.95))
+    p = rate_point(_record(4000, 12.0, answered=0.95))
     assert (p.offered_rps, p.p99_ms, p.answered_fraction) == (4000, 12.0, 0.95)
     assert p.achieved_rps == pytest.approx(3800)
     assert ol.slo_failures(p, 50) == [
@@ -56,23 +60,23 @@ def test_rate_point_uses_the_generators_counts() -> None:
     rec = _record(4000, 12.0)
     rec["generator"] = {}
     rec["locust"] = {"requests": 1000, "failures": 100, "rps": 4000}
-    assert runner.rate_point(rec).achieved_rps == pytest.approx(3600)
+    assert rate_point(rec).achieved_rps == pytest.approx(3600)
 
 
 def test_generator_limited_by_very_late_sends_or_locusts_cpu_warning() -> None:
-    assert not runner._generator_limited(_record(1000, 5, very_late=0.009))
-    assert runner._generator_limited(_record(1000, 5, very_late=0.02))
+    assert not generator_limited(_record(1000, 5, very_late=0.009))
+    assert generator_limited(_record(1000, 5, very_late=0.02))
     rec = _record(1000, 5)
     rec["client_limited"] = True
-    assert runner._generator_limited(rec)
+    assert generator_limited(rec)
 
 
 def test_open_loop_points_sorted_by_rate_with_their_figures() -> None:
     recs = [_record(3000, 80), _record(1000, 5), {"variant": "A"}, _record(2000, 9)]
     for r in recs:
         if "rate" in r:
-            r["slo_misses"] = ol.slo_failures(runner.rate_point(r), 50)
-    rows = runner.open_loop_points(recs)
+            r["slo_misses"] = ol.slo_failures(rate_point(r), 50)
+    rows = open_loop_points(recs)
     assert [r["offered_rps"] for r in rows] == [1000, 2000, 3000]
     assert rows[2]["slo_misses"] and not rows[0]["slo_misses"]
     assert rows[0]["server_us_per_request"] == 300.0 and rows[0]["client_busy"] == 0.3
@@ -80,26 +84,26 @@ def test_open_loop_points_sorted_by_rate_with_their_figures() -> None:
 
 def test_soak_summary_compares_first_and_last_windows() -> None:
     ok = [_record(13000, 13.0 + 0.1 * i, rss=(100 << 20) + i * 1000) for i in range(5)]
-    s = runner.soak_summary(ok)
+    s = soak_summary(ok)
     assert s is not None and s["windows"] == 5 and s["passed"] and s["p99_steady"] and s["memory_flat"]
     assert s["p99_change"] == pytest.approx(13.4 / 13.0 - 1)
     grows = [_record(13000, 13.0, rss=(100 << 20) * (1 + i // 4)) for i in range(5)]  # last window 2x the first
-    g = runner.soak_summary(grows)
+    g = soak_summary(grows)
     assert g is not None and not g["memory_flat"] and not g["passed"]
     slow = [_record(13000, 13.0), _record(13000, 20.0)]  # +54% p99
-    assert runner.soak_summary(slow)["p99_steady"] is False  # type: ignore[index]
+    assert soak_summary(slow)["p99_steady"] is False  # type: ignore[index]
     failing = [_record(13000, 13.0), _record(13000, 13.0, failures=1)]
-    assert runner.soak_summary(failing)["passed"] is False  # type: ignore[index]
-    assert runner.soak_summary([_record(1000, 5), _record(2000, 5)]) is None  # a sweep, no repeated rate
+    assert soak_summary(failing)["passed"] is False  # type: ignore[index]
+    assert soak_summary([_record(1000, 5), _record(2000, 5)]) is None  # a sweep, no repeated rate
 
 
 def test_locust_command_for_an_open_loop_window(tmp_path: Path) -> None:
     shape = presets.smoke().replace(users=4, processes=4, rate=12000.0, arrival="constant", max_connections=64)
-    cmd = runner.locust_command(
+    cmd = locust_command(
         locustfile=tmp_path / "locustfile.py",
         shape=shape,
         model="bert_tiny_null",
-        endpoints=runner.Endpoints(http="127.0.0.1:8000", grpc="127.0.0.1:8001", metrics="m"),
+        endpoints=Endpoints(http="127.0.0.1:8000", grpc="127.0.0.1:8001", metrics="m"),
         duration_s=8,
         pool_file=tmp_path / "pool.npz",
         repository=tmp_path,
@@ -108,11 +112,11 @@ def test_locust_command_for_an_open_loop_window(tmp_path: Path) -> None:
     for part in ("--rate 12000", "--arrival constant", "--max-connections 64", "--check-every 16", "-u 4"):
         assert part in joined
     assert cmd[-1] == "OpenLoopHttpUser"
-    checked = runner.locust_command(
+    checked = locust_command(
         locustfile=tmp_path / "l.py",
         shape=shape.replace(check=True),
         model="bert_tiny_sync",
-        endpoints=runner.Endpoints(http="h:1", grpc="h:2", metrics="m"),
+        endpoints=Endpoints(http="h:1", grpc="h:2", metrics="m"),
         duration_s=8,
         pool_file=tmp_path / "pool.npz",
         repository=tmp_path,
@@ -138,12 +142,12 @@ def _doc(tmp_path: Path) -> Path:
     sweep_a = [_record(r, p) for r, p in ((1000, 4.0), (2000, 5.0), (4000, 6.0))]
     sweep_b = [_record(r, p, very_late=v) for r, p, v in ((1000, 4.0, 0), (2000, 70.0, 0), (4000, 900.0, 0.05))]
     for r in sweep_a + sweep_b:
-        r["slo_misses"] = ol.slo_failures(runner.rate_point(r), 50)
-        r["generator_limited"] = runner._generator_limited(r)
+        r["slo_misses"] = ol.slo_failures(rate_point(r), 50)
+        r["generator_limited"] = generator_limited(r)
     summary = []
     for label, spec, recs in (("A", "bert_tiny_null", sweep_a), ("B", "bert_tiny_sync@instances=8", sweep_b)):
-        rows = runner.open_loop_points(recs)
-        points = [runner.rate_point(r) for r in recs]
+        rows = open_loop_points(recs)
+        points = [rate_point(r) for r in recs]
         cap = ol.capacity_of(points, 50)
         summary.append(
             {
@@ -162,7 +166,7 @@ def _doc(tmp_path: Path) -> Path:
             }
         )
     doc = {
-        "schema": runner.SCHEMA,
+        "schema": SCHEMA,
         "id": "ab-test",
         "valid": True,
         "variants": [
@@ -185,7 +189,7 @@ def _doc(tmp_path: Path) -> Path:
         },
     }
     path = tmp_path / "ab-test.json"
-    path.write_text(json.dumps(runner._finite(doc)))
+    path.write_text(json.dumps(finite(doc)))
     return path
 
 
@@ -206,8 +210,6 @@ def test_report_has_the_capacity_table_the_sweep_and_the_latency_plot(tmp_path: 
 
 
 def test_rounds_reverse_the_variant_order_every_other_round() -> None:
-    from inflight.loadtest.runner import round_order
-
     assert round_order(["A", "B", "C"], 1) == [(0, "A"), (0, "B"), (0, "C")]
     got = round_order(["A", "B"], 4)
     assert [v for _, v in got] == ["A", "B", "B", "A", "A", "B", "B", "A"]
@@ -215,3 +217,25 @@ def test_rounds_reverse_the_variant_order_every_other_round() -> None:
     # with an even number of rounds each variant runs first as often as last
     firsts = [got[i][1] for i in range(0, len(got), 2)]
     assert firsts.count("A") == firsts.count("B")
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"repeat": 0}, r"--repeat 0: run each variant at least once"),
+        ({"rates": [100.0], "rate_repeat": 0}, r"--rate-repeat 0: measure each rate at least once"),
+        ({"rates": [100.0], "slo_ms": 0.0}, r"--slo 0.0: give a p99 latency SLO > 0 milliseconds"),
+        ({"search": (500.0, 100.0)}, r"--search 500,100: give LOW,HIGH requests per second with 0 < LOW < HIGH"),
+        ({"rates": [100.0], "generator": "zmq"}, r"--generator 'zmq': choose one of locust, asyncio"),
+        ({"generator": "asyncio"}, r"the asyncio generator sends open-loop load only"),
+        ({"shape": presets.smoke().replace(users=0)}, r"--users 0: run at least one user"),
+    ],
+)
+def test_the_configuration_checks_itself_when_made(changes: dict[str, Any], fragment: str) -> None:
+    from inflight.loadtest.runner.config import AbConfig
+
+    # no variant is resolved and no repository read: the configuration alone is wrong
+    base: dict[str, Any] = {"variants": ["bert_tiny_null"], "shape": presets.smoke(), "repository": Path("nowhere")}
+    with pytest.raises(ConfigError, match=fragment):
+        AbConfig(**{**base, **changes})
+    AbConfig(**base)  # the same without the change is accepted

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -206,16 +207,18 @@ def test_grpc_answers_are_checked_like_http_ones() -> None:
 
 
 def test_rategen_command_speaks_the_shapes_protocol(tmp_path: Path) -> None:
-    from inflight.loadtest import presets, runner
+    from inflight.loadtest import presets
+    from inflight.loadtest.runner.config import Endpoints
+    from inflight.loadtest.runner.plan import rategen_command
 
-    eps = [runner.Endpoints(http=f"127.0.0.1:{p}", grpc=f"127.0.0.1:{p + 1}", metrics="m") for p in (8000, 9000)]
+    eps = [Endpoints(http=f"127.0.0.1:{p}", grpc=f"127.0.0.1:{p + 1}", metrics="m") for p in (8000, 9000)]
     shape = presets.smoke().replace(users=2, rate=100.0, protocol="grpc")
-    cmd = runner.rategen_command(
+    cmd = rategen_command(
         shape=shape, model="m", endpoints=eps, duration_s=3, pool_file=tmp_path / "p", raw_dir=tmp_path
     )
     assert cmd[cmd.index("--protocol") + 1] == "grpc"
     assert cmd[cmd.index("--url") + 1] == "127.0.0.1:8001,127.0.0.1:9001"
-    http = runner.rategen_command(
+    http = rategen_command(
         shape=shape.replace(protocol="http"),
         model="m",
         endpoints=eps[0],
@@ -227,21 +230,23 @@ def test_rategen_command_speaks_the_shapes_protocol(tmp_path: Path) -> None:
 
 
 def test_open_loop_over_grpc_needs_the_asyncio_generator(tmp_path: Path) -> None:
-    from inflight.loadtest import presets, runner
+    from inflight.loadtest import presets
+    from inflight.loadtest.runner.ab import AbRunner
+    from inflight.loadtest.runner.config import AbConfig
 
     root = Path(__file__).resolve().parents[2]
-    cfg = runner.AbConfig(
-        variants=["bert_tiny_null"],
-        shape=presets.smoke().replace(protocol="grpc"),
-        repository=root / "model_repository",
-        out=tmp_path,
-        rates=[100.0],
-        generator="locust",
-        isolate=False,
-    )
+    cfg: dict[str, Any] = {
+        "variants": ["bert_tiny_null"],
+        "shape": presets.smoke().replace(protocol="grpc"),
+        "repository": root / "model_repository",
+        "out": tmp_path,
+        "rates": [100.0],
+        "generator": "locust",
+        "isolate": False,
+    }
     with pytest.raises(ConfigError, match=r"Locust's open-loop user .* speaks HTTP only; add --generator asyncio"):
-        runner.AbRunner(cfg)
-    runner.AbRunner(runner.AbConfig(**{**cfg.__dict__, "generator": "asyncio"}))  # accepted
+        AbConfig(**cfg)  # the configuration checks itself
+    AbRunner(AbConfig(**{**cfg, "generator": "asyncio"}))  # accepted
 
 
 def test_an_unreachable_grpc_endpoint_fails_the_source_with_what_to_fix(

@@ -23,10 +23,15 @@ import pytest
 from typer.testing import CliRunner
 
 from inflight.errors import ConfigError
-from inflight.loadtest import cpu, presets, report, runner
+from inflight.loadtest import cpu, presets, report
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import rategen as rg
 from inflight.loadtest import stats as st
+from inflight.loadtest.runner.ab import AbRunner
+from inflight.loadtest.runner.config import AbConfig, Endpoints
+from inflight.loadtest.runner.fleet import plan_gpu_servers
+from inflight.loadtest.runner.metrics import per_server_requests, sum_counts
+from inflight.loadtest.runner.plan import rategen_command
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -164,14 +169,14 @@ def test_summary_records_the_servers_and_what_each_got() -> None:
 
 
 def test_rategen_command_lists_every_servers_url(tmp_path: Path) -> None:
-    eps = [runner.Endpoints(http=f"127.0.0.1:{p}", grpc="g", metrics="m") for p in (8000, 9000)]
+    eps = [Endpoints(http=f"127.0.0.1:{p}", grpc="g", metrics="m") for p in (8000, 9000)]
     shape = presets.smoke().replace(users=4, rate=1000.0)
-    cmd = runner.rategen_command(
+    cmd = rategen_command(
         shape=shape, model="bert_tiny_null", endpoints=eps, duration_s=3, pool_file=tmp_path / "p", raw_dir=tmp_path
     )
     assert cmd[cmd.index("--url") + 1] == "127.0.0.1:8000,127.0.0.1:9000"
     assert cmd[cmd.index("--rate") + 1] == "1000" and cmd[cmd.index("--processes") + 1] == "4"
-    one = runner.rategen_command(
+    one = rategen_command(
         shape=shape, model="m", endpoints=eps[0], duration_s=3, pool_file=tmp_path / "p", raw_dir=tmp_path
     )
     assert one[one.index("--url") + 1] == "127.0.0.1:8000"
@@ -180,7 +185,7 @@ def test_rategen_command_lists_every_servers_url(tmp_path: Path) -> None:
 # -- the configuration's checks ------------------------------------------------------------------
 
 
-def _config(tmp_path: Path, **changes: Any) -> runner.AbConfig:
+def _config(tmp_path: Path, **changes: Any) -> AbConfig:
     base: dict[str, Any] = {
         "variants": ["bert_tiny_null@instances=2"],
         "shape": presets.smoke().replace(users=2, processes=2),
@@ -192,7 +197,7 @@ def _config(tmp_path: Path, **changes: Any) -> runner.AbConfig:
         "server_gpus": [0, 1],
     }
     base.update(changes)
-    return runner.AbConfig(**base)
+    return AbConfig(**base)
 
 
 @pytest.mark.parametrize(
@@ -221,17 +226,17 @@ def test_the_runner_refuses_what_per_gpu_servers_cannot_run(
     tmp_path: Path, changes: dict[str, Any], fragment: str
 ) -> None:
     with pytest.raises(ConfigError, match=fragment):
-        runner.AbRunner(_config(tmp_path, **changes))
+        AbRunner(_config(tmp_path, **changes))
 
 
 def test_a_per_gpu_deployment_is_planned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    r = runner.AbRunner(_config(tmp_path, variants=["bert_tiny_null@gpus=0", "bert_tiny_sync@instances=8"]))
+    r = AbRunner(_config(tmp_path, variants=["bert_tiny_null@gpus=0", "bert_tiny_sync@instances=8"]))
     # not pinned (--no-isolate): every server on every core, each shown its own GPU
-    assert [(p.gpu, p.visible_device, p.cpus) for p in r.gpu_servers] == [(0, "0", ()), (1, "1", ())]
-    assert [p.log_name for p in r.gpu_servers] == ["tritonserver-gpu0.log", "tritonserver-gpu1.log"]
+    assert [(p.gpu, p.visible_device, p.cpus) for p in r.fleet.plans] == [(0, "0", ()), (1, "1", ())]
+    assert [p.log_name for p in r.fleet.plans] == ["tritonserver-gpu0.log", "tritonserver-gpu1.log"]
     # without the flag nothing changes
-    assert runner.AbRunner(_config(tmp_path, server_gpus=())).gpu_servers == []
+    assert AbRunner(_config(tmp_path, server_gpus=())).fleet.plans == []
 
 
 class _FakeServer:
@@ -254,15 +259,16 @@ class _FakeServer:
 
 @pytest.mark.parametrize("error", [RuntimeError("boom"), KeyboardInterrupt()])
 def test_every_server_is_stopped_when_stopping_one_fails(tmp_path: Path, error: BaseException) -> None:
-    r = runner.AbRunner(_config(tmp_path))
-    r.data = tmp_path / "data"
-    r.data.mkdir()
+    r = AbRunner(_config(tmp_path))
+    r.fleet.data = tmp_path / "data"
+    r.fleet.data.mkdir()
     servers = [_FakeServer(tmp_path / "a.log", error), _FakeServer(tmp_path / "b.log")]
+    r.fleet.servers = list(servers)
     if isinstance(error, Exception):
-        exits = r._stop_servers(servers)
+        exits = r.fleet.stop()
         assert exits[0]["reason"] == "stopping it failed: RuntimeError: boom" and exits[1]["code"] == 0
         doc: dict[str, Any] = {"server": {"per_gpu_servers": [{"gpu": 0}, {"gpu": 1}]}, "caveats": []}
-        r._attach_exits(doc, exits)
+        r.fleet.attach_exits(doc, exits)
         assert doc["server"]["exit"] == {"code": None, "reason": "GPU 0: stopping it failed: RuntimeError: boom"}
         assert doc["server"]["per_gpu_servers"][1]["exit"] == {"code": 0, "reason": None}
         assert doc["caveats"] == [
@@ -270,20 +276,20 @@ def test_every_server_is_stopped_when_stopping_one_fails(tmp_path: Path, error: 
         ]
     else:  # an interrupt while stopping the first: the second is stopped, then the interrupt goes on
         with pytest.raises(KeyboardInterrupt):
-            r._stop_servers(servers)
+            r.fleet.stop()
     assert all(s.stopped for s in servers)
-    assert sorted(p.name for p in r.data.iterdir()) == ["tritonserver-gpu0.log", "tritonserver-gpu1.log"]
+    assert sorted(p.name for p in r.fleet.data.iterdir()) == ["tritonserver-gpu0.log", "tritonserver-gpu1.log"]
 
 
 def test_plans_split_the_server_cores_and_follow_the_inherited_visible_devices() -> None:
-    plans = runner.plan_gpu_servers([0, 1], list(range(20)), None)
+    plans = plan_gpu_servers([0, 1], list(range(20)), None)
     assert [(p.gpu, p.visible_device, ol.format_cpus(p.cpus)) for p in plans] == [(0, "0", "0-9"), (1, "1", "10-19")]
     # a lane that sees GPUs 2 and 3: index 1 is physical GPU 3
-    assert [p.visible_device for p in runner.plan_gpu_servers([1], [0], "2,3")] == ["3"]
+    assert [p.visible_device for p in plan_gpu_servers([1], [0], "2,3")] == ["3"]
     with pytest.raises(ConfigError, match=r"CUDA_VISIBLE_DEVICES='2' shows 1 GPU \(indices 0..0\)"):
-        runner.plan_gpu_servers([0, 1], [0, 1], "2")
+        plan_gpu_servers([0, 1], [0, 1], "2")
     with pytest.raises(ConfigError, match="names no GPU"):
-        runner.plan_gpu_servers([], [0], None)
+        plan_gpu_servers([], [0], None)
 
 
 def test_the_cli_parses_the_flag_and_reports_a_bad_one(tmp_path: Path) -> None:
@@ -353,9 +359,9 @@ def test_summing_stats_of_different_models_or_none_is_refused() -> None:
 
 def test_per_server_requests_and_request_counters() -> None:
     b0, a0 = _snapshots("bert_tiny_sync")
-    assert runner._per_server_requests([b0, b0], [a0, b0]) == [st.stats_delta(b0, a0).requests, 0]
-    assert runner._per_server_requests([a0], [b0]) == [None]  # went backwards: not a window
-    counts = runner._sum_counts(
+    assert per_server_requests([b0, b0], [a0, b0]) == [st.stats_delta(b0, a0).requests, 0]
+    assert per_server_requests([a0], [b0]) == [None]  # went backwards: not a window
+    counts = sum_counts(
         [
             {"pending": 0, "success": 10, "failure": None, "executions": 3, "lines": ["x"]},
             {"pending": 2, "success": 5, "failure": None, "executions": 1, "lines": ["y"]},

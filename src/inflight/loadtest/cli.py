@@ -166,7 +166,8 @@ def ab_cmd(
     """
     setup_logging(verbose)
     from inflight.loadtest import openloop, presets
-    from inflight.loadtest.runner import AbConfig, run_ab
+    from inflight.loadtest.runner.ab import run_ab
+    from inflight.loadtest.runner.config import AbConfig
 
     try:
         server_gpus = openloop.parse_gpus(server_per_gpu) if server_per_gpu is not None else []
@@ -230,7 +231,7 @@ def ab_cmd(
                 server_cpus=server_cpus,
                 client_cpus=client_cpus,
                 isolate=isolate,
-                generator=generator,  # type: ignore[arg-type]  # checked by AbRunner
+                generator=generator,  # type: ignore[arg-type]  # checked by AbConfig
                 server_gpus=server_gpus,
             )
         )
