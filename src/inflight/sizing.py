@@ -155,6 +155,7 @@ def measure_instance_memory(
         return [a.half() if a.is_floating_point() else a for a in args]
 
     largest = inputs(max_seq)
+    timed_seq = typical_seq if max_seq is not None and typical_seq is not None else max_seq
     torch.cuda.synchronize(dev)
     base = torch.cuda.memory_allocated(dev)
     torch.cuda.reset_peak_memory_stats(dev)
@@ -163,7 +164,7 @@ def measure_instance_memory(
         torch.cuda.synchronize(dev)
         peak = torch.cuda.max_memory_allocated(dev) - base
         del largest
-        typical = inputs(typical_seq if max_seq is not None and typical_seq is not None else max_seq)
+        typical = inputs(timed_seq)
         module(*typical)  # timed on its second run: the first includes the libraries' set-up
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -192,7 +193,7 @@ def measure_instance_memory(
         m.weights_mb,
         CONTEXT_MB,
         m.free_mb,
-        typical_seq if max_seq is not None and typical_seq is not None else max_seq,
+        timed_seq,
         m.batch_ms,
         batcher_delay_us(m),
     )

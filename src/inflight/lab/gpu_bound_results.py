@@ -37,10 +37,10 @@ def _engine_files(root: Path) -> list[Path]:
     return sorted((root / "results").glob("engine-minilm-*/encoder-engine-*.json"))
 
 
-def _ab_files(root: Path) -> list[Path]:
-    """The served sittings' files, in the order they ran (their ``started`` time)."""
-    files = (root / "results").glob("gpu-bound/*/ab-*.json")
-    return sorted(files, key=lambda p: str(json.loads(p.read_text()).get("started", "")))
+def _ab_docs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The served sittings' files and their documents (each read once), in the order they ran (``started``)."""
+    docs = [(p, json.loads(p.read_text())) for p in (root / "results").glob("gpu-bound/*/ab-*.json")]
+    return sorted(docs, key=lambda pd: str(pd[1].get("started", "")))
 
 
 def nsys_files(root: Path) -> list[Path]:
@@ -59,8 +59,9 @@ def nsys_captures(root: Path) -> list[dict[str, Any]]:
         rate = float(words[words.index("--rate") + 1]) if "--rate" in words else None
         log = p.parent / "load.log"
         achieved = None
-        if log.is_file() and "answered (" in log.read_text():
-            achieved = float(log.read_text().rsplit("answered (", 1)[1].split()[0])
+        text = log.read_text() if log.is_file() else ""
+        if "answered (" in text:
+            achieved = float(text.rsplit("answered (", 1)[1].split()[0])
         for f in files:
             out.append(
                 {
@@ -120,8 +121,7 @@ def capacity_per_round(doc: Mapping[str, Any], label: str, slo_ms: float) -> lis
 def variants(root: Path) -> list[dict[str, Any]]:
     """Each variant of each served file: its spec, instances, capacity per round and median, and gauges at it."""
     out = []
-    for f in _ab_files(root):
-        doc = json.loads(f.read_text())
+    for f, doc in _ab_docs(root):
         slo = doc["load"]["open_loop"]["slo_p99_ms"]
         top = max(r["rate"] for r in doc["runs"])
         for v in doc["variants"]:
@@ -375,8 +375,7 @@ def section(root: Path) -> list[str]:
             act = "" if c["gpu_activity"] is None else f"{c['gpu_activity']:.1%}"
             sync = "" if c["sync_share"] is None else f"{c['sync_share']:.1%}"
             lines.append(f"| [`{c['name']}`]({rel}) | {c['rate'] or 0:,.0f} | {ach} | {act} | {sync} |")
-    for f in _ab_files(root):
-        doc = json.loads(f.read_text())
+    for f, doc in _ab_docs(root):
         low = min(r["rate"] for r in doc["runs"])
         null = [r for r in doc["runs"] if r["model_name"].endswith("_null") and r["rate"] == low]
         p99 = ", ".join(f"{r['latency_ms']['p99']:.1f}" for r in null if isinstance(r["latency_ms"], Mapping))
