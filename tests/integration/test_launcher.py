@@ -16,7 +16,7 @@ from inflight.server.launcher import (
     TritonServer,
     check_stub_numpy,
     find_tritonserver,
-    free_port,
+    free_ports,
     prepare_backend_dir,
     stub_environment,
 )
@@ -31,12 +31,13 @@ def test_port_in_use_is_refused_with_the_fix(tmp_path: Path, repository: Path) -
         s.bind(("0.0.0.0", 0))
         s.listen()
         port = s.getsockname()[1]
+        grpc, metrics = free_ports(2)
         cfg = ServerConfig(
             model_repository=repository,
             workdir=tmp_path,
             http_port=port,
-            grpc_port=free_port(),
-            metrics_port=free_port(),
+            grpc_port=grpc,
+            metrics_port=metrics,
         )
         with pytest.raises(ServerError, match=rf"http port {port} is already in use.*--http-port"):
             TritonServer(cfg).start()
@@ -76,11 +77,11 @@ def test_serve_command_stops_cleanly_on_sigterm(tmp_path: Path, repository: Path
     import time
     import urllib.request
 
-    http = free_port()
+    http, grpc, metrics = free_ports(3)
     p = subprocess.Popen(
         [
             sys.executable, "-m", "inflight.cli", "serve", "--repository", str(repository), "-m", "linear_head_sync",
-            "--http-port", str(http), "--grpc-port", str(free_port()), "--metrics-port", str(free_port()),
+            "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
             "--workdir", str(tmp_path),
         ],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -85,3 +85,12 @@ def test_leftover_env_folders_stay_while_another_server_runs(tmp_path: Path, mon
     server, old, new = _server_with_leftovers(tmp_path, monkeypatch, others=[os.getpid()])
     server._remove_leftover_env_dirs()
     assert old.is_dir() and new.is_dir(), "another live tritonserver may own the new folder: it must stay"
+
+
+def test_free_ports_are_distinct_and_bindable() -> None:
+    from inflight.server.launcher import free_ports, port_free
+
+    for _ in range(200):
+        ports = free_ports(3)
+        assert len(set(ports)) == 3, ports
+    assert all(port_free(p, "127.0.0.1") for p in free_ports(3))

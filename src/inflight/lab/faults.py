@@ -55,7 +55,7 @@ import numpy as np
 
 import inflight
 from inflight.lab.open_loop_results import fmt, markdown_table
-from inflight.server.launcher import free_port, port_free
+from inflight.server.launcher import free_ports, port_free
 from inflight.tool_errors import ServerError
 
 #: A request neither answered nor failed within this many seconds is lost.
@@ -134,7 +134,8 @@ class ServeProcess:
 
     def __init__(self, repository: Path, workdir: Path, model: str, *extra: str) -> None:
         self.workdir = workdir
-        self.ports = (free_port(), free_port(), free_port())
+        http, grpc, metrics = free_ports(3)
+        self.ports = (http, grpc, metrics)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
         env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
         self.proc = subprocess.Popen(

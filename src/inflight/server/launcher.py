@@ -259,9 +259,21 @@ def port_free(port: int, host: str = "0.0.0.0") -> bool:
 
 def free_port() -> int:
     """An ephemeral port that is free now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ephemeral ports that are free now.
+
+    The sockets are held open together while the kernel picks, so no two of the ports are the same
+    (picking one at a time can hand out one port twice, and tritonserver then refuses HTTP and gRPC
+    on one port).
+    """
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
 
 
 @dataclass(kw_only=True)
@@ -325,10 +337,11 @@ class ServerConfig:
     @classmethod
     def on_free_ports(cls, model_repository: Path, workdir: Path, **overrides: object) -> ServerConfig:
         """Free HTTP, gRPC and metrics ports, explicit model control with nothing loaded, then ``overrides``."""
+        http, grpc, metrics = free_ports(3)
         kw: dict[str, object] = {
-            "http_port": free_port(),
-            "grpc_port": free_port(),
-            "metrics_port": free_port(),
+            "http_port": http,
+            "grpc_port": grpc,
+            "metrics_port": metrics,
             "models": [],
         }
         kw.update(overrides)
