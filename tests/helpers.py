@@ -138,3 +138,18 @@ def infer_or_message(http_url: str, model: str, inputs: Mapping[str, np.ndarray]
             return c.infer(model, http_inputs(inputs)).as_numpy(output)
         except InferenceServerException as e:
             return e.message()
+
+
+def in_band(executor: Any, batch: Any) -> list[dict[str, np.ndarray]]:
+    """Run ``batch`` through an in-band executor's ``run`` into a ``Collect`` sink; each request's outputs, in order.
+
+    Fails the test when any request got an error.
+    """
+    sink = Collect()
+    executor.run(batch, sink)
+    outs = []
+    for item in batch.items:
+        got, error = sink.got[item.handle]
+        assert error is None and got is not None, error
+        outs.append(got)
+    return outs

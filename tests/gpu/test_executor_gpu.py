@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.helpers import Collect
+from tests.helpers import Collect, in_band
 
 from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
@@ -88,7 +88,7 @@ def test_sync_executor_matches_reference(repository: Path) -> None:
     runner.warmup((64,))
     rng = np.random.default_rng(8)
     for b in _batches(spec, [1, 33, 500, 2048], [64, 16, 128, 64], rng):
-        outs = ex.run(b)
+        outs = in_band(ex, b)
         for item, out in zip(b.items, outs, strict=True):
             ref = reference_outputs(repository, "bert_tiny", item.inputs)  # type: ignore[arg-type]
             assert relative_error(out["cls"], ref) <= error_bound(True)
@@ -117,7 +117,7 @@ def test_mixed_lengths_are_graph_replays_and_match_reference(repository: Path) -
     runner.warmup((64,))  # only seq 64 at load: the others are captured on first use
     rng = np.random.default_rng(11)
     first = _mixed(spec, 2048, rng, 0)
-    outs = ex.run(first)
+    outs = in_band(ex, first)
     eager_first = ex.stats.eager_launches
     assert ex.stats.mixed_length_batches == 1 and ex.stats.launches > 1
     assert eager_first >= 1, "buckets other than seq 64 were not captured at load, so some launch runs eagerly"
@@ -127,7 +127,7 @@ def test_mixed_lengths_are_graph_replays_and_match_reference(repository: Path) -
         assert relative_error(out["cls"], ref) <= error_bound(True), item.seq
     # the same composition again: every launch replays a graph
     replays_before = ex.stats.graph_replays
-    outs = ex.run(first)
+    outs = in_band(ex, first)
     assert ex.stats.eager_launches == eager_first
     assert ex.stats.graph_replays - replays_before == len(runner.slots[0].groups)
     assert ex.stats.padded_tokens > ex.stats.real_tokens
@@ -146,7 +146,7 @@ def test_capture_at_load_leaves_no_eager_launch(repository: Path) -> None:
     graphs = runner.engine.graphs()
     assert graphs == len(pow2_buckets(2048)) * 4
     for i in range(3):
-        ex.run(_mixed(spec, 1000 + 300 * i, np.random.default_rng(20 + i), 0))
+        in_band(ex, _mixed(spec, 1000 + 300 * i, np.random.default_rng(20 + i), 0))
     assert ex.stats.eager_launches == 0 and ex.stats.graph_replays == ex.stats.launches > 3
     assert runner.engine.graph_memory_mb() > 0
     ex.close()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers import in_band
 
 from inflight.lab.models_results import TEXTS as BASE_TEXTS
 
@@ -70,8 +71,8 @@ def test_fp16_engine_matches_sentence_transformers(tmp_path: Path, unpad: bool) 
     ex = SyncExecutor(parts.runner)
     try:
         capture_at_load(parts, params)
-        first = np.concatenate([o["embedding"] for o in ex.run(Batch(items))])  # eager, then captured
-        served = np.concatenate([o["embedding"] for o in ex.run(Batch(items))])  # the graphs' replay
+        first = np.concatenate([o["embedding"] for o in in_band(ex, Batch(items))])  # eager, then captured
+        served = np.concatenate([o["embedding"] for o in in_band(ex, Batch(items))])  # the graphs' replay
         engine = parts.engine
         counters = dict(getattr(engine, "counters", {}))
     finally:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.helpers import Collect
+from tests.helpers import Collect, in_band
 
 from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
@@ -63,12 +63,12 @@ def test_mixed_lengths_run_as_one_unpadded_launch_replayed_from_a_graph(reposito
     assert graphs > len(pow2_buckets(2048)), "no unpadded graph captured at load"
     rng = np.random.default_rng(3)
     mixed = _batch(2048, (16, 128), rng)
-    outs = ex.run(mixed)
+    outs = in_band(ex, mixed)
     assert ex.stats.launches == 1 and ex.stats.unpadded_launches == 1 and ex.stats.mixed_length_batches == 1
     assert ex.stats.padded_tokens < ex.stats.real_tokens  # the masked tails were left out
     _check(repository, mixed, outs)
     eager = ex.stats.eager_launches  # seq 128's token bucket: captured on its first use
-    outs = ex.run(mixed)
+    outs = in_band(ex, mixed)
     assert ex.stats.eager_launches == eager and ex.stats.graph_replays >= 1
     _check(repository, mixed, outs)
     # length 64, three quarters of every sequence masked: unpadded from a graph captured at load
@@ -77,7 +77,7 @@ def test_mixed_lengths_run_as_one_unpadded_launch_replayed_from_a_graph(reposito
         it.inputs["attention_mask"][:, 16:] = 0
         it.inputs["input_ids"][:, 16:] = 0
     before = ex.stats.eager_launches
-    _check(repository, uniform, ex.run(uniform))
+    _check(repository, uniform, in_band(ex, uniform))
     assert ex.stats.eager_launches == before and ex.stats.unpadded_launches == 3
     ex.close()
 

@@ -11,9 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.helpers import TOY_SPEC
+from tests.helpers import TOY_SPEC, Collect, in_band
 
-from inflight.errors import ShuttingDownError
 from inflight.models.spec import ModelSpec, TensorSpec
 from inflight.runtime.batch import (
     Batch,
@@ -29,6 +28,7 @@ from inflight.runtime.batch import (
 )
 from inflight.runtime.engines.base import HostEngine
 from inflight.runtime.pipeline import PipelinedExecutor, SyncExecutor
+from inflight.runtime.pipeline.contract import SHUTTING_DOWN
 from inflight.runtime.runners import CpuRunner
 
 SPEC = TOY_SPEC
@@ -152,7 +152,7 @@ def test_mixed_lengths_in_one_batch_each_request_gets_its_own_rows() -> None:
     ex = SyncExecutor(runner)
     rng = np.random.default_rng(4)
     items = [_item(i, int(rng.integers(1, 6)), int(s), rng) for i, s in enumerate((3, 15, 7, 4, 16, 1, 8))]
-    outs = ex.run(Batch(items))
+    outs = in_band(ex, Batch(items))
     for item, out in zip(items, outs, strict=True):
         want = _expect(item)
         np.testing.assert_array_equal(out["y"][:, 0], want[:, 0])  # sums: zero padding adds nothing
@@ -168,7 +168,7 @@ def test_sync_executor_is_exact() -> None:
     ex = SyncExecutor(_runner(ToyEngine()))
     rng = np.random.default_rng(1)
     items = [_item(i, int(rng.integers(1, 5)), 6, rng) for i in range(5)]
-    outs = ex.run(Batch(items))
+    outs = in_band(ex, Batch(items))
     for item, out in zip(items, outs, strict=True):
         np.testing.assert_array_equal(out["y"], _expect(item))
     assert ex.stats.max_depth == 1 and ex.stats.batches == 1
@@ -359,7 +359,7 @@ def test_out_of_vocabulary_ids_are_partitioned_out_before_anything_is_submitted(
     engine = TokenEngine()
     runner = CpuRunner(engine, Layout(TOKENS, 64, 16), Buckets(tuple(range(1, 65)), tuple(range(1, 17))))
     with SyncExecutor(runner) as sync:
-        assert sync.run(Batch(partition_values(TOKENS, items)[0]))[0]["y"][0, 0] == 28
+        assert in_band(sync, Batch(partition_values(TOKENS, items)[0]))[0]["y"][0, 0] == 28
     assert engine.calls == 1
 
 
@@ -368,9 +368,9 @@ def test_an_executor_refuses_use_after_close() -> None:
 
     rng = np.random.default_rng(6)
     with SyncExecutor(_runner(ToyEngine())) as sync:
-        sync.run(Batch([_item(0, 1, 4, rng)]))
+        in_band(sync, Batch([_item(0, 1, 4, rng)]))
     with pytest.raises(ClosedError, match="used after close"):
-        sync.run(Batch([_item(1, 1, 4, rng)]))
+        in_band(sync, Batch([_item(1, 1, 4, rng)]))
     sink = Sink()
     with PipelinedExecutor(_runner(ToyEngine()), sink, slots=1, response_threads=1) as ex:
         ex.submit(Batch([_item(0, 1, 4, rng)]))
@@ -548,15 +548,15 @@ def test_pipelined_run_is_the_sync_path_on_a_slot_of_the_ring() -> None:
         PipelinedExecutor(_runner(ToyEngine(delay_s=0.002)), sink, slots=2, response_threads=1) as ring,
     ):
         for items in batches:
-            want = [o["y"].copy() for o in sync.run(Batch(items))]
-            got = ring.run(Batch(items))
+            want = [o["y"].copy() for o in in_band(sync, Batch(items))]
+            got = in_band(ring, Batch(items))
             assert [o["y"].tolist() for o in got] == [w.tolist() for w in want]
             assert ring.in_flight() == 0
         # a batch deferred before an in-band one: both answered, each through its own path
         deferred = [_item(100 + j, 2, 7, rng) for j in range(3)]
         ring.submit(Batch(deferred))
         inline = [_item(200, 3, 7, rng)]
-        np.testing.assert_array_equal(ring.run(Batch(inline))[0]["y"], _expect(inline[0]))
+        np.testing.assert_array_equal(in_band(ring, Batch(inline))[0]["y"], _expect(inline[0]))
     assert sorted(sink.got) == [100, 101, 102]
     st = ring.stats
     assert st.batches == 7 and st.inline_wait_s > 0 and st.inline_wait_s <= st.device_wait_s
@@ -569,13 +569,13 @@ def test_in_band_batches_all_run_on_the_slot_released_last() -> None:
     with PipelinedExecutor(_runner(ToyEngine()), Sink(), slots=4, response_threads=1) as ring:
         for b in range(6):
             item = _item(b, 2, 5, rng)
-            np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+            np.testing.assert_array_equal(in_band(ring, Batch([item]))[0]["y"], _expect(item))
         assert sorted(s.generation for s in ring.slots) == [0, 0, 0, 6]
         # a deferred batch takes that slot too (the one released last); the next in-band one gets another while
         # it is busy
         ring.submit(Batch([_item(10, 2, 5, rng)]))
         item = _item(11, 2, 5, rng)
-        np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+        np.testing.assert_array_equal(in_band(ring, Batch([item]))[0]["y"], _expect(item))
     assert sum(s.generation for s in ring.slots) == 8
 
 
@@ -593,7 +593,7 @@ def test_the_ring_starts_its_threads_with_the_first_deferred_batch_only() -> Non
     try:
         for b in range(3):
             item = _item(b, 2, 5, rng)
-            np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+            np.testing.assert_array_equal(in_band(ring, Batch([item]))[0]["y"], _expect(item))
         assert not ours(), "in-band batches started threads"
         ring.submit(Batch([_item(10, 2, 5, rng)]))
         assert ours() == {"inflight-send-0", "inflight-send-1", "inflight-send-2", "inflight-completion"}
@@ -601,7 +601,7 @@ def test_the_ring_starts_its_threads_with_the_first_deferred_batch_only() -> Non
         assert ring.close()
     assert not ours() and sorted(sink.got) == [10]
     with PipelinedExecutor(_runner(ToyEngine()), Sink(), slots=2, response_threads=2) as idle:
-        idle.run(Batch([_item(20, 1, 5, rng)]))
+        in_band(idle, Batch([_item(20, 1, 5, rng)]))
     assert not ours()
 
 
@@ -622,13 +622,35 @@ def test_in_band_before_any_deferral_skips_the_ring_and_after_one_goes_through_i
         ring.ring.acquire = counting  # type: ignore[method-assign]
         for b in range(3):
             item = _item(b, 2, 5, rng)
-            np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+            np.testing.assert_array_equal(in_band(ring, Batch([item]))[0]["y"], _expect(item))
         assert taken == [] and ring.stats.depth_launches[1] == 3 and ring.stats.max_depth == 1
         ring.submit(Batch([_item(10, 2, 5, rng)]))
         item = _item(11, 2, 5, rng)
-        np.testing.assert_array_equal(ring.run(Batch([item]))[0]["y"], _expect(item))
+        np.testing.assert_array_equal(in_band(ring, Batch([item]))[0]["y"], _expect(item))
         assert len(taken) == 2  # the deferred batch's slot and the in-band one's, each from the ring
     with PipelinedExecutor(_runner(ToyEngine()), Sink(), slots=2, response_threads=1) as closing:
         closing.ring.drain(time.monotonic())
-        with pytest.raises(ShuttingDownError):
-            closing.run(Batch([_item(20, 2, 5, rng)]))
+        refused = Collect()
+        closing.run(Batch([_item(20, 2, 5, rng)]), refused)
+        assert refused.got == {20: (None, SHUTTING_DOWN)}
+
+
+@pytest.mark.parametrize("executor", ["sync", "pipelined"])
+def test_an_in_band_batch_that_fails_on_the_device_fails_alone(executor: str) -> None:
+    """Each request of the failed batch gets the device's error through the sink; the next batch is answered."""
+    rng = np.random.default_rng(30)
+    bad = _item(0, 2, 4, rng)
+    bad.inputs["x"][0, 0] = 666  # ToyEngine raises on it
+    runner = _runner(ToyEngine())
+    with (
+        SyncExecutor(runner)
+        if executor == "sync"
+        else PipelinedExecutor(runner, Sink(), slots=2, response_threads=1) as ex
+    ):
+        sink = Collect()
+        ex.run(Batch([bad, _item(1, 1, 4, rng)]), sink)
+        error = "batch failed on the device: batch failed on the CPU: RuntimeError: device fault"
+        assert sink.got == {0: (None, error), 1: (None, error)}
+        assert ex.stats.failed_batches == 1
+        good = _item(2, 3, 4, rng)
+        np.testing.assert_array_equal(in_band(ex, Batch([good]))[0]["y"], _expect(good))

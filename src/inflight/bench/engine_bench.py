@@ -697,7 +697,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
     engine, pipe_engine = sync_parts.engine, pipe_parts.engine
     assert isinstance(sync_runner, CudaRunner) and isinstance(pipe_runner, CudaRunner)
     assert isinstance(engine, TorchEngine) and isinstance(pipe_engine, TorchEngine)
-    sink = CountingSink()
+    sink, sync_sink = CountingSink(), CountingSink()
     rows_out: list[dict[str, Any]] = []
     rng = np.random.default_rng(0)
 
@@ -730,7 +730,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
         def sync_pass(pool: list[Batch] = pool) -> float:
             t = time.perf_counter()
             for i in range(cfg.iters):
-                sync_ex.run(pool[i % len(pool)])
+                sync_ex.run(pool[i % len(pool)], sync_sink)
             return time.perf_counter() - t
 
         def pipe_pass(pool: list[Batch] = pool) -> float:
@@ -742,7 +742,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
             return time.perf_counter() - t
 
         for i in range(cfg.warmup):
-            sync_ex.run(pool[i % len(pool)])
+            sync_ex.run(pool[i % len(pool)], sync_sink)
         sync_s = sync_pass()
         pipe_s: dict[str, float] = {}
         stats_before = pipe_ex.stats.snapshot()
@@ -810,7 +810,7 @@ def run(cfg: BenchConfig) -> dict[str, Any]:
         LOGGER.info("%s", json.dumps(row))
         rows_out.append(row)
 
-    assert not sink.errors, sink.errors[:3]
+    assert not sink.errors and not sync_sink.errors, (sink.errors + sync_sink.errors)[:3]
     from inflight.bench.floor import peak_for
 
     peak = peak_for(cuda.device_name(cfg.device_id))

@@ -296,11 +296,33 @@ R = TypeVar("R", SyncExecutor, PipelinedExecutor, OverlapExecutor)
 
 
 class Returning(Mode[R]):
-    """A mode that returns every response from ``execute()``: request positions are the handles."""
+    """A mode that returns every response from ``execute()``: request positions are the handles.
+
+    Its executor reports each request's outcome to a ``Returned`` sink, which builds the Triton
+    response at once (the outputs are views of the executor's buffers).
+    """
 
     def handle(self, index: int, request: Any) -> int:
         """The request's position: its response goes back in the returned list."""
         return index
+
+    def execute(self, requests: Sequence[Any]) -> list[Any]:
+        """Run the batch and return one response per request."""
+        responses: list[Any] = [None] * len(requests)
+        taken = self.take(requests)
+        for i, _, error in taken.bad:
+            responses[i] = self.rejections.response(error)
+        if not taken.items:
+            return responses
+        returned = Returned(self.sink.response, responses)
+        try:
+            self.executor.run(Batch(taken.items), returned)
+        except Exception as e:  # raised before any request was answered (the executor was closed)
+            LOGGER.error("batch failed: %s", e)
+            for item in taken.items:
+                responses[item.handle] = self.sink.response(None, failed_on_device(e))
+        self.sink.build_s += returned.build_s
+        return responses
 
     def fail(self, requests: Sequence[Any], message: str) -> list[Any]:
         """One error response per request."""
@@ -311,33 +333,6 @@ class SyncMode(Returning[InBand]):
     """Wait for the device, return every response (one slot: the stock-equivalent baseline; ``auto``'s in-band path)."""
 
     name = "sync"
-
-    def execute(self, requests: Sequence[Any]) -> list[Any]:
-        """Run the batch and return one response per request."""
-        responses: list[Any] = [None] * len(requests)
-        taken = self.take(requests)
-        for i, _, error in taken.bad:
-            responses[i] = self.rejections.response(error)
-        if not taken.items:
-            return responses
-        try:
-            outs = self.executor.run(Batch(taken.items))
-        except ShuttingDownError as e:  # auto's ring is closing
-            for item in taken.items:
-                responses[item.handle] = self.sink.response(None, str(e))
-        except Exception as e:
-            LOGGER.error("batch failed: %s", e)
-            for item in taken.items:
-                responses[item.handle] = self.sink.response(None, failed_on_device(e))
-        else:
-            t0 = time.perf_counter()
-            for item, out in zip(taken.items, outs, strict=True):
-                responses[item.handle] = self.sink.response(out, None)
-            took = time.perf_counter() - t0
-            self.sink.build_s += took
-            st = self.executor.stats
-            st.build_max_s = max(st.build_max_s, took)
-        return responses
 
 
 class PipelinedMode(Mode[PipelinedExecutor]):
@@ -383,16 +378,6 @@ class OverlapMode(Returning[OverlapExecutor]):
     """The batch in chunks overlapped on the GPU; every response returned."""
 
     name = "overlap"
-
-    def execute(self, requests: Sequence[Any]) -> list[Any]:
-        """Run the batch's chunks and return their responses."""
-        responses: list[Any] = [None] * len(requests)
-        taken = self.take(requests)
-        for i, _, error in taken.bad:
-            responses[i] = self.rejections.response(error)
-        if taken.items:  # handles are the requests' positions: each response is built into ``responses``
-            self.executor.run(Batch(taken.items), Returned(self.sink.response, responses))
-        return responses
 
 
 class AutoMode(Mode[PipelinedExecutor]):

@@ -1,7 +1,10 @@
 """Executors: the stock-equivalent sync loop, the pipelined ring of slots, the overlapped chunks.
 
-``SyncExecutor`` (the baseline): gather, launch, wait for the device, return the outputs;
-one batch at a time, the caller blocked throughout, like Triton's stock backends.
+Every executor reports each request's outcome (its outputs, or an error) to one ``ResponseSink``, by
+the request's handle; the modes (``inflight.runtime.modes``) turn outcomes into Triton responses.
+
+``SyncExecutor`` (the baseline): gather, launch, wait for the device, report the outputs to the sink
+before ``run`` returns; one batch at a time, the caller blocked throughout, like Triton's stock backends.
 
 ``PipelinedExecutor``: ``submit`` gathers a batch into a free slot, launches it and returns at
 once; several batches are in flight. A completion thread waits for slots in launch order,
@@ -12,7 +15,7 @@ the sync one). When every slot is busy, ``submit`` waits for one (back-pressure)
 many batches wait for their responses the completion thread waits; both waits are counted.
 
 ``PipelinedExecutor.run`` is the sync executor's path over one slot of the ring (gather, launch,
-wait, return the outputs): the ``auto`` mode answers a batch in-band through it, or defers it
+wait, report the outputs): the ``auto`` mode answers a batch in-band through it, or defers it
 through ``submit``, batch by batch (``AutoPolicy``).
 
 ``OverlapExecutor`` (mode ``overlap``): the sync mode's return path with the GPU hidden inside one

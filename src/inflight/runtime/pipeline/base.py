@@ -6,11 +6,9 @@ import threading
 import time
 from typing import TypeVar
 
-import numpy as np
-
 from inflight.errors import ClosedError, EngineError
 from inflight.runtime.batch import Batch, Layout, Slot, gather, outputs_for
-from inflight.runtime.pipeline.contract import NoRanges, Ranges
+from inflight.runtime.pipeline.contract import LOGGER, NoRanges, Ranges, ResponseSink, failed_on_device
 from inflight.runtime.pipeline.stats import ExecutorStats
 from inflight.runtime.runners import Runner
 
@@ -101,22 +99,36 @@ class ExecutorBase:
             self.stats.max_depth = max(self.stats.max_depth, 1)
         self.stats.slot_s += time.perf_counter() - t0
 
-    def _run_in_band(self, slot: Slot, batch: Batch) -> list[dict[str, np.ndarray]]:
-        """The sync path on ``slot``: gather, launch, wait for the device, return per-request output views.
+    def _answer_in_band(self, slot: Slot, batch: Batch, sink: ResponseSink) -> None:
+        """The sync path on ``slot``: gather, launch, wait for the device, report each request's outcome to ``sink``.
 
-        The views stay valid until the slot is gathered into again (the caller's next batch).
-
-        Raises:
-            EngineError: when the batch failed on the device.
+        The outputs ``sink`` gets are views of the slot's host buffers, valid only during ``send``. A
+        batch that failed (gathering, launching or on the device) is logged once and each of its
+        requests gets ``failed_on_device``'s message; the instance carries on.
         """
-        self._prepare(slot, batch)
-        self._launch(slot)
-        t0 = time.perf_counter()
-        with self.ranges.range("wait"):
-            self.runner.wait(slot)
+        try:
+            self._prepare(slot, batch)
+            self._launch(slot)
+            t0 = time.perf_counter()
+            with self.ranges.range("wait"):
+                self.runner.wait(slot)
+        except Exception as e:
+            LOGGER.error("batch failed: %s", e)
+            with self._lock:
+                self.stats.failed_batches += 1
+            error = failed_on_device(e)
+            for item in batch.items:
+                sink.send(item.handle, None, error)
+            return
         waited = time.perf_counter() - t0
         with self._lock:
             self.stats.device_wait_s += waited
             self.stats.inline_wait_s += waited
             self.stats.wait_max_s = max(self.stats.wait_max_s, waited)
-        return outputs_for(self.layout, slot)
+        t0 = time.perf_counter()
+        with self.ranges.range("respond"):
+            for item, out in zip(batch.items, outputs_for(self.layout, slot), strict=True):
+                sink.send(item.handle, out, None)
+        took = time.perf_counter() - t0
+        with self._lock:
+            self.stats.build_max_s = max(self.stats.build_max_s, took)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -64,7 +65,8 @@ class Returned:
     """A ``ResponseSink`` for a batch answered in ``execute()``'s returned list: handles are list positions.
 
     Each outcome is built into a response object at once (``build``: the mode's, e.g. a Triton
-    ``InferenceResponse``), while the outputs it is given are still valid.
+    ``InferenceResponse``), while the outputs it is given are still valid; ``build_s`` sums the time
+    the builds took.
 
     Args:
         build: Builds one request's response object.
@@ -75,10 +77,13 @@ class Returned:
     def __init__(self, build: Build, responses: list[Any] | None = None, n: int = 0) -> None:
         self._build = build
         self.responses: list[Any] = [None] * n if responses is None else responses
+        self.build_s = 0.0
 
     def send(self, handle: int, outputs: Mapping[str, np.ndarray] | None, error: str | None) -> None:
         """Build the response of the request at position ``handle``."""
+        t0 = time.perf_counter()
         self.responses[handle] = self._build(outputs, error)
+        self.build_s += time.perf_counter() - t0
 
 
 class Ranges(Protocol):

@@ -12,8 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-import numpy as np
-
+from inflight.errors import ShuttingDownError
 from inflight.runtime.batch import Batch, Slot
 from inflight.runtime.pipeline.base import ExecutorBase
 from inflight.runtime.pipeline.completion import Completion
@@ -160,33 +159,38 @@ class PipelinedExecutor(ExecutorBase):
             return
         self.completion.put(slot)
 
-    def run(self, batch: Batch) -> list[dict[str, np.ndarray]]:
-        """Execute ``batch`` in-band, the sync executor's path on a slot of the ring; return its output views.
+    def run(self, batch: Batch, sink: ResponseSink) -> None:
+        """Execute ``batch`` in-band (the sync path on a slot of the ring); report to ``sink`` before returning.
 
-        ``auto`` answers a batch this way when deferring it cannot gain. The slot is free again on
-        return; its output views stay valid until the caller's next batch (only the execute thread
-        gathers into slots, so they outlive the ``execute()`` that returns them). Batches deferred
-        before are still on the device ahead of it; the wait includes them.
+        ``auto`` answers a batch this way when deferring it cannot gain. Each request's outcome goes
+        to ``sink`` (by its handle; outputs are views valid during ``send`` only), and the slot is
+        free again on return. Batches deferred before are still on the device ahead of it; the wait
+        includes them. A closing ring answers the batch with ``SHUTTING_DOWN``.
 
         Raises:
-            EngineError: when the batch failed on the device.
-            ShuttingDownError: when the executor is closing; ``ClosedError`` once it is closed.
+            ClosedError: once it is closed.
         """
         self._check_open()
         t0 = time.perf_counter()
-        if not self._submitted:
-            # nothing was ever deferred: no other thread touches the ring (its threads start with the first
+        shared = self._submitted
+        try:
+            # until the first deferral no other thread touches the ring (its threads start with the first
             # submit), so the batch takes the slot the ring would hand out (the one released last) without the
             # ring's lock, as SyncExecutor.run does; measured on one H200 with 4 server cores, the ring's
             # acquire and release cost 17-19 us a batch where sync's slot cost 4-6
             # (results/modes/20261127-h200-4cores-p99c)
-            slot = self.ring.unshared()
+            slot = self.ring.acquire() if shared else self.ring.unshared()
+        except ShuttingDownError as e:
+            for item in batch.items:
+                sink.send(item.handle, None, str(e))
+            return
+        if not shared:
             self._count_sole_slot(t0)
-            return self._run_in_band(slot, batch)
-        slot = self.ring.acquire()
+            self._answer_in_band(slot, batch, sink)
+            return
         took = time.perf_counter() - t0
         try:
-            return self._run_in_band(slot, batch)
+            self._answer_in_band(slot, batch, sink)
         finally:
             t0 = time.perf_counter()
             self.ring.release(slot)

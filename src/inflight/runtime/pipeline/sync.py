@@ -5,11 +5,9 @@ from __future__ import annotations
 import time
 from typing import ClassVar
 
-import numpy as np
-
 from inflight.runtime.batch import Batch
 from inflight.runtime.pipeline.base import ExecutorBase
-from inflight.runtime.pipeline.contract import Ranges
+from inflight.runtime.pipeline.contract import Ranges, ResponseSink
 from inflight.runtime.runners import Runner
 
 
@@ -23,18 +21,20 @@ class SyncExecutor(ExecutorBase):
         super().__init__(runner, ranges)
         self.slots = runner.make_slots(self.SLOTS)
 
-    def run(self, batch: Batch) -> list[dict[str, np.ndarray]]:
-        """Execute ``batch`` and return per-request output views (valid until the next ``run``).
+    def run(self, batch: Batch, sink: ResponseSink) -> None:
+        """Execute ``batch`` and report each request's outcome to ``sink`` (by its handle) before returning.
+
+        The outputs are views of the slot's buffers, valid during ``send`` only. A batch that failed
+        is answered with errors (``failed_on_device``); the executor carries on.
 
         Raises:
-            EngineError: when the batch failed on the device.
             ClosedError: after ``close()``.
         """
         self._check_open()
         (slot,) = self.slots
         t0 = time.perf_counter()
         self._count_sole_slot(t0)
-        return self._run_in_band(slot, batch)
+        self._answer_in_band(slot, batch, sink)
 
     def in_flight(self) -> int:
         """Batches on the device between calls: none."""
