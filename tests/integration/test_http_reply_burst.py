@@ -47,8 +47,13 @@ def _burst(repository: Path, workdir: Path, reply_buffer: int | None) -> tuple[i
     """(answered, unanswered, unloaded, server log) for one burst of BURST requests."""
     # one HTTP thread: every reply of the burst goes through the same socket pair, so whether it overflows
     # does not depend on how many cores drain the pairs (16 HTTP threads on a 16-core host kept up with 600)
+    # a server whose replies were lost never unloads that model: its stop waits Triton's exit timeout (30 s by
+    # default), so the test sets 5 s
     cfg = ServerConfig.on_free_ports(
-        repository, workdir, http_reply_buffer_bytes=reply_buffer, extra_args=("--http-thread-count=1",)
+        repository,
+        workdir,
+        http_reply_buffer_bytes=reply_buffer,
+        extra_args=("--http-thread-count=1", "--exit-timeout-secs=5"),
     )
     ids = np.ones((1, 8), np.int64)
 
@@ -75,7 +80,7 @@ def _burst(repository: Path, workdir: Path, reply_buffer: int | None) -> tuple[i
         with httpclient.InferenceServerClient(s.http_url) as admin:
             admin.unload_model(vc.model_name)
         try:
-            wait_unloaded(s.http_url, vc.model_name, 20)
+            wait_unloaded(s.http_url, vc.model_name, 10)
             unloaded = True
         except Exception:
             unloaded = False

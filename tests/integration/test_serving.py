@@ -34,6 +34,8 @@ MODEL_NAMES = list(MODELS)
 VARIANTS = ["sync", "inflight", "inflight_pipelined", "inflight_overlap", "inflight_auto"]
 # a long queue delay so that concurrent requests land in one batch
 DELAY_US = "50000"
+#: Variants loaded (and unloaded) at the same time.
+LOADS_AT_ONCE = 4
 
 
 @pytest.fixture(
@@ -43,7 +45,7 @@ DELAY_US = "50000"
 def kind(request: pytest.FixtureRequest, server: Any, repository: Any) -> Iterator[str]:
     from inflight.build import add_variant
 
-    names = []
+    configs = []
     for model in MODEL_NAMES:
         for variant in VARIANTS:
             base, _, mode = variant.partition("_")
@@ -58,12 +60,14 @@ def kind(request: pytest.FixtureRequest, server: Any, repository: Any) -> Iterat
                 # seq) bucket takes about 20 s per bert_tiny instance on an H100, and 25 such loads outlast a
                 # device call; tests/gpu covers capture at load itself
                 overrides["capture_at_load"] = "false"
-            vc = variant_config(repository, f"{model}_{variant}", overrides)
-            load_variant(server.http_url, vc)
-            names.append(vc.model_name)
+            configs.append(variant_config(repository, f"{model}_{variant}", overrides))
+    # four loads at a time: Triton loads models in parallel, and most of a Python-backend load is the stub
+    # process starting (the 25 loads one after another took about two minutes on the 2-core host)
+    with cf.ThreadPoolExecutor(LOADS_AT_ONCE) as pool:
+        list(pool.map(lambda vc: load_variant(server.http_url, vc), configs))
     yield request.param
-    for n in names:
-        unload(server.http_url, n)
+    with cf.ThreadPoolExecutor(LOADS_AT_ONCE) as pool:
+        list(pool.map(lambda vc: unload(server.http_url, vc.model_name), configs))
 
 
 def _inputs(model: str, batch: int, seed: int) -> dict[str, np.ndarray]:
