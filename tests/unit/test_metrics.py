@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from inflight.runtime.metrics import CALLS_PER_EXECUTE, HISTOGRAM_SAMPLE, MetricsPublisher
-from inflight.runtime.pipeline import ExecutorStats
+from inflight.runtime.pipeline import AutoStats, ExecutorStats
 
 
 class _Metric:
@@ -119,9 +119,15 @@ def _calls() -> int:
 def test_a_publication_is_spread_over_the_executes_after_it_counters_first() -> None:
     """No batch waits for a whole publication: each ``publish()`` makes at most ``calls_per_execute`` calls."""
     _Family.made = []
-    stats = ExecutorStats()
+    stats, auto = ExecutorStats(), AutoStats()
     pub = MetricsPublisher(
-        SimpleNamespace(MetricFamily=_Family), model="m", instance="m_0", stats=stats, in_flight=lambda: 1, slots=4
+        SimpleNamespace(MetricFamily=_Family),
+        model="m",
+        instance="m_0",
+        stats=stats,
+        more=(auto,),
+        in_flight=lambda: 1,
+        slots=4,
     )
     assert pub.calls_per_execute == CALLS_PER_EXECUTE == 4
     for i in range(100):
@@ -130,7 +136,7 @@ def test_a_publication_is_spread_over_the_executes_after_it_counters_first() -> 
         stats.launches += 1
         stats.depth_launches[1] += 1
         stats.batch_sizes.append(50 + i)
-    stats.auto_gain = 1.5
+    auto.auto_gain = 1.5
     by_name = {n: m for n, m in _Family.made}
     pub.publish()  # the first publication: begins at once
     made = [_calls()]
@@ -173,3 +179,34 @@ def test_a_failing_metric_call_drops_that_update_and_never_fails_the_batch() -> 
     stats.error_responses, stats.failed_batches = 2, 1
     pub.publish_failures()
     assert by_name["inflight_failed_batches_total"].value == 1 and not pub._pending
+
+
+def test_the_auto_policys_counters_are_published_only_beside_an_auto_policy() -> None:
+    """Without a policy no ``inflight_auto_*`` family is made; with one, they are read from its ``AutoStats``."""
+    _Family.made = []
+    MetricsPublisher(
+        SimpleNamespace(MetricFamily=_Family),
+        model="m",
+        instance="m_0",
+        stats=ExecutorStats(),
+        in_flight=lambda: 0,
+        slots=1,
+    )
+    assert not [n for n, _ in _Family.made if n.startswith("inflight_auto_") or n == "inflight_deferred_requests_total"]
+    _Family.made = []
+    auto = AutoStats()
+    pub = MetricsPublisher(
+        SimpleNamespace(MetricFamily=_Family),
+        model="m",
+        instance="m_0",
+        stats=ExecutorStats(),
+        more=(auto,),
+        in_flight=lambda: 0,
+        slots=1,
+    )
+    auto.auto_deferred, auto.deferred_requests, auto.auto_bound = 3, 12, 1.6
+    pub.publish(force=True)
+    by_name = dict(_Family.made)
+    assert by_name["inflight_auto_deferred_batches_total"].value == 3
+    assert by_name["inflight_deferred_requests_total"].value == 12
+    assert by_name["inflight_auto_overlap_bound"].value == 1.6

@@ -473,11 +473,12 @@ def test_auto_defers_when_the_device_wait_is_most_of_the_cycle_and_answers_every
         out = mode.execute(batch)
         sent += list(zip(batch, out if out is not None else [None] * len(batch), strict=True))
     assert mode.close(10)
-    st = mode.stats
+    ps = mode.policy.stats  # the policy's own counters
     # the first batch measured the bound in-band (20 ms wait in a cycle of about 20.5 ms); then
     # deferred (gain_min 0: no probe needed)
-    assert (st.auto_inline, st.auto_reference, st.auto_no_gain, st.auto_deferred) == (1, 0, 0, 13), st.snapshot()
-    assert st.auto_bound > 10 and st.deferred_requests == 13 * 4
+    assert (ps.auto_inline, ps.auto_reference, ps.auto_no_gain, ps.auto_deferred) == (1, 0, 0, 13), ps.snapshot()
+    assert ps.auto_bound > 10 and ps.deferred_requests == 13 * 4
+    assert mode.counters() == (mode.stats, ps)
     for request, returned in sent:
         response = _answer(request, returned)
         assert response.error is None
@@ -501,12 +502,12 @@ def test_an_idle_auto_instance_answers_in_band_exactly_as_the_sync_mode() -> Non
             np.testing.assert_array_equal(a.outputs["y"], b.outputs["y"])
         assert all(r.senders_taken == 0 and r.sent is None for r in batch), "an in-band batch used a sender"
     assert auto.close(10) and sync.close(10)
-    st = auto.stats
-    assert st.auto_inline == 10 and st.auto_deferred == 0 and st.auto_no_gain == 0
-    assert 1.0 < st.auto_bound < 1.1
+    st, ps = auto.stats, auto.policy.stats
+    assert ps.auto_inline == 10 and ps.auto_deferred == 0 and ps.auto_no_gain == 0
+    assert 1.0 < ps.auto_bound < 1.1
     # what auto's path adds is timed apart: its policy, and its ring's slot beside sync's one (both measured)
-    assert st.auto_policy_s > 0 and st.slot_s > 0 and sync.stats.slot_s > 0 and sync.stats.auto_policy_s == 0
-    assert st.auto_policy_s < st.inline_wait_s  # a 2 ms device wait per batch dwarfs the bookkeeping
+    assert ps.auto_policy_s > 0 and st.slot_s > 0 and sync.stats.slot_s > 0 and sync.counters() == (sync.stats,)
+    assert ps.auto_policy_s < st.inline_wait_s  # a 2 ms device wait per batch dwarfs the bookkeeping
 
 
 def test_auto_answers_in_band_while_no_probe_allows_deferring() -> None:
@@ -520,9 +521,9 @@ def test_auto_answers_in_band_while_no_probe_allows_deferring() -> None:
         assert out is not None and all(r.sent is None and r.senders_taken == 0 for r in batch)
         for r, response in zip(batch, out, strict=True):
             np.testing.assert_array_equal(response.outputs["y"], _expect(r.x))
-    st = mode.stats
-    got = (st.auto_no_gain, st.auto_deferred, st.auto_inline, st.auto_unsaturated)
-    assert got == (0, 0, 0, 6), st.snapshot()  # the reference window measured no batch: unsaturated
+    ps = mode.policy.stats
+    got = (ps.auto_no_gain, ps.auto_deferred, ps.auto_inline, ps.auto_unsaturated)
+    assert got == (0, 0, 0, 6), ps.snapshot()  # the reference window measured no batch: unsaturated
     assert "when a probe gains 1.05x" in mode.describe()
     assert mode.close(10)
 
@@ -540,8 +541,8 @@ def test_auto_refuses_a_bad_request_alone_on_either_path() -> None:
         assert answers[1].error.code == FakePb.TritonError.INVALID_ARG
         for i in (0, 2):
             np.testing.assert_array_equal(answers[i].outputs["y"], _expect(batch[i].x))
-    st = mode.stats
-    assert (st.auto_inline, st.auto_deferred) == (1, 1)
+    ps = mode.policy.stats
+    assert (ps.auto_inline, ps.auto_deferred) == (1, 1)
     assert mode.rejections.total == 2
     assert mode.close(10)
 

@@ -10,7 +10,7 @@ import pytest
 from inflight.loadtest.stats import executor_stats_from_log
 from inflight.runtime.gcwatch import GcWatch
 from inflight.runtime.metrics import MetricsPublisher
-from inflight.runtime.pipeline import ExecutorStats
+from inflight.runtime.pipeline import AutoStats, ExecutorStats
 from inflight.runtime.probes import ExecuteTiming, GilProbe
 from inflight.runtime.record import FIGURES, RETIRED, combine
 
@@ -42,9 +42,12 @@ def test_each_owner_declares_exactly_the_figures_it_logs() -> None:
         rejected={},
     )
     assert set(pub.figures) == set(MetricsPublisher.FIGURES)
-    numbers = {k for k, v in ExecutorStats().snapshot().items() if isinstance(v, (int, float))}
-    assert numbers == set(ExecutorStats.aggregations())
-    assert ExecutorStats.aggregations()["build_max_s"] == "max" and ExecutorStats.aggregations()["auto_busy"] == "mean"
+    for owner in (ExecutorStats, AutoStats):
+        numbers = {k for k, v in owner().snapshot().items() if isinstance(v, (int, float))}
+        assert numbers == set(owner.aggregations())
+        assert numbers <= set(FIGURES)
+    assert ExecutorStats.aggregations()["build_max_s"] == "max" and AutoStats.aggregations()["auto_busy"] == "mean"
+    assert not set(ExecutorStats.aggregations()) & set(AutoStats.aggregations())  # each figure has one owner
 
 
 def test_a_real_servers_records_carry_only_declared_figures() -> None:

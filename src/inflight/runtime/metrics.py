@@ -41,11 +41,11 @@ import os
 import random
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from inflight.model_config import BackendParameters
-from inflight.runtime.pipeline import ExecutorStats
+from inflight.runtime.pipeline import Counters, ExecutorStats
 from inflight.runtime.pipeline.stats import Aggregation
 
 LOGGER = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class MetricsPublisher:
         model: Model name (label).
         instance: Instance name (label).
         stats: The executor's counters.
+        more: Other counter sets published beside them (the ``auto`` policy's ``AutoStats``).
         in_flight: Returns the current number of busy slots.
         slots: Ring size (histogram buckets of the in-flight depth).
         gpu_figures: Live GPU activity / sync share (CUPTI), or None.
@@ -100,6 +101,7 @@ class MetricsPublisher:
         model: str,
         instance: str,
         stats: ExecutorStats,
+        more: Sequence[Counters] = (),
         in_flight: Callable[[], int],
         slots: int,
         gpu_figures: GpuFigures | None = None,
@@ -110,6 +112,8 @@ class MetricsPublisher:
         mf = pb_utils.MetricFamily
         labels = {"model": model, "instance": instance, "pid": str(os.getpid())}
         self.stats = stats
+        #: the counter set each published counter or gauge is read from, by field name
+        self._owner: dict[str, Counters] = {}
         self.in_flight = in_flight
         self.gpu_figures = gpu_figures
         self.interval_s = interval_s
@@ -142,14 +146,16 @@ class MetricsPublisher:
         )
         name, doc = histograms["batch_sizes"]
         self.m_batch = family(name, doc, mf.HISTOGRAM).Metric(labels=labels, buckets=[float(1 << k) for k in range(12)])
-        self.m_counters = {
-            attr: family(m.name, doc, mf.COUNTER).Metric(labels=labels)
-            for attr, m, doc in ExecutorStats.published("counter")
-        }
-        self.m_gauges = {
-            attr: family(m.name, doc, mf.GAUGE).Metric(labels=labels)
-            for attr, m, doc in ExecutorStats.published("gauge")
-        }
+        self.m_counters: dict[str, Any] = {}
+        self.m_gauges: dict[str, Any] = {}
+        for source in (stats, *more):
+            for kind, metrics, mf_kind in (
+                ("counter", self.m_counters, mf.COUNTER),
+                ("gauge", self.m_gauges, mf.GAUGE),
+            ):
+                for attr, m, doc in type(source).published(kind):  # type: ignore[arg-type]
+                    metrics[attr] = family(m.name, doc, mf_kind).Metric(labels=labels)
+                    self._owner[attr] = source
         self.rejected = rejected
         self._labels = labels
         self._rejected_seen: dict[str, int] = {}
@@ -212,7 +218,7 @@ class MetricsPublisher:
         self._push_counters(self.m_counters)
         self._push_rejected()
         for attr, metric in self.m_gauges.items():
-            self._set(attr, metric, float(getattr(s, attr)))
+            self._set(attr, metric, float(getattr(self._owner[attr], attr)))
         self._set("in_flight", self.m_inflight, float(self.in_flight()))
         if self.gpu_figures is not None:
             figures = self.gpu_figures()
@@ -255,7 +261,7 @@ class MetricsPublisher:
 
     def _push_counters(self, metrics: Mapping[str, Any]) -> None:
         for attr, metric in metrics.items():
-            value = float(getattr(self.stats, attr))
+            value = float(getattr(self._owner[attr], attr))
             delta = value - self._seen.get(attr, 0.0)
             if delta > 0:
                 self._pending.append((metric.increment, delta))

@@ -44,6 +44,7 @@ from inflight.models.spec import ModelSpec
 from inflight.runtime.batch import Batch, Item, partition_values
 from inflight.runtime.pipeline import (
     AutoPolicy,
+    Counters,
     ExecutorStats,
     OverlapExecutor,
     PipelinedExecutor,
@@ -206,6 +207,10 @@ class Mode(ABC, Generic[X]):
     def stats(self) -> ExecutorStats:
         """The executor's counters."""
         return self.executor.stats
+
+    def counters(self) -> tuple[Counters, ...]:
+        """Every counter set of the mode, each published and logged by its fields' metadata."""
+        return (self.executor.stats,)
 
     @property
     def slots(self) -> int:
@@ -426,52 +431,29 @@ class AutoMode(Mode[PipelinedExecutor]):
         return self._current.handle(index, request)
 
     def execute(self, requests: Sequence[Any]) -> list[Any] | None:
-        """Defer the batch, or answer it in-band; either way the policy measures the execute thread's cycle."""
-        t_decide = time.perf_counter()
-        st = self.executor.stats
-        if self.policy.inline():
-            # the fast in-band path (bound under bound_min): the sync mode's path and the bound's update, nothing
-            # else (no window, gain or busy to read); ``decide`` below is the same decision, with its windows
-            st.auto_inline += 1
-            t0 = time.perf_counter()
-            st.auto_policy_s += t0 - t_decide
-            return self._answer_in_band(requests, t0)
-        defer, why = self.policy.decide()
-        st.auto_gain = self.policy.gain or 0.0
-        st.auto_busy = self.policy.busy or 0.0
+        """Defer the batch, or answer it in-band; either way the policy measures the execute thread's cycle.
+
+        The policy counts each decision and measurement itself (``AutoStats``); the mode only reports what
+        each path took.
+        """
+        defer = self.policy.choose()
         t0 = time.perf_counter()
-        st.auto_policy_s += t0 - t_decide
         if defer:
-            st.auto_deferred += 1
-            st.deferred_requests += len(requests)
             self._current = self._deferred
             self._deferred.execute(requests)
-            t_ran = time.perf_counter()
-            self.policy.deferred(t_ran - t0, len(requests))
-            st.auto_policy_s += time.perf_counter() - t_ran
+            self.policy.deferred(time.perf_counter() - t0, len(requests))
             return None
-        if why == "reference":
-            st.auto_reference += 1
-        elif why == "no_gain":
-            st.auto_no_gain += 1
-        elif why == "unsaturated":
-            st.auto_unsaturated += 1
-        else:
-            st.auto_inline += 1
-        return self._answer_in_band(requests, t0)
-
-    def _answer_in_band(self, requests: Sequence[Any], t0: float) -> list[Any]:
-        """Answer the batch on the sync mode's path; the policy measures it (``execute()`` time from ``t0``)."""
         st = self.executor.stats
         self._current = self._in_band
         wait0, items0 = st.inline_wait_s, st.items
         responses = self._in_band.execute(requests)
-        t_ran = time.perf_counter()
         fill = (st.items - items0) / self._max_items
-        self.policy.ran(t_ran - t0, st.inline_wait_s - wait0, len(requests), fill)
-        st.auto_bound = self.policy.bound or 0.0
-        st.auto_policy_s += time.perf_counter() - t_ran
+        self.policy.ran(time.perf_counter() - t0, st.inline_wait_s - wait0, len(requests), fill)
         return responses
+
+    def counters(self) -> tuple[Counters, ...]:
+        """The executor's counters and the policy's."""
+        return (self.executor.stats, self.policy.stats)
 
     def fail(self, requests: Sequence[Any], message: str) -> list[Any] | None:
         """Answer as the path the failed batch took answers."""

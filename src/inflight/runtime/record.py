@@ -2,11 +2,12 @@
 
 ``InflightModel.finalize`` logs one JSON record per instance (``<model> (<instance>) finalized (drained): {...}``).
 Its figures come from their owners: the executor's counters (``ExecutorStats``, each described in its
-field's metadata), the execute thread's timing (``ExecuteTiming``), the garbage collector's pauses
-(``GcWatch``), the GIL probe (``GilProbe``), the metrics publisher (``MetricsPublisher``) and the instance
-itself (:data:`INSTANCE_FIGURES`). :data:`FIGURES` is their union, which the load-test parser
-(``inflight.loadtest.stats.executor_breakdown``) reads through :func:`combine`: a figure renamed or
-dropped here fails the parser's tests rather than reading as zero.
+field's metadata), the ``auto`` policy's (``AutoStats``, likewise), the execute thread's timing
+(``ExecuteTiming``), the garbage collector's pauses (``GcWatch``), the GIL probe (``GilProbe``), the
+metrics publisher (``MetricsPublisher``) and the instance itself (:data:`INSTANCE_FIGURES`).
+:data:`FIGURES` is their union, which the load-test parser (``inflight.loadtest.stats.executor_breakdown``)
+reads through :func:`combine`: a figure renamed or dropped here fails the parser's tests rather than
+reading as zero.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from inflight.runtime.gcwatch import GcWatch
 from inflight.runtime.metrics import MetricsPublisher
+from inflight.runtime.pipeline.auto import AutoStats
 from inflight.runtime.pipeline.stats import Aggregation, ExecutorStats
 from inflight.runtime.probes import ExecuteTiming, GilProbe
 
@@ -34,6 +36,7 @@ INSTANCE_FIGURES: dict[str, Aggregation] = {
 #: Every number of the record, by owner, and how it combines over instances.
 FIGURES: dict[str, Aggregation] = {
     **ExecutorStats.aggregations(),
+    **AutoStats.aggregations(),
     **ExecuteTiming.FIGURES,
     **GcWatch.FIGURES,
     **GilProbe.FIGURES,

@@ -117,6 +117,7 @@ class InflightModel:
                 model=self.model_name,
                 instance=self.instance,
                 stats=self.mode.stats,
+                more=self.mode.counters()[1:],
                 in_flight=self.mode.in_flight,
                 slots=self.mode.slots,
                 gpu_figures=gpu_figures,
@@ -212,7 +213,9 @@ class InflightModel:
         Each number is declared once, by its owner, in ``inflight.runtime.record.FIGURES`` (the figures added
         here in ``INSTANCE_FIGURES``), which the load-test parser reads them through.
         """
-        stats = self.mode.stats.snapshot()
+        stats: dict[str, Any] = {}
+        for owned in self.mode.counters():
+            stats.update(owned.snapshot())
         stats.update(self.timing.figures, parse_s=self.mode.parse_s)
         if self.reader.text is not None:
             stats.update(tokenize_s=self.reader.tokenize_s, tokenize_max_s=self.reader.tokenize_max_s)

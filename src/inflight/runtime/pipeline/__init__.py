@@ -25,7 +25,7 @@ i+1; all of them go back in ``execute()``'s returned list (one message per batch
 
 The parts, one owner each, one module each:
 
-* ``stats``: ``ExecutorStats``, the counters (each field described once);
+* ``stats``: ``Counters`` (fields described once) and ``ExecutorStats``, the executors' counters;
 * ``contract``: the ``ResponseSink`` and ``Ranges`` protocols and every failure text an executor writes;
 * ``base``: ``ExecutorBase``, the issue path every executor shares (gather, launch, in-band run);
 * ``ring``: ``SlotRing``, free and busy slots, back-pressure;
@@ -33,7 +33,7 @@ The parts, one owner each, one module each:
 * ``completion``: ``collect`` (wait for a slot, copy its outputs out) and the ``Completion`` thread;
 * ``responses``: ``ResponsePool``, the sender threads and their bounded backlog;
 * ``sync``, ``pipelined``, ``overlap``: the executors, each composed of the parts above;
-* ``auto``: ``AutoPolicy``, the ``auto`` mode's rule.
+* ``auto``: ``AutoPolicy``, the ``auto`` mode's rule, and ``AutoStats``, the counters it owns.
 
 Stages hand work forward through what they were built with: the completion thread gets the ring's
 ``release`` and the pool's ``dispatch``, the ring and the pool get the executor's ``IssueGate``; none
@@ -43,7 +43,7 @@ batch into valid and bad requests once, before anything is submitted
 """
 
 from inflight.errors import EngineError
-from inflight.runtime.pipeline.auto import AutoPolicy
+from inflight.runtime.pipeline.auto import AutoPolicy, AutoStats
 from inflight.runtime.pipeline.completion import Completion, collect
 from inflight.runtime.pipeline.contract import Build, NoRanges, Ranges, ResponseSink, Returned, failed_on_device
 from inflight.runtime.pipeline.gate import IssueGate
@@ -51,13 +51,15 @@ from inflight.runtime.pipeline.overlap import OverlapExecutor, chunk_bounds
 from inflight.runtime.pipeline.pipelined import PipelinedExecutor
 from inflight.runtime.pipeline.responses import ResponsePool
 from inflight.runtime.pipeline.ring import SlotRing
-from inflight.runtime.pipeline.stats import ExecutorStats, MetricKind, StatMetric
+from inflight.runtime.pipeline.stats import Counters, ExecutorStats, MetricKind, StatMetric
 from inflight.runtime.pipeline.sync import SyncExecutor
 
 __all__ = [
     "AutoPolicy",
+    "AutoStats",
     "Build",
     "Completion",
+    "Counters",
     "EngineError",
     "ExecutorStats",
     "IssueGate",

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from inflight.runtime.pipeline.stats import Counters, stat_field
+
 
 @dataclass
 class _Tally:
@@ -31,6 +33,74 @@ class _Tally:
 
     def per_request_s(self) -> float:
         return self.cycle_s / self.requests
+
+
+@dataclass
+class AutoStats(Counters):
+    """The ``auto`` policy's counters, owned and written by its ``AutoPolicy`` (execute thread only).
+
+    Each field is described once, in its metadata, as ``ExecutorStats``' are; the metrics publisher
+    and the ``finalized`` record take them beside the executor's.
+    """
+
+    auto_policy_s: float = stat_field(
+        "auto: execute-thread time deciding each batch's path and measuring it (``AutoPolicy.choose``, ``ran``, "
+        "``deferred``, the counters they set).",
+        default=0.0,
+    )
+    deferred_requests: int = stat_field(
+        "Requests of the batches auto deferred, answered through ``send()``.", "inflight_deferred_requests_total"
+    )
+    auto_inline: int = stat_field(
+        "auto: batches answered in-band, the sync mode's path, because the measured overlap bound is under "
+        "``auto_bound_min`` (or not measured yet).",
+        "inflight_auto_inline_batches_total",
+    )
+    auto_unsaturated: int = stat_field(
+        "auto: batches answered in-band because the period's reference window found the instance unsaturated "
+        "(its busy share under ``auto_busy_min`` and its batch fill under ``auto_fill_min``; ``AutoPolicy``).",
+        "inflight_auto_unsaturated_batches_total",
+    )
+    auto_reference: int = stat_field(
+        "auto: batches answered in-band in a reference window (the start of each probe period, while the "
+        "overlap bound is at ``auto_bound_min`` or over; under it they count as inline; ``AutoPolicy``).",
+        "inflight_auto_reference_batches_total",
+    )
+    auto_no_gain: int = stat_field(
+        "auto: batches answered in-band because the period's probe did not gain ``auto_gain_min`` by deferring "
+        "(from ``auto_bound_high``: measured a loss).",
+        "inflight_auto_no_gain_batches_total",
+    )
+    auto_deferred: int = stat_field(
+        "auto: batches deferred, the pipelined mode's path (in a probe window, or after a probe that gained).",
+        "inflight_auto_deferred_batches_total",
+    )
+    auto_bound: float = stat_field(
+        "auto: the overlap bound measured on in-band batches (moving average; see ``AutoPolicy``).",
+        "inflight_auto_overlap_bound",
+        "gauge",
+        default=0.0,
+        agg="mean",
+    )
+    auto_gain: float = stat_field(
+        "auto: the last probe's gain, the execute thread's cycle per request in-band over deferred (0: none yet).",
+        "inflight_auto_gain",
+        "gauge",
+        default=0.0,
+        agg="mean",
+    )
+    auto_busy: float = stat_field(
+        "auto: the last reference window's busy share, the execute thread's time in ``execute()`` over its cycle "
+        "(0: none yet; ``AutoPolicy``).",
+        "inflight_auto_busy_share",
+        "gauge",
+        default=0.0,
+        agg="mean",
+    )
+
+
+#: The ``AutoStats`` counter of each in-band reason ``AutoPolicy.decide`` gives (``unmeasured``: ``auto_inline``).
+_IN_BAND_COUNTER = {"reference": "auto_reference", "no_gain": "auto_no_gain", "unsaturated": "auto_unsaturated"}
 
 
 @dataclass
@@ -69,6 +139,7 @@ class AutoPolicy:
         gain: The last period's measured gain; None until one was measured.
         busy: The last reference window's busy share; None until one was judged.
         gap_s: The gap before the current ``execute()`` (``between``).
+        stats: The policy's counters (``choose``, ``ran`` and ``deferred`` count, and time themselves).
     """
 
     bound_min: float = 1.4
@@ -86,6 +157,7 @@ class AutoPolicy:
     gain: float | None = None
     busy: float | None = None
     gap_s: float = 0.0
+    stats: AutoStats = field(default_factory=AutoStats)
     _period: int = -1
     _window: str = ""
     _counts: bool = False
@@ -169,6 +241,24 @@ class AutoPolicy:
             return True
         return False
 
+    def choose(self) -> bool:
+        """Whether to defer the next batch (``inline``'s fast path, else ``decide``), counted by its reason."""
+        t0 = time.perf_counter()
+        st = self.stats
+        if self.inline():
+            st.auto_inline += 1
+        else:
+            defer, why = self.decide()
+            st.auto_gain = self.gain or 0.0
+            st.auto_busy = self.busy or 0.0
+            if defer:
+                st.auto_policy_s += time.perf_counter() - t0
+                return True
+            counter = _IN_BAND_COUNTER.get(why, "auto_inline")
+            setattr(st, counter, getattr(st, counter) + 1)
+        st.auto_policy_s += time.perf_counter() - t0
+        return False
+
     def decide(self) -> tuple[bool, str]:
         """Whether to defer the next batch.
 
@@ -245,6 +335,12 @@ class AutoPolicy:
 
         ``fill`` is the batch's items over the largest batch the instance takes.
         """
+        t0 = time.perf_counter()
+        self._ran(execute_s, wait_s, requests, fill)
+        self.stats.auto_bound = self.bound or 0.0
+        self.stats.auto_policy_s += time.perf_counter() - t0
+
+    def _ran(self, execute_s: float, wait_s: float, requests: int, fill: float) -> None:
         cycle = self.gap_s + execute_s
         if cycle <= 0:
             return
@@ -274,4 +370,8 @@ class AutoPolicy:
 
     def deferred(self, execute_s: float, requests: int) -> None:
         """A deferring ``execute()`` of ``requests`` returned after ``execute_s``."""
+        t0 = time.perf_counter()
+        self.stats.auto_deferred += 1
+        self.stats.deferred_requests += requests
         self._count("probe", self.gap_s + execute_s, execute_s, requests, 0.0)
+        self.stats.auto_policy_s += time.perf_counter() - t0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 #: How a field of ``ExecutorStats`` is published: ``counter`` (its increase), ``gauge`` (its value) or
 #: ``histogram`` (observations the publisher drains).
@@ -39,53 +39,89 @@ def _meta(
     return {"doc": doc, "metric": StatMetric(metric, kind) if metric else None, "agg": agg}
 
 
-def _stat(
+def stat_field(
     doc: str, metric: str | None = None, kind: MetricKind = "counter", default: float = 0, agg: Aggregation = "sum"
 ) -> Any:
-    """A number field of ``ExecutorStats`` (see ``_meta``)."""
+    """A number field of a ``Counters`` dataclass (see ``_meta``)."""
     return field(default=default, metadata=_meta(doc, metric, kind, agg))
 
 
+class Counters:
+    """A dataclass of counters whose fields each carry their one description (``_stat``/``_meta`` metadata).
+
+    ``published()`` lists the fields a metrics publisher loops over, ``aggregations()`` how each number
+    combines over instances, ``snapshot()`` the values for the ``finalized`` record.
+    """
+
+    #: Fields that are not single numbers (left out of ``aggregations`` and handled by ``snapshot``).
+    NOT_NUMBERS: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def published(cls, kind: MetricKind) -> list[tuple[str, StatMetric, str]]:
+        """``(field, metric, description)`` of every field published as ``kind``."""
+        return [
+            (f.name, f.metadata["metric"], f.metadata["doc"])
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if f.metadata["metric"] is not None and f.metadata["metric"].kind == kind
+        ]
+
+    @classmethod
+    def aggregations(cls) -> dict[str, Aggregation]:
+        """How each number field combines over instances."""
+        return {
+            f.name: f.metadata["agg"]
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if f.name not in cls.NOT_NUMBERS
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """A plain-dict copy of the number fields (for logs and tests)."""
+        return {k: v for k, v in self.__dict__.items() if k not in self.NOT_NUMBERS}
+
+
 @dataclass
-class ExecutorStats:
+class ExecutorStats(Counters):
     """Counters of one executor (cumulative; read by the metrics publisher on the execute thread).
 
     Each field is described once, in its metadata: ``doc`` (what it counts, also the metric's
     description) and ``metric`` (a ``StatMetric``, or None where it is only logged). ``published()``
-    lists the published ones; the metrics publisher loops over them.
+    lists the published ones; the metrics publisher loops over them. The ``auto`` policy's counters are
+    its own (``inflight.runtime.pipeline.auto.AutoStats``).
     """
 
-    batches: int = _stat("Batches launched.", "inflight_batches_total")
-    requests: int = _stat("Requests launched.")
-    items: int = _stat("Items (rows) launched, without padding.", "inflight_items_total")
-    padded_items: int = _stat("Rows launched including bucket padding.", "inflight_padded_items_total")
-    launches: int = _stat(
+    NOT_NUMBERS: ClassVar[tuple[str, ...]] = ("depth_launches", "batch_sizes")
+
+    batches: int = stat_field("Batches launched.", "inflight_batches_total")
+    requests: int = stat_field("Requests launched.")
+    items: int = stat_field("Items (rows) launched, without padding.", "inflight_items_total")
+    padded_items: int = stat_field("Rows launched including bucket padding.", "inflight_padded_items_total")
+    launches: int = stat_field(
         "Engine launches (a batch is one per sequence bucket, or more when cut; see ``Group``).",
         "inflight_launches_total",
     )
-    real_tokens: int = _stat(
+    real_tokens: int = stat_field(
         "Items x their own lengths (variable-length models; items otherwise).", "inflight_real_tokens_total"
     )
-    padded_tokens: int = _stat(
+    padded_tokens: int = stat_field(
         "Tokens the launches computed: bucket rows x bucket length, or the token bucket of an unpadded "
         "launch; ``padded_tokens / real_tokens - 1`` is the padding waste (below 0 when unpadded launches "
         "left the requests' masked tokens out).",
         "inflight_padded_tokens_total",
     )
-    unpadded_launches: int = _stat(
+    unpadded_launches: int = stat_field(
         "Launches run unpadded (masked tokens left out on the device).", "inflight_unpadded_launches_total"
     )
-    mixed_length_batches: int = _stat(
+    mixed_length_batches: int = stat_field(
         "Batches whose requests fell in more than one sequence bucket.", "inflight_mixed_length_batches_total"
     )
-    graph_replays: int = _stat("Launches replayed from a CUDA graph.", "inflight_graph_replays_total")
-    eager_launches: int = _stat(
+    graph_replays: int = stat_field("Launches replayed from a CUDA graph.", "inflight_graph_replays_total")
+    eager_launches: int = stat_field(
         "Launches run eagerly (no graph: graphs off, capture failed, or the first use of a bucket captured lazily).",
         "inflight_eager_launches_total",
     )
-    failed_batches: int = _stat("Batches that failed on the device.", "inflight_failed_batches_total")
-    responses: int = _stat("Responses sent through ``send()`` (outputs).")
-    error_responses: int = _stat("Error responses sent through ``send()``.", "inflight_error_responses_total")
+    failed_batches: int = stat_field("Batches that failed on the device.", "inflight_failed_batches_total")
+    responses: int = stat_field("Responses sent through ``send()`` (outputs).")
+    error_responses: int = stat_field("Error responses sent through ``send()``.", "inflight_error_responses_total")
     depth_launches: list[int] = field(
         default_factory=lambda: [0] * 65,
         metadata=_meta(
@@ -95,106 +131,52 @@ class ExecutorStats:
             "histogram",
         ),
     )
-    max_depth: int = _stat("Deepest pipeline seen.", agg="max")
-    slot_waits: int = _stat("Times ``execute()`` found every slot busy.", "inflight_slot_waits_total")
-    slot_wait_s: float = _stat(
+    max_depth: int = stat_field("Deepest pipeline seen.", agg="max")
+    slot_waits: int = stat_field("Times ``execute()`` found every slot busy.", "inflight_slot_waits_total")
+    slot_wait_s: float = stat_field(
         "Time ``execute()`` waited for a free slot.", "inflight_slot_wait_seconds_total", default=0.0
     )
-    gather_s: float = _stat("Issue-path time copying request inputs into slots.", default=0.0)
-    slot_s: float = _stat(
+    gather_s: float = stat_field("Issue-path time copying request inputs into slots.", default=0.0)
+    slot_s: float = stat_field(
         "Execute-thread time taking and returning in-band batches' slots (the ring's ``acquire`` and "
         "``release``; the sync executor's depth count): what auto's in-band path costs over sync's.",
         default=0.0,
     )
-    auto_policy_s: float = _stat(
-        "auto: execute-thread time deciding each batch's path and measuring it (``AutoPolicy.decide``, ``ran``, "
-        "``deferred``, the counters they set).",
-        default=0.0,
-    )
-    launch_s: float = _stat("Issue-path time enqueueing copies and compute.", default=0.0)
+    launch_s: float = stat_field("Issue-path time enqueueing copies and compute.", default=0.0)
     # the longest of each step of one batch (where an execute() over 10 ms spent it)
-    parse_max_s: float = _stat("Longest reading of one batch's requests (``Mode.take``).", default=0.0, agg="max")
-    gather_max_s: float = _stat("Longest gather of one batch.", default=0.0, agg="max")
-    launch_max_s: float = _stat("Longest launch of one batch.", default=0.0, agg="max")
-    wait_max_s: float = _stat("Longest in-band wait for the device of one batch.", default=0.0, agg="max")
-    build_max_s: float = _stat("Longest building of one in-band batch's responses.", default=0.0, agg="max")
-    send_s: float = _stat(
+    parse_max_s: float = stat_field("Longest reading of one batch's requests (``Mode.take``).", default=0.0, agg="max")
+    gather_max_s: float = stat_field("Longest gather of one batch.", default=0.0, agg="max")
+    launch_max_s: float = stat_field("Longest launch of one batch.", default=0.0, agg="max")
+    wait_max_s: float = stat_field("Longest in-band wait for the device of one batch.", default=0.0, agg="max")
+    build_max_s: float = stat_field("Longest building of one in-band batch's responses.", default=0.0, agg="max")
+    send_s: float = stat_field(
         "Time spent in response ``send()`` calls (summed over sender threads).",
         "inflight_send_seconds_total",
         default=0.0,
     )
-    send_waits: int = _stat(
+    send_waits: int = stat_field(
         "Times a completed batch waited because ``response_backlog`` batches awaited their responses.",
         "inflight_response_backlog_waits_total",
     )
-    send_wait_s: float = _stat(
+    send_wait_s: float = stat_field(
         "Total time of those waits.", "inflight_response_backlog_wait_seconds_total", default=0.0
     )
-    respond_latency_s: float = _stat(
+    respond_latency_s: float = stat_field(
         "Summed time from a batch's outputs on the host to its last response sent.",
         "inflight_respond_seconds_total",
         default=0.0,
     )
-    device_wait_s: float = _stat(
+    device_wait_s: float = stat_field(
         "Time the completion side waited for the device.", "inflight_device_wait_seconds_total", default=0.0
     )
-    chunks: int = _stat(
+    chunks: int = stat_field(
         "Chunks launched (overlap mode; each is one batch in a slot, counted in ``batches`` too).",
         "inflight_chunks_total",
     )
-    overlap_batches: int = _stat("Batches (``execute()`` calls) the overlap executor ran.")
-    inline_wait_s: float = _stat(
+    overlap_batches: int = stat_field("Batches (``execute()`` calls) the overlap executor ran.")
+    inline_wait_s: float = stat_field(
         "Time the execute thread waited for the device (every batch answered in-band: sync, overlap, auto's).",
         default=0.0,
-    )
-    deferred_requests: int = _stat(
-        "Requests of the batches auto deferred, answered through ``send()``.", "inflight_deferred_requests_total"
-    )
-    auto_inline: int = _stat(
-        "auto: batches answered in-band, the sync mode's path, because the measured overlap bound is under "
-        "``auto_bound_min`` (or not measured yet).",
-        "inflight_auto_inline_batches_total",
-    )
-    auto_unsaturated: int = _stat(
-        "auto: batches answered in-band because the period's reference window found the instance unsaturated "
-        "(its busy share under ``auto_busy_min`` and its batch fill under ``auto_fill_min``; ``AutoPolicy``).",
-        "inflight_auto_unsaturated_batches_total",
-    )
-    auto_reference: int = _stat(
-        "auto: batches answered in-band in a reference window (the start of each probe period, while the "
-        "overlap bound is at ``auto_bound_min`` or over; under it they count as inline; ``AutoPolicy``).",
-        "inflight_auto_reference_batches_total",
-    )
-    auto_no_gain: int = _stat(
-        "auto: batches answered in-band because the period's probe did not gain ``auto_gain_min`` by deferring "
-        "(from ``auto_bound_high``: measured a loss).",
-        "inflight_auto_no_gain_batches_total",
-    )
-    auto_deferred: int = _stat(
-        "auto: batches deferred, the pipelined mode's path (in a probe window, or after a probe that gained).",
-        "inflight_auto_deferred_batches_total",
-    )
-    auto_bound: float = _stat(
-        "auto: the overlap bound measured on in-band batches (moving average; see ``AutoPolicy``).",
-        "inflight_auto_overlap_bound",
-        "gauge",
-        default=0.0,
-        agg="mean",
-    )
-    auto_gain: float = _stat(
-        "auto: the last probe's gain, the execute thread's cycle per request in-band over deferred (0: none yet).",
-        "inflight_auto_gain",
-        "gauge",
-        default=0.0,
-        agg="mean",
-    )
-    auto_busy: float = _stat(
-        "auto: the last reference window's busy share, the execute thread's time in ``execute()`` over its cycle "
-        "(0: none yet; ``AutoPolicy``).",
-        "inflight_auto_busy_share",
-        "gauge",
-        default=0.0,
-        agg="mean",
     )
     batch_sizes: deque[int] = field(
         default_factory=lambda: deque(maxlen=100_000),
@@ -207,26 +189,8 @@ class ExecutorStats:
         ),
     )
 
-    @classmethod
-    def published(cls, kind: MetricKind) -> list[tuple[str, StatMetric, str]]:
-        """``(field, metric, description)`` of every field published as ``kind``."""
-        return [
-            (f.name, f.metadata["metric"], f.metadata["doc"])
-            for f in dataclasses.fields(cls)
-            if f.metadata["metric"] is not None and f.metadata["metric"].kind == kind
-        ]
-
-    @classmethod
-    def aggregations(cls) -> dict[str, Aggregation]:
-        """How each number field combines over instances (``depth_launches`` and ``batch_sizes`` are not numbers)."""
-        return {
-            f.name: f.metadata["agg"]
-            for f in dataclasses.fields(cls)
-            if f.name not in ("depth_launches", "batch_sizes")
-        }
-
     def snapshot(self) -> dict[str, Any]:
         """A plain-dict copy (for logs and tests)."""
-        d = {k: v for k, v in self.__dict__.items() if k not in ("batch_sizes", "depth_launches")}
+        d = super().snapshot()
         d["depth_launches"] = {i: n for i, n in enumerate(self.depth_launches) if n}
         return d
