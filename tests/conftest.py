@@ -72,7 +72,8 @@ def repository() -> Path:
 @pytest.fixture(scope="session")
 def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real tritonserver (explicit model control, nothing loaded) on free ports."""
-    from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.config import ServerConfig
+    from inflight.server.launcher import TritonServer
 
     s = TritonServer(ServerConfig.on_free_ports(repository, tmp_path_factory.mktemp("triton")))
     s.start()

@@ -182,8 +182,9 @@ def serve_cmd(
     _line_buffered_stdout()
     setup_logging(verbose)
     from inflight.loadtest.openloop import parse_cpus
+    from inflight.server.config import ServerConfig
     from inflight.server.control import load_variant, variant_config
-    from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.launcher import TritonServer
     from inflight.server.supervise import StopSignals, wait_for_stop
     from inflight.tool_errors import StopRequested
     from inflight.variants import parse_variant_arg

@@ -28,7 +28,8 @@ MODELS = ["bert_tiny_sync", "bert_tiny_inflight"]
 
 @pytest.fixture(scope="module")
 def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.config import ServerConfig
+    from inflight.server.launcher import TritonServer
 
     s = TritonServer(ServerConfig.on_free_ports(repository, tmp_path_factory.mktemp("idle"), models=MODELS))
     s.start()

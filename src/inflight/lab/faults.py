@@ -55,7 +55,7 @@ import numpy as np
 
 import inflight
 from inflight.lab.open_loop_results import fmt, markdown_table
-from inflight.server.launcher import free_ports, port_free
+from inflight.server.config import free_ports, port_free
 from inflight.tool_errors import ServerError
 
 #: A request neither answered nor failed within this many seconds is lost.
