@@ -61,7 +61,7 @@ def repository() -> Path:
 
     ``INFLIGHT_TEST_REPOSITORY`` points it elsewhere (default ``runs/test-repo``).
     """
-    from inflight.build import ensure_built
+    from inflight.build.repository import ensure_built
 
     repo = Path(os.environ.get("INFLIGHT_TEST_REPOSITORY", ROOT / "runs" / "test-repo"))
     repo.mkdir(parents=True, exist_ok=True)

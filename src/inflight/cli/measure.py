@@ -120,7 +120,8 @@ def demo_cmd(
     """The main job: build the model, serve it, A/B its sync and pipelined variants, print what served and how fast."""
     setup_logging(verbose)
 
-    from inflight.build import SHIPPED, artifacts_current, build_model, import_checkpoint, shipped_checkpoint
+    from inflight.build.checkpoint import SHIPPED, import_checkpoint, shipped_checkpoint
+    from inflight.build.repository import artifacts_current, build_model
     from inflight.loadtest.presets import preset
     from inflight.loadtest.runner.ab import run_ab
     from inflight.loadtest.runner.config import AbConfig

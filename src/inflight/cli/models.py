@@ -19,7 +19,7 @@ def add_variant_cmd(
     repository: Annotated[Path, typer.Option(help="Model repository (built by build-models).")] = REPO_DEFAULT,
 ) -> None:
     """Write a tagged copy of a built variant with overrides, to serve beside the original."""
-    from inflight.build import add_variant
+    from inflight.build.configs import add_variant
 
     try:
         typer.echo(add_variant(repository, spec, tag))
@@ -53,7 +53,7 @@ def build_models_cmd(
 ) -> None:
     """Write configs (inflight, sync, trt, plain variants and the null control model) and the Torch/ONNX artifacts."""
     setup_logging(verbose)
-    from inflight.build import build_models
+    from inflight.build.repository import build_models
 
     kinds: dict[str, Kind] = {"auto": "auto", "gpu": "gpu", "cpu": "cpu"}
     if kind not in kinds:
@@ -109,7 +109,7 @@ def import_hf_cmd(
 ) -> None:
     """Serve your own BERT-family checkpoint: its configs, artifacts, architecture and tokenizer into the repository."""
     setup_logging(verbose)
-    from inflight.build import import_checkpoint
+    from inflight.build.checkpoint import import_checkpoint
 
     try:
         cores = _core_count(server_cpus)

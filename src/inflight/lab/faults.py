@@ -1033,7 +1033,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from inflight.loadtest.openloop import parse_cpus
 
         os.sched_setaffinity(0, parse_cpus(args.client_cpus))
-    from inflight.build import ensure_built
+    from inflight.build.repository import ensure_built
 
     ensure_built(args.repository, [args.model.rsplit("_", 1)[0]])
     load_s = dict(DEFAULT_LOAD_S)

@@ -48,7 +48,7 @@ def check(out: Path, variants: Sequence[str] = ("minilm_inflight", "minilm_sync"
     from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
 
-    from inflight.build import import_checkpoint
+    from inflight.build.checkpoint import import_checkpoint
     from inflight.server.config import ServerConfig
     from inflight.server.control import load_variant, unload, variant_config
     from inflight.server.launcher import TritonServer
