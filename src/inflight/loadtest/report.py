@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight.errors import ConfigError
-from inflight.loadtest import rategen
+from inflight.loadtest.rategen_answers import BIN_S, SILENT_SHARE, STALL_MS
 from inflight.loadtest.stats import COUNT_SPAN_S
 
 LOGGER = logging.getLogger(__name__)
@@ -429,11 +429,11 @@ def stalls_table(doc: dict[str, Any], *, explain: bool = True) -> str:
         return ""
     head = [
         "### Where the slow answers came from\n",
-        f"The generator bins each source's window in {rategen.BIN_S * 1e3:g} ms: a bin is *slow* when an answer "
-        f"in it took over {rategen.STALL_MS:g} ms from its scheduled send. A stall of the server (or of anything "
+        f"The generator bins each source's window in {BIN_S * 1e3:g} ms: a bin is *slow* when an answer "
+        f"in it took over {STALL_MS:g} ms from its scheduled send. A stall of the server (or of anything "
         "every connection goes through) makes most sources slow in the same bins; a stall of one generator "
         f"process makes one. *Silent* episodes: consecutive bins where all sources together got under "
-        f"{100 * rategen.SILENT_SHARE:g}% of the offered rate's answers while requests were outstanding. "
+        f"{100 * SILENT_SHARE:g}% of the offered rate's answers while requests were outstanding. "
         "Triton's request and queue times are its own means over the window (from the request's arrival in "
         "the server to its response). A thread's busy share is over the CPU window, which also holds the "
         "generator's start and its grace (about 80% of it has load). Steal: the share of the server's cores' "
