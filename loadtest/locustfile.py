@@ -74,6 +74,7 @@ from geventhttpclient import HTTPClient
 from tritonclient.grpc import service_pb2_grpc
 
 from inflight.errors import ConfigError
+from inflight.loadtest import checks
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import workload as wl
 
@@ -227,7 +228,7 @@ class _Process:
         w = self.workload
         assert w is not None
         ref = self.references[index] if self.references is not None else None
-        return wl.check_output(w.spec, w.items, get, available, ref, self.tol)
+        return checks.check_output(w.spec, w.items, get, available, ref, self.tol)
 
     def write_latencies(self) -> None:
         """Write the raw latencies of this process (idempotent: the same file each time)."""
@@ -362,7 +363,7 @@ def _check_http_body(status: int, header: Any, content: bytes, index: int) -> st
     w = STATE.workload
     assert w is not None
     ref = STATE.references[index] if STATE.references is not None else None
-    return wl.check_http_body(w.spec, w.items, status, header, content, ref, STATE.tol)
+    return checks.check_http_body(w.spec, w.items, status, header, content, ref, STATE.tol)
 
 
 class OpenLoopHttpUser(User):
@@ -561,7 +562,7 @@ def _check_grpc(response: Any, index: int) -> str | None:
     w = STATE.workload
     assert w is not None
     ref = STATE.references[index] if STATE.references is not None else None
-    return wl.check_grpc_response(w.spec, w.items, response, ref, STATE.tol)
+    return checks.check_grpc_response(w.spec, w.items, response, ref, STATE.tol)
 
 
 def _default_grpc_url(host: str) -> str:

@@ -186,7 +186,7 @@ def test_failure_messages_are_unwrapped() -> None:
 
 
 def test_failures_are_counted_per_http_status() -> None:
-    from inflight.loadtest.workload import failure_status, failures_by_status
+    from inflight.loadtest.checks import failure_status, failures_by_status
 
     assert failure_status("HTTP 400: inference input 'input_ids' data-type is 'INT32'") == "HTTP 400"
     assert failure_status("gRPC INVALID_ARGUMENT: expected 2 inputs") == "gRPC INVALID_ARGUMENT"

@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from inflight.errors import ConfigError
+from inflight.loadtest import checks
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import workload as wl
 from inflight.loadtest.rategen_answers import answer_checker, grpc_answer_checker, stall_summary
@@ -155,7 +156,7 @@ def summarize(reports: Sequence[dict[str, Any]], options: GenOptions, errors: Se
         "rps": requests / span if span and math.isfinite(span) else math.nan,
         "failures_per_s": sum(failures.values()) / span if span and math.isfinite(span) else math.nan,
         "failure_messages": [{"error": m, "occurrences": n} for m, n in failures.most_common(5)],
-        "failures_by_status": wl.failures_by_status(failures.items()),
+        "failures_by_status": checks.failures_by_status(failures.items()),
         "cpu_s": cpu_s,
         "us_per_request": cpu_s * 1e6 / requests if requests else math.nan,
         "busy": busy,

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from inflight.loadtest import checks
 from inflight.loadtest import workload as wl
 from inflight.tool_errors import HttpProtocolError
 
@@ -253,7 +254,7 @@ def grpc_answer_checker(pool: wl.Pool) -> Callable[[bytes, int], str | None]:
 
     def check(body: bytes, index: int) -> str | None:
         ref = pool.references[index] if pool.references is not None else None
-        return wl.check_grpc_body(spec, items, body, ref, tol)
+        return checks.check_grpc_body(spec, items, body, ref, tol)
 
     return check
 
@@ -265,7 +266,7 @@ def answer_checker(pool: wl.Pool) -> Callable[[HttpAnswer, int], str | None]:
 
     def check(answer: HttpAnswer, index: int) -> str | None:
         ref = pool.references[index] if pool.references is not None else None
-        return wl.check_http_body(
+        return checks.check_http_body(
             spec, items, answer.status, lambda name: answer.headers.get(name.lower()), answer.body, ref, tol
         )
 

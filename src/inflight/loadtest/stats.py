@@ -355,7 +355,7 @@ def read_locust_failures(path: Path, limit: int = 5) -> list[dict[str, Any]]:
 
 def read_locust_failures_by_status(path: Path) -> dict[str, int]:
     """Every failure of ``<prefix>_failures.csv`` counted per HTTP status (gRPC code, or ``other``)."""
-    from inflight.loadtest.workload import failures_by_status
+    from inflight.loadtest.checks import failures_by_status
 
     try:
         with Path(path).open(newline="") as f:
