@@ -17,7 +17,7 @@ import pytest
 import tritonclient.http as httpclient
 from tests.helpers import http_inputs
 
-from inflight.loadtest.stats import metric_values
+from inflight.loadtest.prometheus import metric_values
 from inflight.models import MODELS
 from inflight.server.balancer import Balancer, find_nginx
 from inflight.server.config import ServerConfig, free_port

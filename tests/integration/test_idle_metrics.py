@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inflight.loadtest.stats import metric_samples
+from inflight.loadtest.prometheus import metric_samples
 
 pytestmark = pytest.mark.integration
 
