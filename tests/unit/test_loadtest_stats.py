@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from inflight.errors import ConfigError
-from inflight.loadtest import executor_stats, prometheus, report
+from inflight.loadtest import executor_stats, prometheus, report, report_plots, report_tables
 from inflight.loadtest import stats as st
 from inflight.loadtest.runner.document import attach_served, finite
 from inflight.loadtest.runner.window import progress_time
@@ -245,7 +245,10 @@ def test_report_from_recorded_json(tmp_path: Path) -> None:
     a, b = doc["summary"]
     assert "**Status: valid**" in text
     assert f"| A: `{a['spec']}` | B: `{b['spec']}` | B/A |" in text
-    assert f"| req/s | {report._fmt(a['rps'])} | {report._fmt(b['rps'])} | {b['rps'] / a['rps']:.2f}x |" in text
+    assert (
+        f"| req/s | {report_tables._fmt(a['rps'])} | {report_tables._fmt(b['rps'])} | {b['rps'] / a['rps']:.2f}x |"
+        in text
+    )
     assert f"| p99 latency (ms, exact) | {a['latency_ms']['p99']:.2f} | {b['latency_ms']['p99']:.2f} |" in text
     assert "| GPU activity | not available | not available | n/a |" in text
     assert "tritonserver 2.51.0" in text and "Locust" in text
@@ -292,12 +295,12 @@ def test_report_configuration_follows_what_the_instances_reported() -> None:
 
 def test_runs_table_says_what_each_rate_was_counted_over() -> None:
     doc = recorded()
-    text = report.runs_table(doc)
+    text = report_tables.runs_table(doc)
     for r in doc["runs"]:
         span = r["locust"]["requests"] / r["locust"]["rps"]
-        assert f"| {report._fmt(r['locust']['requests'], 0)} | {report._fmt(span, 1)} |" in text
+        assert f"| {report_tables._fmt(r['locust']['requests'], 0)} | {report_tables._fmt(span, 1)} |" in text
     assert "compare req/s, not request counts" in text
-    assert report.counted_span_s({"requests": 10, "rps": 0}) is None
+    assert report_tables.counted_span_s({"requests": 10, "rps": 0}) is None
 
 
 def test_report_counts_failures_per_status() -> None:
@@ -322,12 +325,12 @@ def test_report_marks_invalid_runs(tmp_path: Path) -> None:
 
 def test_gpu_plot_only_with_gauges(tmp_path: Path) -> None:
     doc = recorded()
-    assert report.plot_gpu(doc, tmp_path / "gpu.png") is None
+    assert report_plots.plot_gpu(doc, tmp_path / "gpu.png") is None
     samples = [0.5, 0.75, 1.0]  # what the runner keeps of gauge samples, here for two variants
     for s in doc["summary"]:
         s["gpu_activity"] = st.summarize_gauge(samples)
         s["sync_share"] = st.summarize_gauge([1 - x for x in samples])
-    assert report.plot_gpu(doc, tmp_path / "gpu.png") == tmp_path / "gpu.png"
+    assert report_plots.plot_gpu(doc, tmp_path / "gpu.png") == tmp_path / "gpu.png"
     assert "| GPU activity | 75.0% | 75.0% | 1.00x |" in report.markdown(doc)
 
 
