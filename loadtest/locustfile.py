@@ -74,7 +74,7 @@ from geventhttpclient import HTTPClient
 from tritonclient.grpc import service_pb2_grpc
 
 from inflight.errors import ConfigError
-from inflight.loadtest import checks
+from inflight.loadtest import checks, schedule
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import workload as wl
 
@@ -119,7 +119,9 @@ def _add_options(parser: Any) -> None:
     g.add_argument(
         "--rate", type=float, default=0.0, help="OpenLoopHttpUser: requests per second of all users together."
     )
-    g.add_argument("--arrival", choices=list(ol.ARRIVALS), default="poisson", help="OpenLoopHttpUser: arrival process.")
+    g.add_argument(
+        "--arrival", choices=list(schedule.ARRIVALS), default="poisson", help="OpenLoopHttpUser: arrival process."
+    )
     g.add_argument(
         "--check-every",
         type=int,
@@ -394,7 +396,9 @@ class OpenLoopHttpUser(User):
         local = len(STATE.sources)
         per_worker = max(1, math.ceil(users / max(1, int(getattr(options, "processes", 1) or 1))))
         index = min(worker * per_worker + local, users - 1)
-        self._schedule = ol.Schedule(options.rate, dist=options.arrival, seed=options.seed, index=index, sources=users)
+        self._schedule = schedule.Schedule(
+            options.rate, dist=options.arrival, seed=options.seed, index=index, sources=users
+        )
         url = urlsplit(self.environment.host or self.host)
         self._client = HTTPClient(
             url.hostname or "127.0.0.1",

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from inflight.errors import ConfigError
-from inflight.loadtest import cpu, presets, rategen_options, report
+from inflight.loadtest import cpu, list_options, presets, rategen_options, report, schedule
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import rategen as rg
 from inflight.loadtest import stats as st
@@ -74,13 +74,13 @@ def test_share_cpus_of_no_cores_leaves_every_server_unpinned_and_refuses_too_man
 
 
 def test_parse_gpus_takes_commas_or_slashes_in_order() -> None:
-    assert ol.parse_gpus("0,1") == [0, 1]
-    assert ol.parse_gpus("0/1") == [0, 1]
-    assert ol.parse_gpus(" 1, 0 ") == [1, 0]
-    assert ol.parse_gpus("0,0") == [0, 0]  # duplicates are the runner's to refuse, with its message
+    assert list_options.parse_gpus("0,1") == [0, 1]
+    assert list_options.parse_gpus("0/1") == [0, 1]
+    assert list_options.parse_gpus(" 1, 0 ") == [1, 0]
+    assert list_options.parse_gpus("0,0") == [0, 0]  # duplicates are the runner's to refuse, with its message
     for bad in ("a", "0,-1", "", ","):
         with pytest.raises(ConfigError, match="GPU"):
-            ol.parse_gpus(bad)
+            list_options.parse_gpus(bad)
 
 
 def test_no_isolate_with_server_cpus_pins_the_server_alone() -> None:
@@ -118,7 +118,7 @@ def test_options_target_each_sources_server(tmp_path: Path) -> None:
     single = rategen_options.GenOptions(host="h", port=5, model="m", pool_file=pool, rate=1.0, duration_s=1.0)
     assert single.servers() == ["h:5"] and single.target(3) == ("h", 5)
     # the rate is the total of all sources whatever the servers: each source's schedule carries rate / processes
-    assert ol.Schedule(100.0, index=3, sources=4).source_rate == 25.0
+    assert schedule.Schedule(100.0, index=3, sources=4).source_rate == 25.0
 
 
 def test_options_need_a_source_per_server(tmp_path: Path) -> None:

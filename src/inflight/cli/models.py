@@ -79,7 +79,7 @@ def build_models_cmd(
 
 def _core_count(server_cpus: str | None) -> int | None:
     """``--server-cpus`` as a count: ``8`` or a taskset list (``0-7``); None when not given."""
-    from inflight.loadtest.openloop import parse_cpus
+    from inflight.loadtest.list_options import parse_cpus
 
     if server_cpus is None:
         return None

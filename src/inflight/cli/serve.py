@@ -51,7 +51,7 @@ def serve_cmd(
     """
     _line_buffered_stdout()
     setup_logging(verbose)
-    from inflight.loadtest.openloop import parse_cpus
+    from inflight.loadtest.list_options import parse_cpus
     from inflight.server.config import ServerConfig
     from inflight.server.control import load_variant, variant_config
     from inflight.server.launcher import TritonServer

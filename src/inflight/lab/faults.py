@@ -1030,7 +1030,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown fault(s) {unknown}: use {', '.join(FAULTS)}")
     if args.client_cpus:
-        from inflight.loadtest.openloop import parse_cpus
+        from inflight.loadtest.list_options import parse_cpus
 
         os.sched_setaffinity(0, parse_cpus(args.client_cpus))
     from inflight.build.repository import ensure_built

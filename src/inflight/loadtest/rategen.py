@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from inflight.errors import ConfigError
-from inflight.loadtest import checks
+from inflight.loadtest import checks, schedule
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import workload as wl
 from inflight.loadtest.rategen_answers import answer_checker, grpc_answer_checker, stall_summary
@@ -247,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rate", required=True, type=float, help="requests per second of all processes together")
     p.add_argument("--duration", type=float, default=10.0, help="seconds of sending")
     p.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="sources (processes)")
-    p.add_argument("--arrival", choices=ol.ARRIVALS, default="poisson")
+    p.add_argument("--arrival", choices=schedule.ARRIVALS, default="poisson")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-connections", type=int, default=256, help="keep-alive connections per process")
     p.add_argument("--check-every", type=int, default=16, help="decode and check every Nth answer in full")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inflight.errors import ConfigError
-from inflight.loadtest import openloop as ol
+from inflight.loadtest import schedule
 from inflight.loadtest import workload as wl
 
 #: Connections each process opens before its first send (more are opened as needed, up to the maximum).
@@ -102,7 +102,7 @@ class GenOptions:
     rate: float
     duration_s: float
     processes: int = 1
-    arrival: ol.ArrivalDist = "poisson"
+    arrival: schedule.ArrivalDist = "poisson"
     seed: int = 0
     max_connections: int = 256
     check_every: int = 16

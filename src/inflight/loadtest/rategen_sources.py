@@ -33,6 +33,7 @@ from inflight.loadtest.rategen_options import (
     GenOptions,
     source_url,
 )
+from inflight.loadtest.schedule import Schedule
 from inflight.runtime.gcwatch import GcWatch
 from inflight.tool_errors import HttpProtocolError
 
@@ -226,7 +227,7 @@ class _Source:
 
     async def run(self, start: float) -> None:
         """Send on schedule from ``start`` (perf_counter) for the window, then wait the grace and stop."""
-        schedule = ol.Schedule(
+        schedule = Schedule(
             self.options.rate,
             dist=self.options.arrival,
             seed=self.options.seed,
