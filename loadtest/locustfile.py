@@ -74,6 +74,7 @@ from geventhttpclient import HTTPClient
 from tritonclient.grpc import service_pb2_grpc
 
 from inflight.errors import ConfigError
+from inflight.loadtest import checks, schedule
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import workload as wl
 
@@ -118,7 +119,9 @@ def _add_options(parser: Any) -> None:
     g.add_argument(
         "--rate", type=float, default=0.0, help="OpenLoopHttpUser: requests per second of all users together."
     )
-    g.add_argument("--arrival", choices=list(ol.ARRIVALS), default="poisson", help="OpenLoopHttpUser: arrival process.")
+    g.add_argument(
+        "--arrival", choices=list(schedule.ARRIVALS), default="poisson", help="OpenLoopHttpUser: arrival process."
+    )
     g.add_argument(
         "--check-every",
         type=int,
@@ -227,7 +230,7 @@ class _Process:
         w = self.workload
         assert w is not None
         ref = self.references[index] if self.references is not None else None
-        return wl.check_output(w.spec, w.items, get, available, ref, self.tol)
+        return checks.check_output(w.spec, w.items, get, available, ref, self.tol)
 
     def write_latencies(self) -> None:
         """Write the raw latencies of this process (idempotent: the same file each time)."""
@@ -362,7 +365,7 @@ def _check_http_body(status: int, header: Any, content: bytes, index: int) -> st
     w = STATE.workload
     assert w is not None
     ref = STATE.references[index] if STATE.references is not None else None
-    return wl.check_http_body(w.spec, w.items, status, header, content, ref, STATE.tol)
+    return checks.check_http_body(w.spec, w.items, status, header, content, ref, STATE.tol)
 
 
 class OpenLoopHttpUser(User):
@@ -393,7 +396,9 @@ class OpenLoopHttpUser(User):
         local = len(STATE.sources)
         per_worker = max(1, math.ceil(users / max(1, int(getattr(options, "processes", 1) or 1))))
         index = min(worker * per_worker + local, users - 1)
-        self._schedule = ol.Schedule(options.rate, dist=options.arrival, seed=options.seed, index=index, sources=users)
+        self._schedule = schedule.Schedule(
+            options.rate, dist=options.arrival, seed=options.seed, index=index, sources=users
+        )
         url = urlsplit(self.environment.host or self.host)
         self._client = HTTPClient(
             url.hostname or "127.0.0.1",
@@ -561,7 +566,7 @@ def _check_grpc(response: Any, index: int) -> str | None:
     w = STATE.workload
     assert w is not None
     ref = STATE.references[index] if STATE.references is not None else None
-    return wl.check_grpc_response(w.spec, w.items, response, ref, STATE.tol)
+    return checks.check_grpc_response(w.spec, w.items, response, ref, STATE.tol)
 
 
 def _default_grpc_url(host: str) -> str:

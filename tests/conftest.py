@@ -61,7 +61,7 @@ def repository() -> Path:
 
     ``INFLIGHT_TEST_REPOSITORY`` points it elsewhere (default ``runs/test-repo``).
     """
-    from inflight.build import ensure_built
+    from inflight.build.repository import ensure_built
 
     repo = Path(os.environ.get("INFLIGHT_TEST_REPOSITORY", ROOT / "runs" / "test-repo"))
     repo.mkdir(parents=True, exist_ok=True)
@@ -72,7 +72,8 @@ def repository() -> Path:
 @pytest.fixture(scope="session")
 def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real tritonserver (explicit model control, nothing loaded) on free ports."""
-    from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.config import ServerConfig
+    from inflight.server.launcher import TritonServer
 
     s = TritonServer(ServerConfig.on_free_ports(repository, tmp_path_factory.mktemp("triton")))
     s.start()

@@ -82,7 +82,8 @@ def main() -> int:
     import tritonclient.http as http
 
     from inflight.loadtest.runner.document import versions
-    from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.config import ServerConfig
+    from inflight.server.launcher import TritonServer
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"

@@ -239,7 +239,7 @@ def main() -> None:
         return
     options = {k: _option_value(v) for k, v in (kv.split("=", 1) for kv in a.module)}
     if options:
-        from inflight.build import export_torch
+        from inflight.build.export import export_torch
 
         artifact = a.out.with_suffix(".pt2")
         export_torch(spec, spec.build_module(0, **options), artifact)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 import typer
+
+REPO_DEFAULT = Path("model_repository")
+"""The model repository the commands read and write unless ``--repository`` says otherwise."""
 
 
 def setup_logging(verbose: bool) -> None:

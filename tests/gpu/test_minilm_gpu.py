@@ -48,7 +48,7 @@ def test_fp16_engine_matches_sentence_transformers(tmp_path: Path, unpad: bool) 
         pytest.skip(f"sentence-transformers is not importable here ({type(e).__name__}: {e})")
     import torch
 
-    from inflight.build import import_checkpoint
+    from inflight.build.checkpoint import import_checkpoint
     from inflight.model_config import BackendParameters
     from inflight.runtime.assembly import assemble, capture_at_load
     from inflight.runtime.batch import Batch, Item

@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 from tests.helpers import gpu_memory_mib, http_inputs
 from tritonclient.utils import InferenceServerException
 
-from inflight.loadtest.stats import executor_stats_from_log
+from inflight.loadtest.executor_stats import executor_stats_from_log
 from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
 from inflight.server.control import load_variant, unload, variant_config

@@ -28,7 +28,7 @@ def trt_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mod = import_tensorrt()
     if mod is None:
         pytest.skip("neither `tensorrt` nor `tensorrt_rtx` is importable here: the TensorRT engine cannot run")
-    from inflight.build import build_model
+    from inflight.build.repository import build_model
 
     sys.path.insert(0, str(ROOT / "scripts"))
     from build_engine import build_plan

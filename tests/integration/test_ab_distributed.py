@@ -18,7 +18,7 @@ import pytest
 from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
 from inflight.server import control
-from inflight.server.launcher import free_port
+from inflight.server.config import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from tests.helpers import ab_command
 
-from inflight.loadtest import cpu
+from inflight.loadtest import cpu, list_options
 from inflight.loadtest import openloop as ol
 
 pytestmark = pytest.mark.integration
@@ -119,7 +119,7 @@ def test_one_server_per_gpu_each_on_its_cores_each_answering_a_share(repository:
     assert [s["gpu"] for s in per_gpu] == [0, 1]
     assert [s["cuda_visible_devices"] for s in per_gpu] == ["0", "1"]
     # each server on its own core: disjoint, and together the server set
-    shares = [set(ol.parse_cpus(s["cpus"])) for s in per_gpu]
+    shares = [set(list_options.parse_cpus(s["cpus"])) for s in per_gpu]
     assert all(shares) and not shares[0] & shares[1]
     assert shares[0] | shares[1] == set(cores[:2])
     assert len({s["http"] for s in per_gpu}) == 2 and server["http"] == ",".join(s["http"] for s in per_gpu)

@@ -17,10 +17,11 @@ import pytest
 import tritonclient.http as httpclient
 from tests.helpers import http_inputs
 
-from inflight.loadtest.stats import metric_values
+from inflight.loadtest.prometheus import metric_values
 from inflight.models import MODELS
 from inflight.server.balancer import Balancer, find_nginx
-from inflight.server.launcher import ServerConfig, TritonServer, free_port
+from inflight.server.config import ServerConfig, free_port
+from inflight.server.launcher import TritonServer
 from inflight.tool_errors import ServerError
 
 pytestmark = pytest.mark.integration

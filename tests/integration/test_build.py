@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inflight.build import build_model
+from inflight.build.repository import build_model
 from inflight.models import MODELS
 from inflight.models.artifact import load_module
 from inflight.models.reference import relative_error
@@ -43,7 +43,7 @@ def test_exported_artifacts_match_the_module(tmp_path: Path, model: str) -> None
 
 
 def test_ensure_built_builds_only_what_is_missing_or_stale(tmp_path: Path) -> None:
-    from inflight.build import artifacts_current, ensure_built
+    from inflight.build.repository import artifacts_current, ensure_built
 
     assert ensure_built(tmp_path, ["linear_head"]) == ["linear_head"]
     assert artifacts_current(tmp_path, "linear_head")

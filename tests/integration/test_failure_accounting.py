@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from inflight.loadtest.stats import metric_samples
+from inflight.loadtest.prometheus import metric_samples
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,8 @@ NULL, SYNC = "bert_tiny_null", "bert_tiny_sync"
 
 @pytest.fixture(scope="module")
 def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.config import ServerConfig
+    from inflight.server.launcher import TritonServer
 
     s = TritonServer(ServerConfig.on_free_ports(repository, tmp_path_factory.mktemp("accounting"), models=[NULL, SYNC]))
     s.start()

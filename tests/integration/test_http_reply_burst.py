@@ -21,8 +21,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from inflight.server.config import ServerConfig
 from inflight.server.control import load_variant, variant_config, wait_unloaded
-from inflight.server.launcher import WMEM_DEFAULT, ServerConfig, TritonServer
+from inflight.server.launcher import TritonServer
+from inflight.server.reply_buffer import WMEM_DEFAULT
 
 pytestmark = pytest.mark.integration
 

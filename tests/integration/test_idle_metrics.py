@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from inflight.loadtest.stats import metric_samples
+from inflight.loadtest.prometheus import metric_samples
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,8 @@ MODELS = ["bert_tiny_sync", "bert_tiny_inflight"]
 
 @pytest.fixture(scope="module")
 def server(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.config import ServerConfig
+    from inflight.server.launcher import TritonServer
 
     s = TritonServer(ServerConfig.on_free_ports(repository, tmp_path_factory.mktemp("idle"), models=MODELS))
     s.start()

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from inflight.server.launcher import (
+from inflight.server.config import (
     ServerConfig,
-    TritonServer,
     check_stub_numpy,
     find_tritonserver,
     free_ports,
     prepare_backend_dir,
     stub_environment,
 )
+from inflight.server.launcher import TritonServer
 from inflight.tool_errors import ServerError
 
 pytestmark = pytest.mark.integration
@@ -110,7 +110,7 @@ def test_a_stub_built_for_another_python_is_refused(tmp_path: Path) -> None:
     """An installed server whose stub links another libpython (e.g. a 3.12 kit under 3.11) is refused."""
     import shutil
 
-    from inflight.server.launcher import _dist_for, stub_python_version
+    from inflight.server.config import _dist_for, stub_python_version
 
     pytriton = pytest.importorskip("pytriton", reason="the stubs for other Pythons come from the nvidia-pytriton wheel")
     stubs = Path(pytriton.__file__).parent / "tritonserver" / "python_backend_stubs"

@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tests.helpers import grpc_inputs, http_inputs
 
-from inflight.loadtest.stats import executor_breakdown, executor_stats_from_log
+from inflight.loadtest.executor_stats import executor_breakdown, executor_stats_from_log
 from inflight.models import MODELS
 from inflight.server.control import load_variant, unload, variant_config
 

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tests.helpers import grpc_inputs, http_inputs, infer_or_message
 
-from inflight.loadtest.stats import executor_stats_from_log
+from inflight.loadtest.executor_stats import executor_stats_from_log
 from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
 from inflight.server.control import load_variant, unload, variant_config

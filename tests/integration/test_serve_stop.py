@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from tests.serve_process import Serve
 
-from inflight.server.launcher import port_free
+from inflight.server.config import port_free
 
 pytestmark = pytest.mark.integration
 

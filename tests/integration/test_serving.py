@@ -44,7 +44,7 @@ LOADS_AT_ONCE = 4
     params=[pytest.param("cpu", id="cpu"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)],
 )
 def kind(request: pytest.FixtureRequest, server: Any, repository: Any) -> Iterator[str]:
-    from inflight.build import add_variant
+    from inflight.build.configs import add_variant
 
     configs = []
     for model in MODEL_NAMES:
@@ -220,7 +220,7 @@ def test_auto_answers_in_band_then_defers_through_the_response_sender(server: An
     reference window (10 ms at the start of each second); the deferred ones return None and are
     answered through their response senders; every answer must still be its own request's.
     """
-    from inflight.build import add_variant
+    from inflight.build.configs import add_variant
 
     # metric_calls_per_execute=0: the one execute() after the interval publishes all of it (the test reads it then)
     base = (
@@ -272,7 +272,7 @@ def test_auto_probes_a_saturated_instance_and_from_the_high_bound_defers_without
     loss (a gain under 1/1000) impossible: so each period's probe must end in deferral, which then
     skips the next periods' windows. Every answer must be its own request's, every batch counted once.
     """
-    from inflight.build import add_variant
+    from inflight.build.configs import add_variant
 
     base = (
         "bert_tiny_inflight@mode=auto,auto_bound_min=1,auto_bound_high=1,auto_gain_min=1000,auto_busy_min=0,"

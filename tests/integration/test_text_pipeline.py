@@ -49,7 +49,7 @@ def _infer(url: str, inputs: list[httpclient.InferInput]) -> np.ndarray | str:
 def test_the_text_ensemble_tokenizes_in_its_own_instances(server: Any, repository: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from inflight.build import import_checkpoint
+    from inflight.build.checkpoint import import_checkpoint
 
     if not all((repository / f).is_file() for f in ("minilm_inflight/1/model.pt2", "minilm_text/config.pbtxt")):
         import_checkpoint(repository, Path(minilm.get_model_path()), "minilm", server_cpus=1, gpus=0, onnx=False)

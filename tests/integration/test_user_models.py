@@ -37,7 +37,7 @@ LONG = LAB_TEXTS[-1]
 @pytest.fixture(scope="module")
 def minilm_repo(repository: Path) -> str:
     """all-MiniLM-L6-v2 imported into the test repository as ``minilm`` (CPU instances, one per variant)."""
-    from inflight.build import import_checkpoint
+    from inflight.build.checkpoint import import_checkpoint
 
     if not all((repository / f).is_file() for f in ("minilm_inflight/1/model.pt2", "minilm_text/config.pbtxt")):
         import_checkpoint(repository, Path(minilm.get_model_path()), "minilm", server_cpus=1, gpus=0, onnx=False)

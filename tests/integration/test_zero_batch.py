@@ -26,7 +26,8 @@ EXIT_TIMEOUT_S = 3
 
 
 def _server(repository: Path, workdir: Path):  # type: ignore[no-untyped-def]
-    from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.config import ServerConfig
+    from inflight.server.launcher import TritonServer
 
     cfg = ServerConfig.on_free_ports(
         repository, workdir, models=[MODEL], extra_args=(f"--exit-timeout-secs={EXIT_TIMEOUT_S}",)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from inflight.loadtest import cpu
-from inflight.loadtest.report import comparison_table, runs_table
+from inflight.loadtest.report_tables import comparison_table, runs_table
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from inflight.cli import demo_ratio_lines
+from inflight.cli.measure import demo_ratio_lines
 
 
 def _doc(busy: float, isolated: bool) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from inflight.build import export_torch  # noqa: E402
+from inflight.build.export import export_torch  # noqa: E402
 from inflight.models import MODELS  # noqa: E402
 from inflight.runtime.engines.torch_engine import TorchHostEngine, _compile_mode  # noqa: E402
 

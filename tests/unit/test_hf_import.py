@@ -334,7 +334,7 @@ def test_real_all_minilm_l6_v2_matches_sentence_transformers() -> None:
 def test_import_hf_writes_a_repository_whose_artifacts_compute_the_checkpoint(tmp_path: Path) -> None:
     """`inflight import-hf`'s repository: configs of every variant, the pt2 programs and an ONNX file that loads."""
     ort = pytest.importorskip("onnxruntime")
-    from inflight.build import import_checkpoint
+    from inflight.build.checkpoint import import_checkpoint
     from inflight.model_spec import spec_from_config
     from inflight.models.artifact import load_module
     from inflight.variants import parse_pbtxt

@@ -9,12 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from inflight.server.launcher import (
-    HTTP_REPLY_BUFFER_BYTES,
-    ServerConfig,
-    ensure_http_reply_buffer,
-    http_reply_buffer,
-)
+from inflight.server.config import ServerConfig
+from inflight.server.reply_buffer import HTTP_REPLY_BUFFER_BYTES, ensure_http_reply_buffer, http_reply_buffer
 from inflight.tool_errors import ServerError
 
 
@@ -46,7 +42,7 @@ def test_warns_with_the_fix_when_it_cannot_write(
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(Path, "write_text", refuse)
-    with caplog.at_level(logging.WARNING, logger="inflight.server.launcher"):
+    with caplog.at_level(logging.WARNING, logger="inflight.server.reply_buffer"):
         assert ensure_http_reply_buffer(8 << 20, f) is None
     assert "sysctl -w net.core.wmem_default=8388608" in caplog.text and "gRPC" in caplog.text
 

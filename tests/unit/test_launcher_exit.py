@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from inflight.server import launcher
-from inflight.server.launcher import ServerConfig, TritonServer, exit_reason, running_tritonservers
+from inflight.server.config import ServerConfig
+from inflight.server.launcher import TritonServer, exit_reason, running_tritonservers
 
 ZERO_BATCH_LOG = """\
 I1123 03:04:00.798279 10920 http_server.cc:248] "Timeout 4: Found 3 HTTP service connections"
@@ -88,7 +89,7 @@ def test_leftover_env_folders_stay_while_another_server_runs(tmp_path: Path, mon
 
 
 def test_free_ports_are_distinct_and_bindable() -> None:
-    from inflight.server.launcher import free_ports, port_free
+    from inflight.server.config import free_ports, port_free
 
     for _ in range(200):
         ports = free_ports(3)

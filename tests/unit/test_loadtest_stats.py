@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from inflight.errors import ConfigError
-from inflight.loadtest import report
+from inflight.loadtest import executor_stats, prometheus, report, report_plots, report_tables
 from inflight.loadtest import stats as st
 from inflight.loadtest.runner.document import attach_served, finite
 from inflight.loadtest.runner.window import progress_time
@@ -186,7 +186,7 @@ def test_failure_messages_are_unwrapped() -> None:
 
 
 def test_failures_are_counted_per_http_status() -> None:
-    from inflight.loadtest.workload import failure_status, failures_by_status
+    from inflight.loadtest.checks import failure_status, failures_by_status
 
     assert failure_status("HTTP 400: inference input 'input_ids' data-type is 'INT32'") == "HTTP 400"
     assert failure_status("gRPC INVALID_ARGUMENT: expected 2 inputs") == "gRPC INVALID_ARGUMENT"
@@ -202,10 +202,10 @@ def test_failures_are_counted_per_http_status() -> None:
 
 def test_metric_values_from_recorded_endpoint() -> None:
     text = (FIXTURES / "metrics-bert_tiny_inflight.txt").read_text()
-    assert len(st.metric_values(text, "inflight_in_flight", "bert_tiny_inflight")) == 1
-    assert st.metric_values(text, "inflight_in_flight", "bert_tiny_sync") == []
+    assert len(prometheus.metric_values(text, "inflight_in_flight", "bert_tiny_inflight")) == 1
+    assert prometheus.metric_values(text, "inflight_in_flight", "bert_tiny_sync") == []
     # histogram series (_count/_sum/_bucket) are not the metric itself
-    assert st.metric_values(text, "inflight_batch_size", "bert_tiny_inflight") == []
+    assert prometheus.metric_values(text, "inflight_batch_size", "bert_tiny_inflight") == []
     # no cupti=true on the CPU host: the GPU gauges are absent
     assert st.gpu_gauges(text, "bert_tiny_inflight") == {"gpu_activity": None, "sync_share": None}
     assert st.summarize_gauge([None, None]) == "not available"
@@ -245,7 +245,10 @@ def test_report_from_recorded_json(tmp_path: Path) -> None:
     a, b = doc["summary"]
     assert "**Status: valid**" in text
     assert f"| A: `{a['spec']}` | B: `{b['spec']}` | B/A |" in text
-    assert f"| req/s | {report._fmt(a['rps'])} | {report._fmt(b['rps'])} | {b['rps'] / a['rps']:.2f}x |" in text
+    assert (
+        f"| req/s | {report_tables._fmt(a['rps'])} | {report_tables._fmt(b['rps'])} | {b['rps'] / a['rps']:.2f}x |"
+        in text
+    )
     assert f"| p99 latency (ms, exact) | {a['latency_ms']['p99']:.2f} | {b['latency_ms']['p99']:.2f} |" in text
     assert "| GPU activity | not available | not available | n/a |" in text
     assert "tritonserver 2.51.0" in text and "Locust" in text
@@ -292,12 +295,12 @@ def test_report_configuration_follows_what_the_instances_reported() -> None:
 
 def test_runs_table_says_what_each_rate_was_counted_over() -> None:
     doc = recorded()
-    text = report.runs_table(doc)
+    text = report_tables.runs_table(doc)
     for r in doc["runs"]:
         span = r["locust"]["requests"] / r["locust"]["rps"]
-        assert f"| {report._fmt(r['locust']['requests'], 0)} | {report._fmt(span, 1)} |" in text
+        assert f"| {report_tables._fmt(r['locust']['requests'], 0)} | {report_tables._fmt(span, 1)} |" in text
     assert "compare req/s, not request counts" in text
-    assert report.counted_span_s({"requests": 10, "rps": 0}) is None
+    assert report_tables.counted_span_s({"requests": 10, "rps": 0}) is None
 
 
 def test_report_counts_failures_per_status() -> None:
@@ -322,12 +325,12 @@ def test_report_marks_invalid_runs(tmp_path: Path) -> None:
 
 def test_gpu_plot_only_with_gauges(tmp_path: Path) -> None:
     doc = recorded()
-    assert report.plot_gpu(doc, tmp_path / "gpu.png") is None
+    assert report_plots.plot_gpu(doc, tmp_path / "gpu.png") is None
     samples = [0.5, 0.75, 1.0]  # what the runner keeps of gauge samples, here for two variants
     for s in doc["summary"]:
         s["gpu_activity"] = st.summarize_gauge(samples)
         s["sync_share"] = st.summarize_gauge([1 - x for x in samples])
-    assert report.plot_gpu(doc, tmp_path / "gpu.png") == tmp_path / "gpu.png"
+    assert report_plots.plot_gpu(doc, tmp_path / "gpu.png") == tmp_path / "gpu.png"
     assert "| GPU activity | 75.0% | 75.0% | 1.00x |" in report.markdown(doc)
 
 
@@ -342,7 +345,8 @@ def test_report_rejects_other_files(tmp_path: Path) -> None:
 
 def test_executor_counters_from_a_real_server_log_go_to_the_right_runs() -> None:
     """Two lines of a real tritonserver log (H200): bert_tiny_sync then bert_tiny_inflight, one instance each."""
-    from inflight.loadtest.stats import attach_executor_stats, executor_stats_from_log
+    from inflight.loadtest.executor_stats import executor_stats_from_log
+    from inflight.loadtest.stats import attach_executor_stats
 
     text = (FIXTURES / "finalize-lines.log").read_text()
     recs = executor_stats_from_log(text + "\nunrelated line\n")
@@ -377,7 +381,7 @@ def test_executor_breakdown_takes_the_longest_stall_over_instances_and_sums_the_
         stats |= {"executes_over_10ms": 1, "gc_max_ms": gc_max, "gc_s": gc_s, "gc_gen2": 1}
         return {"model": "m", "instance": "i", "drained": True, "stats": stats}
 
-    got = st.executor_breakdown([record(12.0, 3.0, 0.002), record(40.0, 1.0, 0.004)])
+    got = executor_stats.executor_breakdown([record(12.0, 3.0, 0.002), record(40.0, 1.0, 0.004)])
     assert got is not None
     assert got["execute_max_ms"] == 40.0 and got["gc_max_ms"] == 3.0
     assert got["executes_over_10ms"] == 2 and got["gc_gen2"] == 2
@@ -385,7 +389,7 @@ def test_executor_breakdown_takes_the_longest_stall_over_instances_and_sums_the_
     old = record(1.0, 1.0, 0.0)
     for k in ("execute_max_ms", "executes_over_10ms", "gc_max_ms", "gc_s", "gc_gen2"):
         del old["stats"][k]
-    got = st.executor_breakdown([old])  # records of an older backend: the keys are None
+    got = executor_stats.executor_breakdown([old])  # records of an older backend: the keys are None
     assert got is not None and got["execute_max_ms"] is None and got["gc_ms_per_execute"] is None
     assert got["wait_max_ms"] is None and got["publish_max_ms"] is None and got["metric_calls_per_execute"] is None
     assert got["slot_us"] is None and got["auto_policy_us"] is None
@@ -396,11 +400,11 @@ def test_executor_breakdown_gives_what_autos_in_band_path_adds_per_batch_and_per
         stats = {"batches": 100, "requests": 800, "executes": 100, "slot_s": slot_s, "auto_policy_s": policy_s}
         return {"model": "m", "instance": "i", "drained": True, "stats": stats}
 
-    got = st.executor_breakdown([record(0.0011, 0.0015), record(0.0009, 0.0017)])
+    got = executor_stats.executor_breakdown([record(0.0011, 0.0015), record(0.0009, 0.0017)])
     assert got is not None
     assert got["slot_us"] == pytest.approx(0.002 / 200 * 1e6)  # 10 us a batch
     assert got["auto_policy_us"] == pytest.approx(0.0032 / 200 * 1e6)  # 16 us an execute
-    sync = st.executor_breakdown([record(0.0006, 0.0)])
+    sync = executor_stats.executor_breakdown([record(0.0006, 0.0)])
     assert sync is not None and sync["slot_us"] == pytest.approx(6.0) and sync["auto_policy_us"] is None
 
 
@@ -413,7 +417,7 @@ def test_executor_breakdown_gives_each_steps_longest_and_the_metrics_cost() -> N
         stats |= {"metric_calls": 6, "publish_s": 0.004, "publish_max_ms": publish_max}
         return {"model": "m", "instance": "i", "drained": True, "stats": stats}
 
-    got = st.executor_breakdown([record(0.0105, 0.004, 7.7), record(0.003, 0.0147, 2.5)])
+    got = executor_stats.executor_breakdown([record(0.0105, 0.004, 7.7), record(0.003, 0.0147, 2.5)])
     assert got is not None
     assert got["parse_max_ms"] == pytest.approx(10.5) and got["launch_max_ms"] == pytest.approx(14.7)
     assert got["gather_max_ms"] == pytest.approx(1.0) and got["build_max_ms"] == pytest.approx(0.5)
@@ -428,13 +432,13 @@ def test_executor_breakdown_sums_auto_choices_and_averages_its_gauges() -> None:
         stats |= {"auto_bound": 1.5, "auto_gain": gain}
         return {"model": "m", "instance": "i", "drained": True, "stats": stats}
 
-    got = st.executor_breakdown([record(10, 80, 0, 0.9), record(10, 0, 60, 1.3)])
+    got = executor_stats.executor_breakdown([record(10, 80, 0, 0.9), record(10, 0, 60, 1.3)])
     assert got is not None
     assert (got["auto_reference"], got["auto_no_gain"], got["auto_deferred"]) == (20, 80, 60)
     assert got["auto_inline"] == 200 - 20 - 80 - 60
     assert got["auto_gain"] == pytest.approx(1.1) and got["auto_bound"] == pytest.approx(1.5)
     # a record of the rule before the probe (2026-11-26) has none of the new keys
-    got = st.executor_breakdown(
+    got = executor_stats.executor_breakdown(
         [{"model": "m", "instance": "i", "drained": True, "stats": {"batches": 5, "auto_explored": 2}}]
     )
     assert got is not None and got["auto_explored"] == 2 and got["auto_no_gain"] == 0 and got["auto_gain"] is None

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from inflight.errors import ConfigError
-from inflight.loadtest import presets
+from inflight.loadtest import checks, presets
 from inflight.loadtest import workload as wl
 from inflight.loadtest.runner.config import Endpoints, resolve_variants
 from inflight.loadtest.runner.document import finite
@@ -110,24 +110,24 @@ def _getter(out: dict[str, tuple[np.ndarray, str]]):  # type: ignore[no-untyped-
 def test_check_output_messages() -> None:
     good = np.zeros((4, 128), np.float32)
     tol = wl.tolerance_for("bert_tiny_sync")
-    assert wl.check_output(BERT, 4, *_getter({"cls": (good, "FP32")})) is None
-    assert "missing" in str(wl.check_output(BERT, 4, *_getter({"other": (good, "FP32")})))
-    assert "expected FP32" in str(wl.check_output(BERT, 4, *_getter({"cls": (good.astype(np.float16), "FP16")})))
-    assert "expected [4, 128]" in str(wl.check_output(BERT, 4, *_getter({"cls": (good[:3], "FP32")})))
+    assert checks.check_output(BERT, 4, *_getter({"cls": (good, "FP32")})) is None
+    assert "missing" in str(checks.check_output(BERT, 4, *_getter({"other": (good, "FP32")})))
+    assert "expected FP32" in str(checks.check_output(BERT, 4, *_getter({"cls": (good.astype(np.float16), "FP16")})))
+    assert "expected [4, 128]" in str(checks.check_output(BERT, 4, *_getter({"cls": (good[:3], "FP32")})))
     ref = {"cls": good + 0.01}
-    assert wl.check_output(BERT, 4, *_getter({"cls": (good, "FP32")}), ref, tol) is None
+    assert checks.check_output(BERT, 4, *_getter({"cls": (good, "FP32")}), ref, tol) is None
     ref = {"cls": good.copy()}
     ref["cls"][2, 7] = 1.0
-    msg = str(wl.check_output(BERT, 4, *_getter({"cls": (good, "FP32")}), ref, tol))
+    msg = str(checks.check_output(BERT, 4, *_getter({"cls": (good, "FP32")}), ref, tol))
     assert "differs from the PyTorch reference" in msg and "worst at [2, 7]" in msg
 
 
 def test_tolerance_scaled_for_small_logits() -> None:
     tol = wl.tolerance_for("linear_head_inflight")
     ref = np.array([[0.03, -0.02]], np.float32)
-    assert wl.compare(ref * 1.01, ref, tol) is None
-    assert wl.compare(ref + 0.01, ref, tol) is not None  # 0.01 is a third of the logits
-    assert "NaN" in str(wl.compare(ref * np.nan, ref, tol))
+    assert checks.compare(ref * 1.01, ref, tol) is None
+    assert checks.compare(ref + 0.01, ref, tol) is not None  # 0.01 is a third of the logits
+    assert "NaN" in str(checks.compare(ref * np.nan, ref, tol))
 
 
 def test_pool_file_roundtrip(tmp_path: Path) -> None:

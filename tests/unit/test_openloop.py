@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from inflight.errors import ConfigError
+from inflight.loadtest import list_options, schedule
 from inflight.loadtest import openloop as ol
 
 
 def test_poisson_schedule_offers_the_rate_with_exponential_gaps() -> None:
     rate, duration = 2000.0, 50.0
-    t = ol.Schedule(rate, seed=3).offsets(duration)
+    t = schedule.Schedule(rate, seed=3).offsets(duration)
     assert np.all(np.diff(t) > 0) and t[0] > 0 and t[-1] < duration
     n = len(t)
     # a Poisson count over 50 s at 2000/s: mean 100,000, sd ~316; 5 sd either side
@@ -26,21 +27,21 @@ def test_poisson_schedule_offers_the_rate_with_exponential_gaps() -> None:
 
 
 def test_schedules_are_reproducible_and_sources_independent() -> None:
-    a = ol.Schedule(500, seed=7, index=1, sources=4).offsets(10)
-    b = ol.Schedule(500, seed=7, index=1, sources=4).offsets(10)
-    c = ol.Schedule(500, seed=7, index=2, sources=4).offsets(10)
-    d = ol.Schedule(500, seed=8, index=1, sources=4).offsets(10)
+    a = schedule.Schedule(500, seed=7, index=1, sources=4).offsets(10)
+    b = schedule.Schedule(500, seed=7, index=1, sources=4).offsets(10)
+    c = schedule.Schedule(500, seed=7, index=2, sources=4).offsets(10)
+    d = schedule.Schedule(500, seed=8, index=1, sources=4).offsets(10)
     assert np.array_equal(a, b)
     assert not np.array_equal(a[:100], c[:100]) and not np.array_equal(a[:100], d[:100])
     # each of 4 sources offers a quarter; together they offer the rate
-    merged = np.sort(np.concatenate([ol.Schedule(500, seed=7, index=i, sources=4).offsets(10) for i in range(4)]))
+    merged = np.sort(np.concatenate([schedule.Schedule(500, seed=7, index=i, sources=4).offsets(10) for i in range(4)]))
     assert abs(len(merged) - 5000) < 5 * math.sqrt(5000)
     assert abs(len(a) - 1250) < 5 * math.sqrt(1250)
 
 
 def test_constant_sources_interleave_into_one_even_stream() -> None:
     merged = np.sort(
-        np.concatenate([ol.Schedule(1000, dist="constant", index=i, sources=4).offsets(1.0) for i in range(4)])
+        np.concatenate([schedule.Schedule(1000, dist="constant", index=i, sources=4).offsets(1.0) for i in range(4)])
     )
     assert len(merged) == 1000
     assert np.allclose(np.diff(merged), 1e-3)
@@ -57,7 +58,7 @@ def test_constant_sources_interleave_into_one_even_stream() -> None:
 )
 def test_schedule_refuses_bad_arguments(kwargs: dict[str, object], fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
-        ol.Schedule(**kwargs)  # type: ignore[arg-type]
+        schedule.Schedule(**kwargs)  # type: ignore[arg-type]
 
 
 def test_lateness_counts_late_sends_answers_in_the_window_and_the_backlog() -> None:
@@ -170,12 +171,12 @@ def test_bisection_reports_a_lower_bound_and_no_capacity() -> None:
 
 
 def test_cpu_lists_parse_and_format() -> None:
-    assert ol.parse_cpus("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+    assert list_options.parse_cpus("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
     assert ol.format_cpus([11, 0, 1, 2, 3, 8, 10]) == "0-3,8,10-11"
-    assert ol.format_cpus(ol.parse_cpus("16-31")) == "16-31"
+    assert ol.format_cpus(list_options.parse_cpus("16-31")) == "16-31"
     for bad in ("", "a-b", "3-1", "-1"):
         with pytest.raises(ConfigError, match="CPU list"):
-            ol.parse_cpus(bad)
+            list_options.parse_cpus(bad)
 
 
 def test_split_cpus_halves_a_large_host_and_leaves_a_small_one_alone() -> None:
@@ -202,7 +203,7 @@ def test_split_cpus_takes_given_sets_and_refuses_bad_ones() -> None:
 
 
 def test_rates_parse_with_thousands_sorted_and_unique() -> None:
-    assert ol.parse_rates("4k,1000,2.5k,1000") == [1000.0, 2500.0, 4000.0]
+    assert list_options.parse_rates("4k,1000,2.5k,1000") == [1000.0, 2500.0, 4000.0]
     for bad in ("", "fast", "0", "-5", "1k,x"):
         with pytest.raises(ConfigError, match="--rate"):
-            ol.parse_rates(bad)
+            list_options.parse_rates(bad)

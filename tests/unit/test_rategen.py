@@ -11,7 +11,9 @@ import pytest
 from inflight.errors import ConfigError
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import rategen as rg
+from inflight.loadtest import rategen_answers, rategen_options, rategen_sources
 from inflight.loadtest import workload as wl
+from inflight.tool_errors import HttpProtocolError
 
 
 def _answer(body: bytes, status: int = 200, extra: str = "") -> bytes:
@@ -21,7 +23,7 @@ def _answer(body: bytes, status: int = 200, extra: str = "") -> bytes:
 def test_parser_reads_pipelined_answers_split_at_any_byte() -> None:
     stream = _answer(b"first") + _answer(b"", 400, "X-A: 1\r\n") + _answer(b"third body")
     for cut in range(1, len(stream)):
-        p = rg.ResponseParser()
+        p = rategen_answers.ResponseParser()
         got = p.feed(stream[:cut]) + p.feed(stream[cut:])
         assert [(a.status, a.body) for a in got] == [(200, b"first"), (400, b""), (200, b"third body")], cut
         assert got[1].headers["x-a"] == "1"  # names lower-cased
@@ -31,7 +33,7 @@ def test_parser_reads_a_chunked_body() -> None:
     stream = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n"
     stream += _answer(b"next")
     for cut in (1, 30, 50, len(stream) - 3):
-        p = rg.ResponseParser()
+        p = rategen_answers.ResponseParser()
         got = p.feed(stream[:cut]) + p.feed(stream[cut:])
         assert [a.body for a in got] == [b"hello world", b"next"], cut
 
@@ -44,14 +46,14 @@ def test_parser_reads_a_chunked_body() -> None:
     ],
 )
 def test_parser_names_what_it_cannot_read(head: bytes, fragment: str) -> None:
-    with pytest.raises(rg.HttpProtocolError, match=fragment):
-        rg.ResponseParser().feed(head)
+    with pytest.raises(HttpProtocolError, match=fragment):
+        rategen_answers.ResponseParser().feed(head)
 
 
 def test_requests_are_complete_keep_alive_http_requests(tmp_path: Path) -> None:
     w = wl.Workload(model="bert_tiny_null", items=3, seq_len=8, pool=2)
     pool = wl.build_pool(w)
-    reqs = rg.build_requests(pool, "bert_tiny_null", "127.0.0.1", 8000)
+    reqs = rategen_options.build_requests(pool, "bert_tiny_null", "127.0.0.1", 8000)
     assert len(reqs) == 2
     for raw, inputs in zip(reqs, pool.inputs, strict=True):
         head, _, body = raw.partition(b"\r\n\r\n")
@@ -79,7 +81,7 @@ def test_options_refuse_what_the_run_cannot_use(tmp_path: Path, change: dict[str
     pool.write_bytes(b"x")
     base: dict[str, object] = {"host": "h", "port": 1, "model": "m", "pool_file": pool, "rate": 10.0, "duration_s": 1.0}
     with pytest.raises(ConfigError, match=fragment):
-        rg.GenOptions(**{**base, **change}).check_values()  # type: ignore[arg-type]
+        rategen_options.GenOptions(**{**base, **change}).check_values()  # type: ignore[arg-type]
 
 
 def test_summary_adds_up_the_sources_and_their_cpu() -> None:
@@ -96,7 +98,9 @@ def test_summary_adds_up_the_sources_and_their_cpu() -> None:
         },
         {"counts": b.to_dict(), "failures": {}, "cpu_s": 0.1, "busy": 0.05, "peak_connections": 3},
     ]
-    opts = rg.GenOptions(host="h", port=1, model="m", pool_file=Path("p"), rate=75.0, duration_s=2.0, processes=2)
+    opts = rategen_options.GenOptions(
+        host="h", port=1, model="m", pool_file=Path("p"), rate=75.0, duration_s=2.0, processes=2
+    )
     s = rg.summarize(reports, opts)
     assert s["requests"] == 148 and s["failures"] == 1 and s["rps"] == pytest.approx(74.0)
     assert s["failure_messages"] == [{"error": "HTTP 500: x", "occurrences": 1}]
@@ -110,7 +114,7 @@ def test_summary_adds_up_the_sources_and_their_cpu() -> None:
 
 def _timeline(start: float, events: list[tuple[float, float]], sends: list[float], seconds: float = 2.0) -> dict:
     """A source's timeline: answers as ``(time from start, latency ms)``, sends as times from start."""
-    t = rg.Timeline(start, seconds)
+    t = rategen_answers.Timeline(start, seconds)
     for at in sends:
         t.on_send(start + at, 0.0)
     for at, latency in events:
@@ -119,7 +123,7 @@ def _timeline(start: float, events: list[tuple[float, float]], sends: list[float
 
 
 def test_timeline_bins_sends_answers_and_their_worst_latency() -> None:
-    t = rg.Timeline(100.0, 1.0)
+    t = rategen_answers.Timeline(100.0, 1.0)
     t.on_send(100.0005, 0.002)
     t.on_send(100.004, 0.0)
     t.on_wait(100.015)
@@ -128,7 +132,7 @@ def test_timeline_bins_sends_answers_and_their_worst_latency() -> None:
     t.on_answer(101.5, 1.0)  # past the timeline: not binned
     t.on_send(99.0, 0.0)  # before the start: not binned
     d = t.to_dict()
-    assert len(d["sent"]) == round(1.0 / rg.BIN_S)
+    assert len(d["sent"]) == round(1.0 / rategen_answers.BIN_S)
     assert d["sent"][0] == 2 and sum(d["sent"]) == 2
     assert d["late_max_ms"][0] == pytest.approx(2.0)
     assert d["waits"][1] == 1
@@ -138,8 +142,8 @@ def test_timeline_bins_sends_answers_and_their_worst_latency() -> None:
 
 def test_stall_summary_tells_a_stall_of_all_sources_from_one_of_one_source() -> None:
     rate = 400.0  # 4 sources, one answer each per 10 ms bin
-    steady = [(b * rg.BIN_S + 0.005, 3.0) for b in range(200)]
-    sends = [b * rg.BIN_S + 0.001 for b in range(200)]
+    steady = [(b * rategen_answers.BIN_S + 0.005, 3.0) for b in range(200)]
+    sends = [b * rategen_answers.BIN_S + 0.001 for b in range(200)]
 
     def with_gap(lo: float, hi: float, late_ms: float) -> list[tuple[float, float]]:
         # no answer in [lo, hi), then the ones held back arrive late at hi
@@ -147,7 +151,7 @@ def test_stall_summary_tells_a_stall_of_all_sources_from_one_of_one_source() -> 
         return sorted([*kept, (hi + 0.001, late_ms)])
 
     everyone = [_timeline(0.0, with_gap(0.50, 0.58, 80.0), sends) for _ in range(4)]
-    s = rg.stall_summary(everyone, rate, window_s=2.0)
+    s = rategen_answers.stall_summary(everyone, rate, window_s=2.0)
     assert s["sources"] == 4 and s["bins"] == 200
     assert s["slow_bins"] == 1 and s["slow_bins_most_sources"] == 1 and s["slow_bins_one_source"] == 0
     # no source answered in the gap: one silent episode of its length
@@ -156,13 +160,13 @@ def test_stall_summary_tells_a_stall_of_all_sources_from_one_of_one_source() -> 
     assert s["silent_episodes"]["first"] == [[0.5, 80.0]]
 
     one = [_timeline(0.0, with_gap(1.20, 1.30, 120.0), sends)] + [_timeline(0.0, steady, sends) for _ in range(3)]
-    s = rg.stall_summary(one, rate, window_s=2.0)
+    s = rategen_answers.stall_summary(one, rate, window_s=2.0)
     assert s["slow_bins"] == 1 and s["slow_bins_most_sources"] == 0 and s["slow_bins_one_source"] == 1
     assert s["silent_episodes"]["count"] == 0
 
-    calm = rg.stall_summary([_timeline(0.0, steady, sends) for _ in range(4)], rate, window_s=2.0)
+    calm = rategen_answers.stall_summary([_timeline(0.0, steady, sends) for _ in range(4)], rate, window_s=2.0)
     assert calm["slow_bins"] == 0 and calm["silent_bins"] == 0
-    assert rg.stall_summary([], rate, window_s=2.0) == {"bin_s": rg.BIN_S, "sources": 0}
+    assert rategen_answers.stall_summary([], rate, window_s=2.0) == {"bin_s": rategen_answers.BIN_S, "sources": 0}
 
 
 # -- gRPC ----------------------------------------------------------------------------------------
@@ -171,7 +175,9 @@ def test_stall_summary_tells_a_stall_of_all_sources_from_one_of_one_source() -> 
 def test_protocol_must_be_one_the_generator_speaks(tmp_path: Path) -> None:
     pool = tmp_path / "pool.npz"
     pool.write_bytes(b"x")
-    opts = rg.GenOptions(host="h", port=1, model="m", pool_file=pool, rate=10.0, duration_s=1.0, protocol="quic")
+    opts = rategen_options.GenOptions(
+        host="h", port=1, model="m", pool_file=pool, rate=10.0, duration_s=1.0, protocol="quic"
+    )
     with pytest.raises(ConfigError, match=r"--protocol 'quic': choose one of http, grpc"):
         opts.check_values()
 
@@ -180,7 +186,7 @@ def test_grpc_requests_are_serialized_model_infer_messages() -> None:
     from tritonclient.grpc import service_pb2
 
     pool = wl.build_pool(wl.Workload(model="bert_tiny_null", items=3, seq_len=8, pool=2))
-    msgs = rg.build_grpc_requests(pool, "bert_tiny_null_x")
+    msgs = rategen_options.build_grpc_requests(pool, "bert_tiny_null_x")
     assert len(msgs) == 2
     req = service_pb2.ModelInferRequest.FromString(msgs[1])
     assert req.model_name == "bert_tiny_null_x"
@@ -200,7 +206,7 @@ def _grpc_response(rows: int, cols: int = 128, datatype: str = "FP32") -> bytes:
 
 def test_grpc_answers_are_checked_like_http_ones() -> None:
     pool = wl.build_pool(wl.Workload(model="bert_tiny_null", items=3, seq_len=8, pool=2))
-    check = rg.grpc_answer_checker(pool)
+    check = rategen_answers.grpc_answer_checker(pool)
     assert check(_grpc_response(3), 0) is None
     assert "has shape [2, 128]; expected [3, 128]" in (check(_grpc_response(2), 0) or "")
     assert "undecodable response" in (check(b"\xff\xfe not a protobuf", 1) or "")
@@ -258,11 +264,11 @@ def test_an_unreachable_grpc_endpoint_fails_the_source_with_what_to_fix(
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setattr(rg, "GRPC_CONNECT_TIMEOUT_S", 0.5)
-    opts = rg.GenOptions(
+    monkeypatch.setattr(rategen_sources, "GRPC_CONNECT_TIMEOUT_S", 0.5)
+    opts = rategen_options.GenOptions(
         host="127.0.0.1", port=port, model="m", pool_file=tmp_path / "p", rate=10.0, duration_s=1.0, protocol="grpc"
     )
-    source = rg._GrpcSource(opts, 0, [b""], lambda body, i: None)
+    source = rategen_sources._GrpcSource(opts, 0, [b""], lambda body, i: None)
 
     async def go() -> None:
         try:

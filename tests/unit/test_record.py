@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from inflight.loadtest.stats import executor_stats_from_log
+from inflight.loadtest.executor_stats import executor_stats_from_log
 from inflight.runtime.gcwatch import GcWatch
 from inflight.runtime.metrics import MetricsPublisher
 from inflight.runtime.pipeline import AutoStats, ExecutorStats

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from inflight.errors import ConfigError
-from inflight.loadtest import cpu, presets, report
+from inflight.loadtest import cpu, list_options, presets, rategen_options, report, schedule
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import rategen as rg
 from inflight.loadtest import stats as st
@@ -74,13 +74,13 @@ def test_share_cpus_of_no_cores_leaves_every_server_unpinned_and_refuses_too_man
 
 
 def test_parse_gpus_takes_commas_or_slashes_in_order() -> None:
-    assert ol.parse_gpus("0,1") == [0, 1]
-    assert ol.parse_gpus("0/1") == [0, 1]
-    assert ol.parse_gpus(" 1, 0 ") == [1, 0]
-    assert ol.parse_gpus("0,0") == [0, 0]  # duplicates are the runner's to refuse, with its message
+    assert list_options.parse_gpus("0,1") == [0, 1]
+    assert list_options.parse_gpus("0/1") == [0, 1]
+    assert list_options.parse_gpus(" 1, 0 ") == [1, 0]
+    assert list_options.parse_gpus("0,0") == [0, 0]  # duplicates are the runner's to refuse, with its message
     for bad in ("a", "0,-1", "", ","):
         with pytest.raises(ConfigError, match="GPU"):
-            ol.parse_gpus(bad)
+            list_options.parse_gpus(bad)
 
 
 def test_no_isolate_with_server_cpus_pins_the_server_alone() -> None:
@@ -98,54 +98,54 @@ def test_no_isolate_with_server_cpus_pins_the_server_alone() -> None:
 
 def test_sources_are_spread_over_the_servers_round_robin() -> None:
     urls = ["127.0.0.1:8000", "127.0.0.1:9000"]
-    assert [rg.source_url(urls, i) for i in range(5)] == [urls[0], urls[1], urls[0], urls[1], urls[0]]
+    assert [rategen_options.source_url(urls, i) for i in range(5)] == [urls[0], urls[1], urls[0], urls[1], urls[0]]
     three = ["h:1", "h:2", "h:3"]
-    assert Counter(rg.source_url(three, i) for i in range(11)) == {"h:1": 4, "h:2": 4, "h:3": 3}
-    assert rg.source_url(["h:1"], 7) == "h:1"
+    assert Counter(rategen_options.source_url(three, i) for i in range(11)) == {"h:1": 4, "h:2": 4, "h:3": 3}
+    assert rategen_options.source_url(["h:1"], 7) == "h:1"
     with pytest.raises(ConfigError, match="--url"):
-        rg.source_url([], 0)
+        rategen_options.source_url([], 0)
 
 
 def test_options_target_each_sources_server(tmp_path: Path) -> None:
     pool = tmp_path / "pool.npz"
     pool.write_bytes(b"x")
-    opts = rg.GenOptions(
+    opts = rategen_options.GenOptions(
         host="ignored", port=1, model="m", pool_file=pool, rate=100.0, duration_s=1.0, processes=4, urls=("a:1", "b:2")
     )
     assert [opts.target(i) for i in range(4)] == [("a", 1), ("b", 2), ("a", 1), ("b", 2)]
     assert opts.servers() == ["a:1", "b:2"]
     opts.check_values()
-    single = rg.GenOptions(host="h", port=5, model="m", pool_file=pool, rate=1.0, duration_s=1.0)
+    single = rategen_options.GenOptions(host="h", port=5, model="m", pool_file=pool, rate=1.0, duration_s=1.0)
     assert single.servers() == ["h:5"] and single.target(3) == ("h", 5)
     # the rate is the total of all sources whatever the servers: each source's schedule carries rate / processes
-    assert ol.Schedule(100.0, index=3, sources=4).source_rate == 25.0
+    assert schedule.Schedule(100.0, index=3, sources=4).source_rate == 25.0
 
 
 def test_options_need_a_source_per_server(tmp_path: Path) -> None:
     pool = tmp_path / "pool.npz"
     pool.write_bytes(b"x")
-    opts = rg.GenOptions(
+    opts = rategen_options.GenOptions(
         host="h", port=1, model="m", pool_file=pool, rate=10.0, duration_s=1.0, processes=1, urls=("a:1", "b:2")
     )
     with pytest.raises(ConfigError, match=r"--processes 1 with 2 servers.*--processes 2 or more"):
         opts.check_values()
     # 3 sources over 2 servers would give one server twice the other's rate
     with pytest.raises(ConfigError, match=r"--processes 3 with 2 servers.*unequal shares; pass a multiple of 2"):
-        rg.GenOptions(
+        rategen_options.GenOptions(
             host="h", port=1, model="m", pool_file=pool, rate=10.0, duration_s=1.0, processes=3, urls=("a:1", "b:2")
         ).check_values()
 
 
 def test_url_lists_are_parsed_and_checked() -> None:
-    assert rg.parse_urls("127.0.0.1:8000,127.0.0.1:9000") == ["127.0.0.1:8000", "127.0.0.1:9000"]
-    assert rg.parse_urls("http://h:1/, h:2") == ["h:1", "h:2"]
-    assert rg.parse_url(":80") == ("127.0.0.1", 80)
+    assert rategen_options.parse_urls("127.0.0.1:8000,127.0.0.1:9000") == ["127.0.0.1:8000", "127.0.0.1:9000"]
+    assert rategen_options.parse_urls("http://h:1/, h:2") == ["h:1", "h:2"]
+    assert rategen_options.parse_url(":80") == ("127.0.0.1", 80)
     with pytest.raises(ConfigError, match="host:port"):
-        rg.parse_urls("h:1,h")
+        rategen_options.parse_urls("h:1,h")
     with pytest.raises(ConfigError, match="more than once"):
-        rg.parse_urls("h:1,h:1")
+        rategen_options.parse_urls("h:1,h:1")
     with pytest.raises(ConfigError, match="names no server"):
-        rg.parse_urls(" , ")
+        rategen_options.parse_urls(" , ")
 
 
 def test_summary_records_the_servers_and_what_each_got() -> None:
@@ -156,7 +156,7 @@ def test_summary_records_the_servers_and_what_each_got() -> None:
         {"index": i, "url": u, "counts": x.to_dict(), "failures": {}, "cpu_s": 0.1, "busy": 0.1, "peak_connections": 1}
         for i, (u, x) in enumerate((("a:1", a), ("b:2", b), ("a:1", c)))
     ]
-    opts = rg.GenOptions(
+    opts = rategen_options.GenOptions(
         host="a", port=1, model="m", pool_file=Path("p"), rate=100.0, duration_s=2.0, processes=3, urls=("a:1", "b:2")
     )
     s = rg.summarize(reports, opts)

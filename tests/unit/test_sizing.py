@@ -64,13 +64,13 @@ def test_the_batcher_waits_as_long_as_a_full_batch_takes_within_bounds() -> None
 def test_the_inflight_variant_is_written_with_the_measured_delay_and_the_others_keep_theirs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from inflight import build
+    from inflight.build import configs
     from inflight.models.registry import MODELS
     from inflight.variants import BatchingConfig, parse_pbtxt
 
     measured = InstanceMemory(free_mb=80_000, weights_mb=43, peak_mb=801, graph_mb=4096, batch_ms=4.2)
-    monkeypatch.setattr(build, "measure_instance_memory", lambda *a, **k: measured)
-    build.write_configs(tmp_path, MODELS["bert_tiny"], server_cpus=8, gpus=1)
+    monkeypatch.setattr(configs, "measure_instance_memory", lambda *a, **k: measured)
+    configs.write_configs(tmp_path, MODELS["bert_tiny"], server_cpus=8, gpus=1)
     delays = {
         d.name: parse_pbtxt((d / "config.pbtxt").read_text()).dynamic_batching.max_queue_delay_microseconds
         for d in tmp_path.iterdir()
@@ -79,7 +79,7 @@ def test_the_inflight_variant_is_written_with_the_measured_delay_and_the_others_
     assert delays["bert_tiny_inflight"] == 4200
     assert delays["bert_tiny_sync"] == delays["bert_tiny_plain"] == 500
     # never less than asked
-    build.write_configs(tmp_path, MODELS["bert_tiny"], batching=BatchingConfig(max_queue_delay_us=9000), gpus=1)
+    configs.write_configs(tmp_path, MODELS["bert_tiny"], batching=BatchingConfig(max_queue_delay_us=9000), gpus=1)
     cfg = parse_pbtxt((tmp_path / "bert_tiny_inflight" / "config.pbtxt").read_text())
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 9000
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from inflight.server.launcher import ServerConfig, TritonServer, group_members
+from inflight.server.config import ServerConfig
+from inflight.server.launcher import TritonServer, group_members
 from inflight.server.supervise import StopSignals
 
 ROUNDS = 200

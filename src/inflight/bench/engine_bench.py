@@ -205,7 +205,7 @@ def _gpu_window() -> Any:
 def _artifact(cfg: BenchConfig, v: Variant, tmp: Path) -> Path:
     if v.module is None:
         return cfg.artifact
-    from inflight.build import export_torch
+    from inflight.build.export import export_torch
 
     spec = _spec(cfg)
     path = tmp / ("-".join(f"{k}={val}" for k, val in v.module) + ".pt2")

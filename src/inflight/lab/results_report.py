@@ -944,7 +944,7 @@ def _kind(variant: Mapping[str, Any]) -> str:
 
 def _one_instance(variant: Mapping[str, Any]) -> str | None:
     """The :func:`_kind` of a one-instance variant (a null model only when it sleeps 0), else None."""
-    from inflight.loadtest.stats import config_instances
+    from inflight.loadtest.executor_stats import config_instances
 
     cfg = variant.get("config") or {}
     if config_instances(cfg) != 1:
@@ -1103,7 +1103,7 @@ def pipelined_ceiling_section(paths: list[Path], root: Path) -> list[str]:
     per file, and the deferred null model at the sync's instance count shows what a pipelined executor
     of zero cost would serve.
     """
-    from inflight.loadtest.stats import config_instances
+    from inflight.loadtest.executor_stats import config_instances
 
     rows: list[list[str]] = []
     best_ratios: list[float] = []

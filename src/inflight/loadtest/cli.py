@@ -165,16 +165,16 @@ def ab_cmd(
     p50/p95/p99 per rate and the capacity at the p99 SLO (--slo) per variant, with a latency-vs-rate plot.
     """
     setup_logging(verbose)
-    from inflight.loadtest import openloop, presets
+    from inflight.loadtest import list_options, presets
     from inflight.loadtest.runner.ab import run_ab
     from inflight.loadtest.runner.config import AbConfig
 
     try:
-        server_gpus = openloop.parse_gpus(server_per_gpu) if server_per_gpu is not None else []
-        rates = openloop.parse_rates(rate) if rate else []
+        server_gpus = list_options.parse_gpus(server_per_gpu) if server_per_gpu is not None else []
+        rates = list_options.parse_rates(rate) if rate else []
         bounds: tuple[float, float] | None = None
         if search:
-            lohi = openloop.parse_rates(search)
+            lohi = list_options.parse_rates(search)
             if len(lohi) != 2:
                 raise InflightError(f"--search {search!r}: give LOW,HIGH requests per second, e.g. 2000,30000")
             bounds = (lohi[0], lohi[1])

@@ -5,9 +5,10 @@ Real clients do not wait for each other's answers: requests *arrive* at a rate. 
 and hides what happens to latency when requests arrive faster than they are served. This module
 holds the parts of the open-loop test that do not need a server:
 
-* :class:`Schedule`: the send times of one generator source, Poisson (exponential gaps) or
-  constant, reproducible from a seed; several sources (one per Locust process) superpose to the
-  target rate (independent Poisson sources sum to a Poisson process of the summed rate);
+* :class:`~inflight.loadtest.schedule.Schedule` (its own module): the send times of one generator
+  source, Poisson (exponential gaps) or constant, reproducible from a seed; several sources (one per
+  Locust process) superpose to the target rate (independent Poisson sources sum to a Poisson
+  process of the summed rate);
 * :class:`Lateness`: how late each request left against its schedule. Latency is always counted
   from the *scheduled* send time, so a generator that falls behind adds its lateness to the
   latency instead of hiding it (no coordinated omission); the lateness says whether it fell behind;
@@ -17,96 +18,38 @@ holds the parts of the open-loop test that do not need a server:
   bisection instead of a fixed step);
 * :func:`split_cpus`: disjoint CPU sets for the server and the load generator; :func:`share_cpus`: the
   server's cores cut into one contiguous share per server (one server per GPU).
+
+The CPU, GPU and rate lists of the command line are parsed in :mod:`inflight.loadtest.list_options`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import numpy as np
+from typing import Any
 
 from inflight.errors import ConfigError
-
-ArrivalDist = Literal["poisson", "constant"]
-ARRIVALS: tuple[ArrivalDist, ...] = ("poisson", "constant")
+from inflight.loadtest.list_options import parse_cpus
 
 #: A send later than this behind its schedule counts as late (gevent sleeps through epoll, whose timeout
 #: has millisecond granularity: up to 1 ms late is the timer, not a busy generator).
 LATE_THRESHOLD_MS = 2.0
+
 #: A send later than this counts as *very* late: a fifth of the default SLO, the most a generator may add
 #: to a p99 it judges.
 LIMIT_LATE_MS = 10.0
+
 #: The achieved rate must be within this fraction of the offered one for a point to meet the SLO.
 RATE_TOLERANCE = 0.02
+
 #: A generator is taken to have kept its schedule when at most this fraction of sends were very late
 #: (over ``LIMIT_LATE_MS``), so its lateness moves a p99 by less than ``LIMIT_LATE_MS``.
 MAX_LATE_FRACTION = 0.01
+
 #: Default p99 latency SLO, milliseconds.
 DEFAULT_SLO_MS = 50.0
-
-
-class Schedule:
-    """Send times (seconds from the source's start) of one source of an open-loop load.
-
-    ``sources`` sources with indices ``0..sources-1`` together offer ``rate`` requests per second:
-    each offers ``rate / sources``. Poisson sources draw exponential gaps from a generator seeded
-    with ``(seed, index)``; constant sources are evenly spaced and phase-shifted so that together
-    they interleave into one constant stream.
-
-    Args:
-        rate: Total requests per second of all sources together (> 0).
-        dist: ``poisson`` or ``constant``.
-        seed: Seed of the whole load (the same seed, the same schedule).
-        index: This source's index.
-        sources: How many sources share the rate.
-
-    Raises:
-        ConfigError: for a rate <= 0, an unknown distribution or an index outside the sources.
-    """
-
-    def __init__(self, rate: float, *, dist: ArrivalDist = "poisson", seed: int = 0, index: int = 0, sources: int = 1):
-        if not rate > 0 or not math.isfinite(rate):
-            raise ConfigError(f"--rate {rate}: offer a positive number of requests per second")
-        if dist not in ARRIVALS:
-            raise ConfigError(f"--arrival {dist!r}: choose one of {', '.join(ARRIVALS)}")
-        if sources < 1 or not 0 <= index < sources:
-            raise ConfigError(f"arrival source {index} of {sources}: the index must be in 0..{sources - 1}")
-        self.rate = float(rate)
-        self.dist = dist
-        self.seed = seed
-        self.index = index
-        self.sources = sources
-        self.source_rate = self.rate / sources
-
-    def __iter__(self) -> Iterator[float]:
-        """Yield the send offsets, increasing, without end."""
-        if self.dist == "constant":
-            gap = 1.0 / self.source_rate
-            first = self.index / self.rate  # source i sends at (i + k * sources) / rate
-            k = 0
-            while True:
-                yield first + k * gap
-                k += 1
-        rng = np.random.default_rng([self.seed, self.index])
-        t = 0.0
-        scale = 1.0 / self.source_rate
-        while True:
-            for gap in rng.exponential(scale, 4096):
-                t += float(gap)
-                yield t
-
-    def offsets(self, duration_s: float) -> np.ndarray:
-        """Every send offset before ``duration_s`` (for tests and reports)."""
-        out = []
-        for t in self:
-            if t >= duration_s:
-                break
-            out.append(t)
-        return np.asarray(out, dtype=np.float64)
 
 
 @dataclass
@@ -397,27 +340,6 @@ def bisect_capacity(
     return Capacity(capacity_rps=good, upper_rps=upper, points=points)
 
 
-def parse_cpus(text: str) -> list[int]:
-    """Parse a CPU list as ``taskset -c`` takes it (``0-15``, ``0,2,4-7``).
-
-    Raises:
-        ConfigError: for anything else.
-    """
-    cpus: set[int] = set()
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            a, dash, b = part.partition("-")
-            first, last = int(a), int(b) if dash else int(a)
-            if first < 0 or last < first:
-                raise ValueError(part)
-            cpus.update(range(first, last + 1))
-    except ValueError:
-        raise ConfigError(f"CPU list {text!r}: write it as taskset -c does, e.g. 0-15 or 0,2,4-7") from None
-    if not cpus:
-        raise ConfigError(f"CPU list {text!r} names no CPU")
-    return sorted(cpus)
-
-
 def format_cpus(cpus: Sequence[int]) -> str:
     """The shortest ``taskset -c`` form of ``cpus`` (``[0, 1, 2, 5]`` -> ``0-2,5``)."""
     out: list[str] = []
@@ -555,39 +477,3 @@ def share_cpus(cpus: Sequence[int], parts: int) -> list[tuple[int, ...]]:
         out.append(tuple(xs[start:end]))
         start = end
     return out
-
-
-def parse_gpus(text: str) -> list[int]:
-    """Parse a GPU list, ``0,1`` or ``0/1``, in the order given (duplicates kept for the caller to refuse).
-
-    Raises:
-        ConfigError: for an entry that is not a GPU index (an integer >= 0) or an empty list.
-    """
-    gpus = []
-    for part in filter(None, (p.strip() for p in text.replace("/", ",").split(","))):
-        if not part.isdigit():
-            raise ConfigError(f"GPU list {text!r}: {part!r} is not a GPU index; write e.g. 0,1 or 0/1")
-        gpus.append(int(part))
-    if not gpus:
-        raise ConfigError(f"GPU list {text!r} names no GPU; write e.g. 0,1 or 0/1")
-    return gpus
-
-
-def parse_rates(text: str) -> list[float]:
-    """Parse ``--rate 1000,2000,4k`` (``k`` = thousand) into increasing rates.
-
-    Raises:
-        ConfigError: for a value that is not a positive number.
-    """
-    rates = []
-    for part in filter(None, (p.strip().lower() for p in text.split(","))):
-        try:
-            value = float(part[:-1]) * 1000 if part.endswith("k") else float(part)
-        except ValueError:
-            raise ConfigError(f"--rate {text!r}: {part!r} is not a number of requests per second") from None
-        if not value > 0 or not math.isfinite(value):
-            raise ConfigError(f"--rate {text!r}: {part!r} must be > 0 requests per second")
-        rates.append(value)
-    if not rates:
-        raise ConfigError(f"--rate {text!r} names no rate")
-    return sorted(set(rates))

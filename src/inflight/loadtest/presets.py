@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from inflight.errors import ConfigError
-from inflight.loadtest.openloop import ARRIVALS, ArrivalDist
+from inflight.loadtest.schedule import ARRIVALS, ArrivalDist
 from inflight.loadtest.workload import LENGTH_DISTS, TOKEN_DISTS, LengthDist, TokenDist
 
 Protocol = Literal["http", "grpc"]

@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from inflight.errors import ConfigError
-from inflight.loadtest import rategen
-from inflight.loadtest.stats import COUNT_SPAN_S
+from inflight.loadtest.rategen_answers import BIN_S, SILENT_SHARE, STALL_MS
+from inflight.loadtest.report_plots import plot_gpu, plot_latency, plot_open_loop, plot_throughput
+from inflight.loadtest.report_tables import _fmt, _num, _pct, comparison_table, runs_table
 
 LOGGER = logging.getLogger(__name__)
-
-NA = "n/a"
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -40,125 +37,6 @@ def load(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("inflight-ab/"):
         raise ConfigError(f"{path} is not an A/B result (no inflight-ab schema); pass a file written by `inflight ab`")
     return doc
-
-
-def _get(d: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(key)
-    return d
-
-
-def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and math.isfinite(float(x)) else None
-
-
-def _fmt(x: Any, digits: int = 1) -> str:
-    v = _num(x)
-    if v is None:
-        return NA if not isinstance(x, str) else x
-    if abs(v) >= 1000:
-        return f"{v:,.0f}"
-    return f"{v:.{digits}f}"
-
-
-def _gauge(x: Any) -> float | None:
-    return _num(x.get("mean")) if isinstance(x, dict) else None
-
-
-def _pct(x: Any) -> str:
-    """A gauge summary (its mean) or a plain fraction as a percentage; a gauge's reason string as is."""
-    v = _gauge(x) if isinstance(x, dict) else _num(x)
-    return f"{100 * v:.1f}%" if v is not None else (x if isinstance(x, str) else NA)
-
-
-# (row title, getter on a summary entry, formatter, shown ratio)
-_Row = tuple[str, Callable[[dict[str, Any]], Any], Callable[[Any], str]]
-ROWS: tuple[_Row, ...] = (
-    ("req/s", lambda s: s.get("rps"), lambda x: _fmt(x, 1)),
-    ("items/s", lambda s: s.get("items_per_s"), lambda x: _fmt(x, 1)),
-    ("p50 latency (ms, exact)", lambda s: _get(s, "latency_ms", "p50"), lambda x: _fmt(x, 2)),
-    ("p95 latency (ms, exact)", lambda s: _get(s, "latency_ms", "p95"), lambda x: _fmt(x, 2)),
-    ("p99 latency (ms, exact)", lambda s: _get(s, "latency_ms", "p99"), lambda x: _fmt(x, 2)),
-    ("requests", lambda s: s.get("requests"), lambda x: _fmt(x, 0)),
-    ("failures", lambda s: s.get("failures"), lambda x: _fmt(x, 0)),
-    ("server: queue (µs/request)", lambda s: _get(s, "server", "queue_us"), lambda x: _fmt(x, 1)),
-    ("server: compute_input (µs/request)", lambda s: _get(s, "server", "compute_input_us"), lambda x: _fmt(x, 1)),
-    ("server: compute_infer (µs/request)", lambda s: _get(s, "server", "compute_infer_us"), lambda x: _fmt(x, 1)),
-    ("server: compute_output (µs/request)", lambda s: _get(s, "server", "compute_output_us"), lambda x: _fmt(x, 1)),
-    ("server: executions", lambda s: _get(s, "server", "executions"), lambda x: _fmt(x, 0)),
-    ("server: average batch (items)", lambda s: _get(s, "server", "avg_batch_items"), lambda x: _fmt(x, 1)),
-    ("GPU activity", lambda s: s.get("gpu_activity"), _pct),
-    ("sync share", lambda s: s.get("sync_share"), _pct),
-    ("host CPU busy (the run's cores)", lambda s: _get(s, "cpu", "host_busy"), _pct),
-    ("of which the hypervisor took (steal)", lambda s: _get(s, "cpu", "host_steal"), _pct),
-    ("server CPU (cores: tritonserver + stubs)", lambda s: _get(s, "cpu", "server_cores"), lambda x: _fmt(x, 2)),
-    ("stubs' CPU (cores)", lambda s: _get(s, "cpu", "stub_cores"), lambda x: _fmt(x, 2)),
-    ("rest of the host's CPU (cores: Locust, ...)", lambda s: _get(s, "cpu", "other_cores"), lambda x: _fmt(x, 2)),
-    ("server CPU (µs/request)", lambda s: _get(s, "cpu", "server_us_per_request"), lambda x: _fmt(x, 1)),
-)
-
-
-def _ratio(value: Any, base: Any) -> str:
-    v = _gauge(value) if isinstance(value, dict) else _num(value)
-    b = _gauge(base) if isinstance(base, dict) else _num(base)
-    if v is None or b is None or b == 0:
-        return NA
-    return f"{v / b:.2f}x"
-
-
-def comparison_table(doc: dict[str, Any]) -> str:
-    """The side-by-side Markdown table: one column per variant, then the ratio of each to A."""
-    summary: list[dict[str, Any]] = doc["summary"]
-    if not summary:
-        return "(no variants)\n"
-    base = summary[0]
-    head = ["", *(f"{s['variant']}: `{s['spec']}`" for s in summary), *(f"{s['variant']}/A" for s in summary[1:])]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for title, get, fmt in ROWS:
-        cells = [title, *(fmt(get(s)) for s in summary), *(_ratio(get(s), get(base)) for s in summary[1:])]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def runs_table(doc: dict[str, Any]) -> str:
-    """One line per Locust window, in the order they ran."""
-
-    def _validity(r: dict[str, Any]) -> str:
-        if not r.get("valid"):
-            return "**no**"
-        return "yes (client-limited)" if r.get("client_limited") else "yes"
-
-    lines = [
-        "| run | variant | req/s | p50 ms | p99 ms | requests | over s | failures | avg batch | host CPU busy "
-        "| valid |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for i, r in enumerate(doc["runs"], start=1):
-        locust = r.get("locust") or {}
-        lines.append(
-            f"| {i} | {r['variant']} (round {r['round']}) | {_fmt(locust.get('rps'), 1)} | "
-            f"{_fmt(_get(r, 'latency_ms', 'p50'), 2)} | {_fmt(_get(r, 'latency_ms', 'p99'), 2)} | "
-            f"{_fmt(locust.get('requests'), 0)} | {_fmt(counted_span_s(locust), 1)} | "
-            f"{_fmt(locust.get('failures'), 0)} | "
-            f"{_fmt(_get(r, 'server', 'avg_batch_items'), 1)} | {_pct(_get(r, 'cpu', 'host_busy'))} | "
-            f"{_validity(r)} |"
-        )
-    lines.append(
-        "\nreq/s is the generator's own: the requests it counted divided by the span it counted them over "
-        "(*over s*; Locust: from the end of spawning to its last answer). The spans differ a little between "
-        "runs, so compare req/s, not request counts.\n"
-    )
-    return "\n".join(lines) + "\n"
-
-
-def counted_span_s(counts: dict[str, Any]) -> float | None:
-    """The seconds a run's requests were counted over: ``requests / rps`` (None when either is missing)."""
-    requests, rps = _num(counts.get("requests")), _num(counts.get("rps"))
-    if requests is None or rps is None or rps <= 0:
-        return None
-    return requests / rps
 
 
 #: Backend parameters that act only on a GPU: a CPU instance runs fp32, without CUDA graphs or unpadding.
@@ -429,11 +307,11 @@ def stalls_table(doc: dict[str, Any], *, explain: bool = True) -> str:
         return ""
     head = [
         "### Where the slow answers came from\n",
-        f"The generator bins each source's window in {rategen.BIN_S * 1e3:g} ms: a bin is *slow* when an answer "
-        f"in it took over {rategen.STALL_MS:g} ms from its scheduled send. A stall of the server (or of anything "
+        f"The generator bins each source's window in {BIN_S * 1e3:g} ms: a bin is *slow* when an answer "
+        f"in it took over {STALL_MS:g} ms from its scheduled send. A stall of the server (or of anything "
         "every connection goes through) makes most sources slow in the same bins; a stall of one generator "
         f"process makes one. *Silent* episodes: consecutive bins where all sources together got under "
-        f"{100 * rategen.SILENT_SHARE:g}% of the offered rate's answers while requests were outstanding. "
+        f"{100 * SILENT_SHARE:g}% of the offered rate's answers while requests were outstanding. "
         "Triton's request and queue times are its own means over the window (from the request's arrival in "
         "the server to its response). A thread's busy share is over the CPU window, which also holds the "
         "generator's start and its grace (about 80% of it has load). Steal: the share of the server's cores' "
@@ -467,164 +345,6 @@ def _threads_cell(run: dict[str, Any]) -> str:
 def _ms(us: Any) -> float | None:
     x = _num(us)
     return None if x is None else x / 1e3
-
-
-def plot_open_loop(doc: dict[str, Any], path: Path) -> Path | None:
-    """Latency percentiles and achieved rate against offered rate, one line per variant, the SLO drawn."""
-    from matplotlib.figure import Figure
-
-    if doc["load"].get("closed_loop", True):
-        return None
-    summary = [s for s in doc["summary"] if s.get("sweep")]
-    if not summary:
-        return None
-    slo = _num(_get(doc, "load", "open_loop", "slo_p99_ms"))
-    colors = _variant_colors(doc)
-    fig = Figure(figsize=(12, 4.8), layout="constrained")
-    ax1, ax2 = fig.subplots(1, 2)
-    top = 0.0
-    for s in summary:
-        pts = sorted(s["sweep"], key=lambda p: p["offered_rps"])
-        xs = [p["offered_rps"] for p in pts]
-        c = colors[s["variant"]]
-        for key, style in (("p99_ms", "-"), ("p50_ms", ":")):
-            ys = [_num(p.get(key)) for p in pts]
-            ax1.plot(
-                [x for x, y in zip(xs, ys, strict=True) if y is not None],
-                [y for y in ys if y is not None],
-                style,
-                marker="o",
-                color=c,
-                label=f"{s['variant']} {key[:3]}: {s['spec']}" if key == "p99_ms" else f"{s['variant']} p50",
-            )
-        ax2.plot(xs, [p["achieved_rps"] for p in pts], marker="o", color=c, label=f"{s['variant']}: {s['spec']}")
-        cap = _num(s.get("capacity_rps"))
-        if cap is not None:
-            ax2.axvline(cap, color=c, linestyle="--", alpha=0.6)
-        top = max(top, *xs)
-    if slo is not None:
-        ax1.axhline(slo, color="k", linestyle="--", alpha=0.6, label=f"SLO p99 {slo:g} ms")
-    ax1.set_yscale("log")
-    ax1.set_xlabel("offered rate (requests/s)")
-    ax1.set_ylabel("latency from the scheduled send (ms)")
-    ax1.set_title("Latency against offered rate (open loop)")
-    ax1.grid(alpha=0.3)
-    ax1.legend(fontsize="x-small")
-    ax2.plot([0, top], [0, top], color="0.6", linewidth=0.8, label="achieved = offered")
-    ax2.set_xlabel("offered rate (requests/s)")
-    ax2.set_ylabel("achieved rate (successful answers/s)")
-    ax2.set_title("Achieved against offered (dashed: capacity at the SLO)")
-    ax2.grid(alpha=0.3)
-    ax2.legend(fontsize="x-small")
-    fig.savefig(path, dpi=110)
-    return path
-
-
-def _variant_colors(doc: dict[str, Any]) -> dict[str, str]:
-    return {v["label"]: _COLORS[i % len(_COLORS)] for i, v in enumerate(doc["variants"])}
-
-
-def plot_throughput(doc: dict[str, Any], path: Path) -> Path | None:
-    """Req/s over time, one line per run (Locust's stats history)."""
-    from matplotlib.figure import Figure
-
-    colors = _variant_colors(doc)
-    fig = Figure(figsize=(9, 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    drawn = False
-    for r in doc["runs"]:
-        h = r.get("history") or []
-        key = "rps_counted" if any("rps_counted" in p for p in h) else "rps"  # older JSON: Locust's rate
-        pts = [(p["t"], p[key]) for p in h if _num(p.get(key)) is not None]
-        if not pts:
-            continue
-        ax.plot(
-            [t for t, _ in pts],
-            [y for _, y in pts],
-            color=colors.get(r["variant"], "k"),
-            linestyle=("-", "--", ":", "-.")[(r["round"] - 1) % 4],
-            label=f"{r['variant']} round {r['round']}",
-        )
-        drawn = True
-    if not drawn:
-        return None
-    ax.set_xlabel("seconds since the Locust run started")
-    ax.set_ylabel(f"requests/s (request count over {COUNT_SPAN_S:g} s)")
-    ax.set_title(f"Throughput over time, {doc['id']}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.savefig(path, dpi=110)
-    return path
-
-
-def plot_latency(doc: dict[str, Any], path: Path) -> Path | None:
-    """Exact p50/p95/p99 bars per variant and the percentile curve."""
-    from matplotlib.figure import Figure
-
-    summary = doc["summary"]
-    if not any(_num(_get(s, "latency_ms", "p50")) is not None for s in summary):
-        return None
-    colors = _variant_colors(doc)
-    fig = Figure(figsize=(11, 4.5), layout="constrained")
-    ax1, ax2 = fig.subplots(1, 2)
-    keys = ("p50", "p95", "p99")
-    width = 0.8 / max(1, len(summary))
-    for i, s in enumerate(summary):
-        vals = [_num(_get(s, "latency_ms", k)) or 0.0 for k in keys]
-        xs = [k + (i - (len(summary) - 1) / 2) * width for k in range(len(keys))]
-        bars = ax1.bar(xs, vals, width, color=colors[s["variant"]], label=f"{s['variant']}: {s['spec']}")
-        ax1.bar_label(bars, fmt="%.1f", fontsize="x-small")
-        curve = _get(s, "latency_ms", "curve") or {}
-        qs = [q for q in curve if _num(curve[q]) is not None]
-        ax2.plot(range(len(qs)), [curve[q] for q in qs], marker="o", color=colors[s["variant"]], label=s["variant"])
-        ax2.set_xticks(range(len(qs)), [q for q in qs], rotation=45, fontsize="small")
-    ax1.set_xticks(range(len(keys)), list(keys))
-    ax1.set_ylabel("latency (ms, exact)")
-    ax1.set_title("Latency percentiles per variant")
-    ax1.legend(fontsize="x-small")
-    ax2.set_xlabel("percentile")
-    ax2.set_ylabel("latency (ms)")
-    ax2.set_yscale("log")
-    ax2.set_title("Latency by percentile")
-    ax2.grid(alpha=0.3)
-    ax2.legend(fontsize="small")
-    fig.savefig(path, dpi=110)
-    return path
-
-
-def plot_gpu(doc: dict[str, Any], path: Path) -> Path | None:
-    """GPU activity and sync share per variant; None when no variant published them."""
-    from matplotlib.figure import Figure
-
-    summary = doc["summary"]
-    if not any(isinstance(s.get("gpu_activity"), dict) or isinstance(s.get("sync_share"), dict) for s in summary):
-        return None
-    colors = _variant_colors(doc)
-    fig = Figure(figsize=(9, 4), layout="constrained")
-    axes = fig.subplots(1, 2)
-    titles = {"gpu_activity": "GPU activity", "sync_share": "Sync share of CUDA API time"}
-    for ax, (key, title) in zip(axes, titles.items(), strict=True):
-        labels: list[str] = []
-        vals: list[float] = []
-        lo: list[float] = []
-        hi: list[float] = []
-        cols: list[str] = []
-        for s in summary:
-            g = s.get(key)
-            if not isinstance(g, dict):
-                continue
-            labels.append(s["variant"])
-            vals.append(100 * g["mean"])
-            lo.append(100 * (g["mean"] - g["min"]))
-            hi.append(100 * (g["max"] - g["mean"]))
-            cols.append(colors[s["variant"]])
-        ax.bar(labels, vals, color=cols, yerr=[lo, hi], capsize=4)
-        ax.set_ylim(0, 105)
-        ax.set_ylabel("% (mean of samples, min-max bars)")
-        ax.set_title(title)
-        ax.grid(axis="y", alpha=0.3)
-    fig.savefig(path, dpi=110)
-    return path
 
 
 def write_report(json_path: Path) -> tuple[Path, list[Path]]:

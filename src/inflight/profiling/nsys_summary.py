@@ -489,7 +489,8 @@ def read_live_metrics(path: str | Path) -> dict[str, Any] | None:
         from the first and last scrape, ``"batches"``, ``"mean_batch_items"`` and ``"slot_waits"``
         (None when absent).
     """
-    from inflight.loadtest.stats import GPU_GAUGES, metric_values, summarize_gauge
+    from inflight.loadtest.prometheus import metric_values
+    from inflight.loadtest.stats import GPU_GAUGES, summarize_gauge
 
     p = Path(path)
     if not p.is_file():

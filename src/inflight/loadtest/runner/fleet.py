@@ -167,7 +167,8 @@ class ServerFleet:
         A server is appended as soon as it is up, so when a later one fails to start, :meth:`stop`
         stops the ones before it.
         """
-        from inflight.server.launcher import ServerConfig, TritonServer
+        from inflight.server.config import ServerConfig
+        from inflight.server.launcher import TritonServer
 
         common: dict[str, Any] = {
             "tritonserver": self.config.tritonserver,

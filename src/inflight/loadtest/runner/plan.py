@@ -223,7 +223,7 @@ def locust_command(
         endpoints.grpc,
     ]
     if shape.processes > 0:
-        from inflight.server.launcher import free_port
+        from inflight.server.config import free_port
 
         port = master_port or free_port()
         cmd += ["--processes", str(shape.processes), "--master-bind-port", str(port), "--master-port", str(port)]

@@ -1,4 +1,4 @@
-"""The ``inflight`` command line (typer)."""
+"""``inflight`` commands that measure and report: ``bench-engine``, ``demo``, ``results-report``, ``experiments``."""
 
 from __future__ import annotations
 
@@ -9,276 +9,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from inflight.cli_util import fail, setup_logging
+from inflight.cli_util import REPO_DEFAULT, fail, setup_logging
 from inflight.errors import InflightError
-from inflight.variants import Kind
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="inflight: serve small models on Triton with several batches in flight, and measure it.",
-)
-
-REPO_DEFAULT = Path("model_repository")
 
 
-@app.command("add-variant")
-def add_variant_cmd(
-    spec: Annotated[str, typer.Argument(help="A built variant with overrides, e.g. bert_tiny_inflight@mode=auto.")],
-    tag: Annotated[str, typer.Option(help="Appended to the variant's name: bert_tiny_inflight_<tag>.")],
-    repository: Annotated[Path, typer.Option(help="Model repository (built by build-models).")] = REPO_DEFAULT,
-) -> None:
-    """Write a tagged copy of a built variant with overrides, to serve beside the original."""
-    from inflight.build import add_variant
-
-    try:
-        typer.echo(add_variant(repository, spec, tag))
-    except InflightError as e:
-        fail(e)
-
-
-@app.command("build-models")
-def build_models_cmd(
-    models: Annotated[Optional[list[str]], typer.Argument(help="Models to build (default: all).")] = None,  # noqa: UP045
-    repository: Annotated[Path, typer.Option(help="Model repository to write.")] = REPO_DEFAULT,
-    kind: Annotated[str, typer.Option(help="Instance kind: auto (GPU when present), gpu or cpu.")] = "auto",
-    instances: Annotated[int, typer.Option(help="Instances of every variant but <model>_inflight.")] = 1,
-    server_cpus: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            help="Cores the server will run on, as a count (8) or as taskset -c takes them (0-7): <model>_inflight "
-            "gets one auto-mode instance per core. Default: the cores this command may run on."
-        ),
-    ] = None,
-    gpus: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            help="GPUs the server will see: <model>_inflight's cores are split among them (Triton places the "
-            "instance count on each GPU). Default: CUDA_VISIBLE_DEVICES, else the GPUs nvidia-smi lists."
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Weight seed.")] = 0,
-    onnx: Annotated[bool, typer.Option(help="Also export ONNX for TensorRT.")] = True,
-    configs_only: Annotated[bool, typer.Option(help="Write config.pbtxt files only.")] = False,
-    verbose: bool = False,
-) -> None:
-    """Write configs (inflight, sync, trt, plain variants and the null control model) and the Torch/ONNX artifacts."""
-    setup_logging(verbose)
-    from inflight.build import build_models
-
-    kinds: dict[str, Kind] = {"auto": "auto", "gpu": "gpu", "cpu": "cpu"}
-    if kind not in kinds:
-        fail(ValueError(f"--kind {kind!r}: choose auto, gpu or cpu"))
-    try:
-        cores = _core_count(server_cpus)
-        out = build_models(
-            repository,
-            models,
-            kind=kinds[kind],
-            instances=instances,
-            seed=seed,
-            onnx=onnx,
-            configs_only=configs_only,
-            server_cpus=cores,
-            gpus=gpus,
-        )
-    except InflightError as e:
-        fail(e)
-    for s in out:
-        typer.echo(json.dumps(s))
-
-
-def _core_count(server_cpus: str | None) -> int | None:
-    """``--server-cpus`` as a count: ``8`` or a taskset list (``0-7``); None when not given."""
-    from inflight.loadtest.openloop import parse_cpus
-
-    if server_cpus is None:
-        return None
-    return int(server_cpus) if server_cpus.isdigit() else len(parse_cpus(server_cpus))
-
-
-@app.command("import-hf")
-def import_hf_cmd(
-    checkpoint: Annotated[
-        Path, typer.Argument(help="A Hugging Face BERT checkpoint folder (config.json + safetensors).")
-    ],
-    name: Annotated[str, typer.Option(help="The model's name: NAME_inflight, NAME_sync, NAME_plain, NAME_trt.")],
-    repository: Annotated[Path, typer.Option(help="Model repository to write.")] = REPO_DEFAULT,
-    max_batch_size: Annotated[int, typer.Option(help="Largest batch (sequences) of the configs.")] = 512,
-    server_cpus: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(help="Cores the server will run on (8 or 0-7): NAME_inflight gets one instance per core."),
-    ] = None,
-    gpus: Annotated[Optional[int], typer.Option(help="GPUs the server will see (default: as build-models).")] = None,  # noqa: UP045
-    onnx: Annotated[bool, typer.Option(help="Also export ONNX for a TensorRT plan.")] = True,
-    allow_pickle: Annotated[
-        bool,
-        typer.Option(
-            help="Read pytorch_model.bin: unpickling runs code from the file; only for checkpoints you trust."
-        ),
-    ] = False,
-    verbose: bool = False,
-) -> None:
-    """Serve your own BERT-family checkpoint: its configs, artifacts, architecture and tokenizer into the repository."""
-    setup_logging(verbose)
-    from inflight.build import import_checkpoint
-
-    try:
-        cores = _core_count(server_cpus)
-        out = import_checkpoint(
-            repository,
-            checkpoint,
-            name,
-            allow_pickle=allow_pickle,
-            max_batch_size=max_batch_size,
-            onnx=onnx,
-            server_cpus=cores,
-            gpus=gpus,
-        )
-    except InflightError as e:
-        fail(e)
-    typer.echo(json.dumps(out, default=str))
-
-
-@app.command("serve")
-def serve_cmd(
-    repository: Annotated[Path, typer.Option(help="Model repository.")] = REPO_DEFAULT,
-    model: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option(
-            "--model",
-            "-m",
-            help="Models to load (default: all); NAME@key=value,... loads a variant with config overrides, "
-            "e.g. bert_tiny_sync@instances=4,delay_us=500.",
-        ),
-    ] = None,
-    http_port: int = 8000,
-    grpc_port: int = 8001,
-    metrics_port: int = 8002,
-    workdir: Annotated[Path, typer.Option(help="Backend folder and server log.")] = Path("runs/serve"),
-    tritonserver: Annotated[
-        str | None, typer.Option(help="tritonserver binary (default: PATH, then the wheel).")
-    ] = None,
-    log_verbose: int = 0,
-    cpus: Annotated[
-        str | None,
-        typer.Option(help="Cores for the server and its stubs, as taskset -c takes them (e.g. 0-15); default: all."),
-    ] = None,
-    exit_timeout: Annotated[
-        int | None,
-        typer.Option(
-            help="Seconds Triton waits at shutdown for open connections and requests in flight "
-            "(tritonserver --exit-timeout-secs; default: Triton's 30)."
-        ),
-    ] = None,
-    verbose: bool = False,
-) -> None:
-    """Start tritonserver with the inflight backend; stop on Ctrl+C / SIGTERM.
-
-    A second Ctrl+C while it stops sends SIGTERM to the server's process group again and SIGKILL
-    5 s later; a third kills it at once. Exits 0 after a clean stop, 1 when tritonserver exited on
-    its own or uncleanly (the reason is printed), 2 on a bad argument or a failed start.
-    """
-    _line_buffered_stdout()
-    setup_logging(verbose)
-    from inflight.loadtest.openloop import parse_cpus
-    from inflight.server.control import load_variant, variant_config
-    from inflight.server.launcher import ServerConfig, TritonServer
-    from inflight.server.supervise import StopSignals, wait_for_stop
-    from inflight.tool_errors import StopRequested
-    from inflight.variants import parse_variant_arg
-
-    try:
-        server_cpus = tuple(parse_cpus(cpus)) if cpus else ()
-    except InflightError as e:
-        fail(e)
-    overridden = [m for m in model or [] if "@" in m]
-    variants = []
-    if overridden:
-        plain = [m for m in model or [] if "@" not in m]
-        try:
-            variants = [variant_config(repository, *parse_variant_arg(m)) for m in overridden]
-        except InflightError as e:
-            fail(e)
-        model = plain
-    cfg = ServerConfig(
-        model_repository=repository,
-        workdir=workdir,
-        http_port=http_port,
-        grpc_port=grpc_port,
-        metrics_port=metrics_port,
-        models=model,
-        tritonserver=tritonserver,
-        log_verbose=log_verbose,
-        cpus=server_cpus,
-        extra_args=(f"--exit-timeout-secs={exit_timeout}",) if exit_timeout is not None else (),
-        die_with_launcher=True,
-    )
-    server = TritonServer(cfg)
-    with StopSignals() as stops:
-
-        def stop_server() -> int | None:
-            first = stops.count
-            return server.stop(more_requests=lambda wait_s: stops.wait(wait_s) - max(first, 1))
-
-        try:
-            server.start(stop_requested=lambda: stops.count > 0)
-            for vc in variants:
-                if stops.count:
-                    raise StopRequested(f"stop requested before {vc.model_name} was loaded")
-                seconds = load_variant(server.http_url, vc)
-                typer.echo(f"loaded {vc.model_name} with overrides in {seconds:.1f} s")
-        except BaseException as e:
-            code = stop_server()
-            if not isinstance(e, InflightError):
-                raise
-            if not isinstance(e, StopRequested):
-                fail(e)
-            typer.echo(f"{e}; tritonserver stopped (exit code {code})")
-            _exit_for(server, code)
-        typer.echo(
-            f"serving {repository} (HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}); "
-            f"log: {server.log_path}; Ctrl+C stops"
-        )
-        how = "exited"
-        try:
-            how = wait_for_stop(stops, server.is_alive)
-        finally:
-            code = stop_server()
-        if how == "exited":
-            tail = server.log_tail()
-            typer.secho(f"tritonserver exited on its own (exit code {code}):\n{tail}", fg=typer.colors.RED, err=True)
-            raise typer.Exit(1)
-        typer.echo(
-            f"tritonserver stopped (exit code {code})"
-            + (f": not gracefully: {server.exit_reason}" if server.exit_reason else "")
-        )
-        _exit_for(server, code)
-
-
-def _line_buffered_stdout() -> None:
-    """Write stdout line by line also into a pipe or file (a supervisor's log sees each line when printed)."""
-    import io
-    import sys
-
-    if isinstance(sys.stdout, io.TextIOWrapper) and not sys.stdout.line_buffering:
-        sys.stdout.reconfigure(line_buffering=True)
-
-
-def _exit_for(server: Any, code: int | None) -> None:
-    """Exit 1, saying why, when tritonserver's exit was not clean; return after a clean one."""
-    if code in (0, None):
-        return
-    typer.secho(
-        f"error: tritonserver's exit was not clean (exit code {code}): {server.exit_reason}; its log: "
-        f"{server.log_path}",
-        fg=typer.colors.RED,
-        err=True,
-    )
-    raise typer.Exit(1)
-
-
-@app.command("bench-engine")
 def bench_engine_cmd(
     model: str = "bert_tiny",
     repository: Annotated[Path, typer.Option(help="Model repository holding the artifact.")] = REPO_DEFAULT,
@@ -367,7 +101,6 @@ def bench_engine_cmd(
     typer.echo(f"wrote {out}")
 
 
-@app.command("demo")
 def demo_cmd(
     repository: Annotated[
         Path,
@@ -387,7 +120,8 @@ def demo_cmd(
     """The main job: build the model, serve it, A/B its sync and pipelined variants, print what served and how fast."""
     setup_logging(verbose)
 
-    from inflight.build import SHIPPED, artifacts_current, build_model, import_checkpoint, shipped_checkpoint
+    from inflight.build.checkpoint import SHIPPED, import_checkpoint, shipped_checkpoint
+    from inflight.build.repository import artifacts_current, build_model
     from inflight.loadtest.presets import preset
     from inflight.loadtest.runner.ab import run_ab
     from inflight.loadtest.runner.config import AbConfig
@@ -476,7 +210,6 @@ def demo_ratio_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-@app.command("results-report")
 def results_report_cmd(
     root: Annotated[Path, typer.Option(help="Repository root holding results/.")] = Path("."),
     out: Annotated[Optional[Path], typer.Option(help="Folder for the pages (default docs/).")] = None,  # noqa: UP045
@@ -487,7 +220,6 @@ def results_report_cmd(
     typer.echo(f"wrote {write(root, out)}")
 
 
-@app.command("experiments")
 def experiments_cmd(
     what: Annotated[str, typer.Argument(help="plan PART | best sync|pipelined | batches | summary")],
     arg: Annotated[Optional[str], typer.Argument(help="The part (plan) or the mode (best).")] = None,  # noqa: UP045
@@ -528,21 +260,9 @@ def experiments_cmd(
         fail(f"unknown command {what!r}: use plan, best, batches or summary")
 
 
-def _register_subcommands() -> None:
-    from inflight.loadtest.cli import register as register_ab
-    from inflight.profiling.cli import register as register_profiling
-
-    register_ab(app)
-    register_profiling(app)
-
-
-_register_subcommands()
-
-
-def main() -> None:
-    """Entry point of the ``inflight`` script."""
-    app()
-
-
-if __name__ == "__main__":
-    main()
+def register(app: typer.Typer) -> None:
+    """Add ``bench-engine``, ``demo``, ``results-report`` and ``experiments`` to ``app`` (``inflight``)."""
+    app.command("bench-engine")(bench_engine_cmd)
+    app.command("demo")(demo_cmd)
+    app.command("results-report")(results_report_cmd)
+    app.command("experiments")(experiments_cmd)
