@@ -311,6 +311,7 @@ class AbRunner:
             rec.update({"variant": v.label, "round": rnd + 1, "model_name": v.name, "load_s": round(load_s, 2)})
             if self.fleet.plans:
                 rec["route"] = route_of(v, self.config)
+                rec["targets"] = [e.http for e in targets]  # where the generator sent
             if warmup is not None:
                 rec["warmup"] = warmup
                 if warmup["returncode"] not in (0, 1):
