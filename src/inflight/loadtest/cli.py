@@ -24,7 +24,8 @@ def ab_cmd(
         typer.Argument(
             help="Variants to compare, first = A: name[@key=value,...], e.g. "
             "bert_tiny_sync@instances=4,delay_us=500 bert_tiny_inflight@slots=4. Keys: instances, kind, delay_us, "
-            "preferred (512/1024), graphs, name, or any backend parameter.",
+            "preferred (512/1024), graphs, name, or any backend parameter; with --server-per-gpu also via= "
+            "(balancer, direct or gpu<N>: where the load goes) and rates= (its own --rate, e.g. 20k/40k).",
         ),
     ],
     preset: Annotated[
@@ -156,6 +157,27 @@ def ab_cmd(
             "name gpus= other than gpus=0.",
         ),
     ] = None,
+    balancer: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="With --server-per-gpu: nginx, a real load balancer in front of the servers' HTTP endpoints (round "
+            "robin, keep-alive to every server; the binary from INFLIGHT_NGINX, PATH or .venv/nginx). Every variant's "
+            "load goes to it unless its spec says via=direct (spread over the servers) or via=gpu<N>; list the same "
+            "spec both ways (minilm_null minilm_null@via=direct) to see the balancer's own cost. Recorded: layout, "
+            "nginx's version, configuration, cores and CPU per window.",
+        ),
+    ] = None,
+    balancer_cpus: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            help="The balancer's own cores (taskset -c form), kept out of the server's and the generator's; "
+            "default: it shares the server cores."
+        ),
+    ] = None,
+    balancer_workers: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(help="nginx worker processes (default: one per --balancer-cpus core, else one per server)."),
+    ] = None,
     verbose: bool = False,
 ) -> None:
     """Run the A/B load test: the same Locust load against each variant in turn, on one server.
@@ -233,6 +255,9 @@ def ab_cmd(
                 isolate=isolate,
                 generator=generator,  # type: ignore[arg-type]  # checked by AbConfig
                 server_gpus=server_gpus,
+                balancer=balancer,
+                balancer_cpus=balancer_cpus,
+                balancer_workers=balancer_workers,
             )
         )
     except InflightError as e:
@@ -291,6 +316,9 @@ def _echo_open_loop(doc: dict[str, object]) -> None:
                 else ""
             )
         )
+        front = server.get("balancer")
+        if front:
+            typer.echo(f"balancer: {front['version'] or front['kind']} on {front['cpus_rule']}")
     for s in doc["summary"]:  # type: ignore[attr-defined]
         for p in s.get("sweep", []):
             typer.echo(

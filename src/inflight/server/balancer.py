@@ -58,6 +58,16 @@ def find_nginx() -> Path:
     )
 
 
+def nginx_version(binary: Path) -> str | None:
+    """``nginx -v``'s answer (``nginx/1.22.1``), or None when the binary does not say."""
+    try:
+        r = subprocess.run([str(binary), "-v"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = (r.stderr or r.stdout).strip()
+    return text.split(":", 1)[1].strip() if text.startswith("nginx version:") else text or None
+
+
 def nginx_config(upstreams: Sequence[str], port: int, workdir: Path, workers: int = 1) -> str:
     """The configuration of a balancer on ``127.0.0.1:port`` over ``upstreams`` (``host:port`` HTTP endpoints).
 

@@ -20,12 +20,16 @@ the runner starts one tritonserver per listed GPU instead, each seeing only its 
 (``CUDA_VISIBLE_DEVICES``) on its own contiguous share of the server cores
 (:func:`~inflight.loadtest.openloop.share_cpus`), loads every variant on each, spreads the
 generator's sources over them, and sums what the servers say (statistics, metrics, CPU, stub
-memory, executor counters) into the figures of one deployment.
+memory, executor counters) into the figures of one deployment. With ``balancer`` (``--balancer nginx``)
+nginx runs in front of them (on its own cores or the servers'), and each variant's load goes where its
+``via=`` says: through the balancer (the default), spread over the servers directly, or to one GPU's
+server; variants of one round that differ only in that share one load of the model.
 
 The parts, each a module of this package:
 
 - :mod:`~inflight.loadtest.runner.config`: :class:`AbConfig` (which checks itself), the variants, the endpoints;
 - :mod:`~inflight.loadtest.runner.fleet`: the server fleet (one server or one per GPU: start, stop, load, unload);
+- :mod:`~inflight.loadtest.runner.front`: the load balancer in front of the per-GPU servers (``--balancer nginx``);
 - :mod:`~inflight.loadtest.runner.plan`: the load plan (closed or open loop, Locust or the asyncio generator),
   decided once, and the load generator's command lines and runs;
 - :mod:`~inflight.loadtest.runner.window`: one measured window and its figures;

@@ -22,7 +22,16 @@ from inflight.loadtest import cpu
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
-from inflight.loadtest.runner.config import LOGGER_NAME, AbConfig, Endpoints, Variant, resolve_variants, round_order
+from inflight.loadtest.runner.config import (
+    LOGGER_NAME,
+    AbConfig,
+    Endpoints,
+    Variant,
+    load_groups,
+    resolve_variants,
+    round_order,
+    route_of,
+)
 from inflight.loadtest.runner.document import attach_served, document, finite
 from inflight.loadtest.runner.fleet import ServerFleet
 from inflight.loadtest.runner.plan import LoadPlan, cpu_sets_for, run_locust
@@ -192,98 +201,145 @@ class AbRunner:
     # -- the runs ---------------------------------------------------------------------------
 
     def _run_all(self, endpoints: Sequence[Endpoints], pools: dict[str, Path]) -> list[dict[str, Any]]:
-        """Every round and variant against ``endpoints`` (one server, or one per GPU)."""
+        """Every round and variant against ``endpoints`` (one server, or one per GPU).
+
+        Consecutive variants of a round that differ only in where their load goes (``via=``) share one
+        load of the model (:func:`~inflight.loadtest.runner.config.load_groups`).
+        """
         order = round_order(self.variants, self.config.repeat)
         self.meter.planned_total = self.plan.planned_per_variant_s() * len(order)
         self.meter.t0 = time.monotonic()
         runs: list[dict[str, Any]] = []
-        for i, (r, v) in enumerate(order):
-            LOGGER.info(
-                "run %d/%d: %s = %s (round %d of %d)", i + 1, len(order), v.label, v.spec, r + 1, self.config.repeat
-            )
-            runs.extend(self._run_one(v, r, i, len(order), endpoints, pools[v.config.spec.name]))
-            self.meter.planned_total = (time.monotonic() - self.meter.t0) / (i + 1) * len(order)
+        done = 0
+        for group in load_groups(order, self.config):
+            runs.extend(self._run_group(group, done, len(order), endpoints, pools))
+            done += len(group)
+            self.meter.planned_total = (time.monotonic() - self.meter.t0) / done * len(order)
         return runs
 
-    def _run_one(
-        self, v: Variant, rnd: int, index: int, total: int, endpoints: Sequence[Endpoints], pool: Path
+    def _run_group(
+        self,
+        group: Sequence[tuple[int, Variant]],
+        first: int,
+        total: int,
+        endpoints: Sequence[Endpoints],
+        pools: dict[str, Path],
     ) -> list[dict[str, Any]]:
-        """Load ``v``, warm it up, measure its window(s), unload it: one record per window.
+        """Load the group's model, measure each of its variants in turn, unload it: one record per window.
 
-        Closed loop: one window. Open loop: one window per ``rates`` entry, then the capacity
-        search's windows (each record carries its ``rate``; the search's outcome goes on the last).
+        The unload's figures go on the group's last record; every record of a shared load names the
+        variants that shared it (``load_shared``).
         """
-        s = self.shape
-        tag = f"{v.label}-r{rnd + 1}"
+        rnd, head = group[0]
+        tag = f"{head.label}-r{rnd + 1}"
         stalls: list[str] = []
         records: list[dict[str, Any]] = []
         unload: dict[str, Any] = {}
-        load_s = self.fleet.load(endpoints, v.config)
-        capacity: ol.Capacity | None = None
+        load_s = self.fleet.load(endpoints, head.config)
         try:
-            if s.warmup_s > 0:
-                warm_shape = s.replace(rate=self.plan.first_rate()) if self.open_loop else s
+            for k, (r, v) in enumerate(group):
                 LOGGER.info(
-                    "%s: warming up for %.0f s%s",
-                    tag,
-                    s.warmup_s,
-                    f" at {warm_shape.rate:,.0f} req/s" if self.open_loop else "",
+                    "run %d/%d: %s = %s (round %d of %d)%s",
+                    first + k + 1,
+                    total,
+                    v.label,
+                    v.spec,
+                    r + 1,
+                    self.config.repeat,
+                    f", load going to {route_of(v, self.config)}" if self.fleet.plans else "",
                 )
-                warm_raw = self.data / f"{tag}-warmup-raw"
-                warm = run_locust(
-                    self.plan.command(v, warm_shape, endpoints, pool, s.warmup_s + s.ramp_s, raw_dir=warm_raw),
-                    log=self.data / f"{tag}-warmup.log",
-                    planned_s=s.warmup_s + s.ramp_s,
-                )
-                if not self.config.keep_raw:
-                    shutil.rmtree(warm_raw, ignore_errors=True)
-                warmup = {"returncode": warm.returncode, "wall_s": round(warm.wall_s, 1), "log": str(warm.log)}
-            else:
-                warmup = None
-
-            def window(rate: float | None) -> dict[str, Any]:
-                n = len(records)
-                wtag = tag if not self.open_loop else f"{tag}-w{n + 1}"
-                rec = self.meter.measure(v, wtag, index, total, endpoints, pool, rate)
-                rec.update({"variant": v.label, "round": rnd + 1, "model_name": v.name, "load_s": round(load_s, 2)})
-                if warmup is not None:
-                    rec["warmup"] = warmup
-                    if warmup["returncode"] not in (0, 1):
-                        rec["problems"].append(
-                            f"the warm-up Locust run exited with {warmup['returncode']} (log: {warmup['log']})"
-                        )
-                        rec["valid"] = False
-                records.append(rec)
-                return rec
-
-            if not self.open_loop:
-                window(None)
-            else:
-                for rate in self.config.rates:
-                    for _ in range(self.config.rate_repeat):
-                        window(rate)
-                if self.config.search is not None:
-                    lo, hi = self.config.search
-                    capacity = ol.bisect_capacity(
-                        lambda rate: rate_point(window(rate)),
-                        lo,
-                        hi,
-                        slo_ms=self.config.slo_ms,
-                        rel_tol=self.config.search_tolerance,
-                        max_steps=self.config.search_steps,
-                    )
+                records += self._measure(v, r, first + k, total, endpoints, pools[v.config.spec.name], load_s)
         finally:
-            unload = self.fleet.unload(v, tag, endpoints, stalls)
+            unload = self.fleet.unload(head, tag, endpoints, stalls)
         if records:
             records[-1].update(unload)
-            if capacity is not None:
-                records[-1]["capacity_search"] = capacity.to_dict()
         for rec in records:
+            if len(group) > 1:
+                rec["load_shared"] = [v.label for _, v in group]
             rec["caveats"] += [
                 f"{m}; the window itself was measured in full, but this variant's instances may have stayed loaded "
                 "(idle) through the later windows on this server"
                 for m in stalls
             ]
+        return records
+
+    def _measure(
+        self,
+        v: Variant,
+        rnd: int,
+        index: int,
+        total: int,
+        endpoints: Sequence[Endpoints],
+        pool: Path,
+        load_s: float,
+    ) -> list[dict[str, Any]]:
+        """Warm ``v`` up and measure its window(s) on the loaded model: one record per window.
+
+        Closed loop: one window. Open loop: one window per rate (the variant's own ``rates=``, else
+        ``--rate``), then the capacity search's windows (each record carries its ``rate``; the search's
+        outcome goes on the last).
+        """
+        s = self.shape
+        tag = f"{v.label}-r{rnd + 1}"
+        records: list[dict[str, Any]] = []
+        rates = v.rates or tuple(self.config.rates)
+        targets = self.fleet.targets(v, endpoints)
+        if s.warmup_s > 0:
+            warm_shape = s.replace(rate=v.rates[0] if v.rates else self.plan.first_rate()) if self.open_loop else s
+            LOGGER.info(
+                "%s: warming up for %.0f s%s",
+                tag,
+                s.warmup_s,
+                f" at {warm_shape.rate:,.0f} req/s" if self.open_loop else "",
+            )
+            warm_raw = self.data / f"{tag}-warmup-raw"
+            warm = run_locust(
+                self.plan.command(v, warm_shape, targets, pool, s.warmup_s + s.ramp_s, raw_dir=warm_raw),
+                log=self.data / f"{tag}-warmup.log",
+                planned_s=s.warmup_s + s.ramp_s,
+            )
+            if not self.config.keep_raw:
+                shutil.rmtree(warm_raw, ignore_errors=True)
+            warmup = {"returncode": warm.returncode, "wall_s": round(warm.wall_s, 1), "log": str(warm.log)}
+        else:
+            warmup = None
+
+        def window(rate: float | None) -> dict[str, Any]:
+            n = len(records)
+            wtag = tag if not self.open_loop else f"{tag}-w{n + 1}"
+            rec = self.meter.measure(v, wtag, index, total, endpoints, pool, rate)
+            rec.update({"variant": v.label, "round": rnd + 1, "model_name": v.name, "load_s": round(load_s, 2)})
+            if self.fleet.plans:
+                rec["route"] = route_of(v, self.config)
+                rec["targets"] = [e.http for e in targets]  # where the generator sent
+            if warmup is not None:
+                rec["warmup"] = warmup
+                if warmup["returncode"] not in (0, 1):
+                    rec["problems"].append(
+                        f"the warm-up Locust run exited with {warmup['returncode']} (log: {warmup['log']})"
+                    )
+                    rec["valid"] = False
+            records.append(rec)
+            return rec
+
+        if not self.open_loop:
+            window(None)
+            return records
+        for rate in rates:
+            for _ in range(self.config.rate_repeat):
+                window(rate)
+        if self.config.search is not None:
+            lo, hi = self.config.search
+            capacity = ol.bisect_capacity(
+                lambda rate: rate_point(window(rate)),
+                lo,
+                hi,
+                slo_ms=self.config.slo_ms,
+                rel_tol=self.config.search_tolerance,
+                max_steps=self.config.search_steps,
+            )
+            if records:
+                records[-1]["capacity_search"] = capacity.to_dict()
         return records
 
 

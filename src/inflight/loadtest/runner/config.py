@@ -18,6 +18,15 @@ LOGGER_NAME = "inflight.loadtest.runner"
 
 Generator = Literal["locust", "asyncio"]
 GENERATORS: tuple[Generator, ...] = ("locust", "asyncio")
+#: Load balancers the runner can put in front of the per-GPU servers (``--balancer``).
+BALANCERS: tuple[str, ...] = ("nginx",)
+#: Where a variant's load goes (its ``via=`` key): through the balancer, spread over every server directly, or
+#: straight to one GPU's server (``gpu<N>``).
+ROUTE_BALANCER = "balancer"
+ROUTE_DIRECT = "direct"
+ROUTE_GPU_PREFIX = "gpu"
+#: Keys of a variant spec that the runner reads itself (where the load goes, its own rates); never sent to the server.
+RUNNER_KEYS = ("via", "rates")
 
 
 @dataclass(kw_only=True)
@@ -64,6 +73,13 @@ class AbConfig:
             no ``url``): each sees only its GPU (``CUDA_VISIBLE_DEVICES``, through the inherited one
             when set), as device 0, and runs on its own contiguous share of ``server_cpus``; the
             generator's sources are spread over the servers. Empty: one server for every GPU.
+        balancer: ``nginx``: with ``server_gpus``, a load balancer in front of the servers' HTTP endpoints
+            (:class:`~inflight.server.balancer.Balancer`, round robin, keep-alive to every server); the
+            generator sends each variant's load to it unless the variant says ``via=direct`` or ``via=gpu<N>``.
+        balancer_cpus: The balancer's own cores (``taskset -c`` form), kept out of the server's and the
+            generator's; None: it runs on the server cores (the union of the per-GPU shares).
+        balancer_workers: nginx worker processes; None: one per balancer core when it has its own, else one
+            per server.
     """
 
     variants: Sequence[str]
@@ -94,6 +110,9 @@ class AbConfig:
     isolate: bool = True
     generator: Generator = "locust"
     server_gpus: Sequence[int] = ()
+    balancer: str | None = None
+    balancer_cpus: str | None = None
+    balancer_workers: int | None = None
 
     def __post_init__(self) -> None:
         """Check what the configuration alone can tell (the variants and the host are checked by the runner).
@@ -127,11 +146,41 @@ class AbConfig:
             )
         if self.server_gpus:
             self._check_server_gpus()
+        self._check_balancer()
 
     @property
     def open_loop(self) -> bool:
         """True when the load is open loop: offered rates to sweep, a capacity search, or both."""
         return bool(self.rates) or self.search is not None
+
+    def _check_balancer(self) -> None:
+        """What ``--balancer`` needs: one server per GPU behind it, HTTP, sensible cores and workers.
+
+        Raises:
+            ConfigError: saying what does not fit and how to fix it.
+        """
+        if self.balancer is None:
+            for flag, value in (("--balancer-cpus", self.balancer_cpus), ("--balancer-workers", self.balancer_workers)):
+                if value is not None:
+                    raise ConfigError(f"{flag} {value} sets up the balancer, but there is none: add --balancer nginx")
+            return
+        flag = f"--balancer {self.balancer}"
+        if self.balancer not in BALANCERS:
+            raise ConfigError(f"{flag}: choose one of {', '.join(BALANCERS)}")
+        if not self.server_gpus:
+            raise ConfigError(
+                f"{flag} balances the load over one tritonserver per GPU, which the runner starts: add "
+                "--server-per-gpu 0,1,... (with --generator asyncio and --rate or --search)"
+            )
+        if self.shape.protocol != "http":
+            raise ConfigError(
+                f"{flag} proxies HTTP only (its configuration has no gRPC upstream); drop --protocol "
+                f"{self.shape.protocol} or the balancer"
+            )
+        if self.balancer_workers is not None and self.balancer_workers < 1:
+            raise ConfigError(f"--balancer-workers {self.balancer_workers}: give at least one nginx worker")
+        if self.balancer_cpus is not None:
+            ol.parse_cpus(self.balancer_cpus)  # its own message names the list
 
     def _check_server_gpus(self) -> None:
         """What ``--server-per-gpu`` needs of the rest of the configuration (the variants are checked by the fleet).
@@ -159,12 +208,24 @@ class AbConfig:
 
 @dataclass(kw_only=True)
 class Variant:
-    """A variant to test: its label (A, B...), spec string and resolved configuration."""
+    """A variant to test: its label (A, B...), spec string and resolved configuration.
+
+    Attributes:
+        label: A, B, ...
+        spec: As given (``name@key=value,...``).
+        config: The configuration the server loads.
+        overrides: The spec's keys that change the configuration.
+        via: Where its load goes (the spec's ``via=``): ``balancer``, ``direct`` (spread over every server), or
+            ``gpu<N>`` (the server of GPU N alone); None: the run's default (:func:`route_of`).
+        rates: Its own open-loop rates (the spec's ``rates=``, ``/``-separated); empty: the run's ``--rate``.
+    """
 
     label: str
     spec: str
     config: VariantConfig
     overrides: dict[str, str] = field(default_factory=dict)
+    via: str | None = None
+    rates: tuple[float, ...] = ()
 
     @property
     def name(self) -> str:
@@ -201,6 +262,29 @@ def round_order(variants: Sequence[T], repeat: int) -> list[tuple[int, T]]:
     return [(r, v) for r in range(repeat) for v in (variants if r % 2 == 0 else list(reversed(variants)))]
 
 
+def load_groups(order: Sequence[tuple[int, Variant]], config: AbConfig) -> list[list[tuple[int, Variant]]]:
+    """The runs of ``order`` (:func:`round_order`) cut into groups that share one load of the model.
+
+    Consecutive runs of one round share a load when their model and configuration are the same and
+    they differ in where their load goes (``via=``): the same deployment measured through the balancer
+    and directly, say. Any other run gets a load of its own, as it always has.
+    """
+    groups: list[list[tuple[int, Variant]]] = []
+    for r, v in order:
+        last = groups[-1] if groups else None
+        if (
+            last is not None
+            and last[0][0] == r
+            and last[0][1].name == v.name
+            and last[0][1].config.to_json() == v.config.to_json()
+            and route_of(v, config) not in {route_of(w, config) for _, w in last}
+        ):
+            last.append((r, v))
+        else:
+            groups.append([(r, v)])
+    return groups
+
+
 def resolve_variants(specs: Sequence[str], repository: Path) -> list[Variant]:
     """Parse ``name@key=value,...`` specs and read/override each config from the repository.
 
@@ -213,10 +297,49 @@ def resolve_variants(specs: Sequence[str], repository: Path) -> list[Variant]:
     out = []
     for i, spec in enumerate(specs):
         name, overrides = parse_variant_arg(spec)
+        via = overrides.pop("via", None)
+        rates = overrides.pop("rates", None)
         vc = control.variant_config(repository, name, overrides)
         label = chr(ord("A") + i) if i < 26 else f"V{i + 1}"
-        out.append(Variant(label=label, spec=spec, config=vc, overrides=overrides))
+        own = tuple(ol.parse_rates(rates.replace("/", ","))) if rates is not None else ()
+        out.append(Variant(label=label, spec=spec, config=vc, overrides=overrides, via=via, rates=own))
     return out
+
+
+def route_of(v: Variant, config: AbConfig) -> str:
+    """Where ``v``'s load goes: its ``via=``, else through the balancer when there is one, else ``direct``."""
+    if v.via is not None:
+        return v.via
+    return ROUTE_BALANCER if config.balancer else ROUTE_DIRECT
+
+
+def check_routes(variants: Sequence[Variant], config: AbConfig) -> None:
+    """Each variant's ``via=`` and ``rates=`` against the run: a balancer to go through, a server of that GPU.
+
+    Raises:
+        ConfigError: naming the variant, what is wrong and how to fix it.
+    """
+    gpus = [f"{ROUTE_GPU_PREFIX}{g}" for g in config.server_gpus]
+    for v in variants:
+        if v.rates and not config.open_loop:
+            raise ConfigError(
+                f"{v.spec}: rates= sets the variant's own open-loop rates, but this run is closed loop; add --rate "
+                "or --search (the other variants' rates), or drop rates="
+            )
+        if v.via is None:
+            continue
+        if not config.server_gpus:
+            raise ConfigError(
+                f"{v.spec}: via= chooses among the servers of --server-per-gpu (and its --balancer); add "
+                "--server-per-gpu 0,1,... or drop via="
+            )
+        if v.via == ROUTE_BALANCER and not config.balancer:
+            raise ConfigError(f"{v.spec}: via=balancer, but this run has none; add --balancer nginx")
+        if v.via not in (ROUTE_BALANCER, ROUTE_DIRECT, *gpus):
+            raise ConfigError(
+                f"{v.spec}: via={v.via!r}: choose {ROUTE_BALANCER}, {ROUTE_DIRECT} (spread over every server) or "
+                f"the server of one GPU ({', '.join(gpus)})"
+            )
 
 
 def gpu_list(gpus: Sequence[int]) -> str:

@@ -24,7 +24,7 @@ from inflight.loadtest import cpu
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import stats as st
 from inflight.loadtest import workload as wl
-from inflight.loadtest.runner.config import LOGGER_NAME, AbConfig, Endpoints, Variant
+from inflight.loadtest.runner.config import LOGGER_NAME, AbConfig, Endpoints, Variant, route_of
 from inflight.loadtest.runner.fleet import ServerFleet
 from inflight.loadtest.runner.plan import LOCUST_CPU_VISIBLE_S, LoadPlan
 from inflight.loadtest.runner.window import rate_point
@@ -98,6 +98,7 @@ def document(
                     [r.get("cpu") or {} for r in mine], [(r.get("server") or {}).get("requests") or 0 for r in mine]
                 ),
                 **entry_open,
+                **({"route": route_of(v, config)} if fleet.plans else {}),
             }
         )
     problems = [f"{r['variant']} round {r['round']}: {p}" for r in runs for p in r["problems"]]
@@ -148,6 +149,8 @@ def document(
                 "variant": v.config.variant,
                 "overrides": v.overrides,
                 "config": json.loads(v.config.to_json()),
+                **({"route": route_of(v, config)} if fleet.plans else {}),
+                **({"rates": list(v.rates)} if v.rates else {}),
             }
             for v in variants
         ],
@@ -201,6 +204,16 @@ def document_notes(config: AbConfig, variants: Sequence[Variant], fleet: ServerF
             "sent to server i mod n), so each server got about 1/n of the offered rate. Triton's statistics and "
             "request counters, the CPU figures, the stubs' memory and the executor counters are summed over the "
             "servers; the GPU gauges are means over every server's instances."
+        )
+    if fleet.front is not None:
+        notes.append(
+            f"A load balancer in front of the servers ({fleet.front.plan.kind}, round robin, keep-alive connections "
+            f"to every server; on {fleet.front.plan.rule}): a variant's route says where its load went: 'balancer' "
+            "(every request to the balancer's one endpoint, which spread them over the servers), 'direct' (the "
+            "generator's sources spread over the servers as above) or 'gpu<N>' (the server of GPU N alone: one GPU "
+            "and its share of the server cores; the other servers idle). Each window's balancer_cpu gives the cores "
+            "nginx kept busy and its CPU microseconds per request; the same spec through the balancer and direct "
+            "(they share one load of the model) shows the balancer's own cost."
         )
     if config.shape.window_s + config.shape.ramp_s < LOCUST_CPU_VISIBLE_S:
         notes.append(

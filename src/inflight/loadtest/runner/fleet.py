@@ -1,9 +1,10 @@
 """The server fleet of an A/B run: the server at ``--url``, one the runner starts, or one per GPU.
 
 :class:`ServerFleet` plans the servers (``--server-per-gpu``: one per GPU, each on its share of the
-server cores), starts and stops them, loads and unloads each variant on every one of them, waits
-for them to drain, and reads what they say (metrics, CPU times); the module's functions read a
-metrics endpoint and sum several servers' counters.
+server cores, with ``--balancer`` a load balancer in front of them), starts and stops them, says where
+each variant's load goes, loads and unloads each variant on every one of them, waits for them to
+drain, and reads what they say (metrics, CPU times); the module's functions read a metrics endpoint
+and sum several servers' counters.
 """
 
 from __future__ import annotations
@@ -25,7 +26,20 @@ from inflight.errors import ConfigError, InflightError
 from inflight.loadtest import cpu
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import stats as st
-from inflight.loadtest.runner.config import LOGGER_NAME, AbConfig, Endpoints, Variant, gpu_list, url_endpoints
+from inflight.loadtest.runner.config import (
+    LOGGER_NAME,
+    ROUTE_BALANCER,
+    ROUTE_DIRECT,
+    ROUTE_GPU_PREFIX,
+    AbConfig,
+    Endpoints,
+    Variant,
+    check_routes,
+    gpu_list,
+    route_of,
+    url_endpoints,
+)
+from inflight.loadtest.runner.front import Front, plan_front
 from inflight.loadtest.runner.metrics import scrape, sum_counts
 from inflight.log import DIAGNOSTICS_GROUP, plugin
 from inflight.server import control
@@ -116,6 +130,7 @@ class ServerFleet:
         plans: One per server of ``--server-per-gpu``; empty: one server for every GPU (or the one at ``--url``).
         servers: The TritonServers this runner started, in start order (none: ``--url``).
         pids: Their process ids.
+        front: The load balancer in front of the servers (``--balancer``), or None.
     """
 
     def __init__(self, config: AbConfig, variants: Sequence[Variant], cpu_sets: ol.CpuSets, data: Path) -> None:
@@ -127,9 +142,19 @@ class ServerFleet:
         self.config = config
         self.cpu_sets = cpu_sets
         self.data = data
+        check_routes(variants, config)
         self.plans: list[GpuServerPlan] = self._plan(list(config.server_gpus), variants) if config.server_gpus else []
         self.servers: list[Any] = []
         self.pids: list[int] = []
+        front = plan_front(config, cpu_sets, len(self.plans))
+        self.front = Front(front, data) if front is not None else None
+
+    @property
+    def layout(self) -> str:
+        """``one-server``, ``per-gpu-servers``, or ``per-gpu-servers+nginx`` (recorded in the document)."""
+        if not self.plans:
+            return "one-server"
+        return "per-gpu-servers" + (f"+{self.front.plan.kind}" if self.front is not None else "")
 
     def _plan(self, gpus: list[int], variants: Sequence[Variant]) -> list[GpuServerPlan]:
         """Check ``--server-per-gpu`` against the variants and the load; plan one server per GPU.
@@ -147,7 +172,8 @@ class ServerFleet:
                 "as device 0; drop gpus= from the spec (every server then loads `instances` instances on its GPU) or "
                 "write gpus=0"
             )
-        if shape.users < len(gpus) or shape.users % len(gpus):
+        spread = any(route_of(v, self.config) == ROUTE_DIRECT for v in variants)
+        if spread and (shape.users < len(gpus) or shape.users % len(gpus)):
             raise ConfigError(
                 f"{flag}: {len(gpus)} servers but {shape.users} generator source"
                 f"{'s' if shape.users != 1 else ''}; each source sends to one server at the same rate, so give "
@@ -202,6 +228,8 @@ class ServerFleet:
             server.start()
             self.servers.append(server)
         self._note_pids()
+        if self.front is not None:
+            self.front.start(self.endpoints(), workdir / "nginx")
 
     def _note_pids(self) -> None:
         self.pids = [s.process.pid for s in self.servers if s.process is not None]
@@ -221,8 +249,18 @@ class ServerFleet:
             endpoints[0].metrics = self.config.metrics_url
         return endpoints
 
+    def targets(self, v: Variant, endpoints: Sequence[Endpoints]) -> list[Endpoints]:
+        """Where the generator sends ``v``'s load: the balancer, every server, or one GPU's server (its ``via=``)."""
+        route = route_of(v, self.config)
+        if route == ROUTE_BALANCER and self.front is not None:
+            return [self.front.endpoints()]
+        if route.startswith(ROUTE_GPU_PREFIX) and self.plans:
+            gpu = int(route.removeprefix(ROUTE_GPU_PREFIX))
+            return [e for plan, e in zip(self.plans, endpoints, strict=True) if plan.gpu == gpu]
+        return list(endpoints)
+
     def stop(self) -> list[dict[str, Any]]:
-        """Stop every server, each whatever happened to the others; copy each log next to the results.
+        """Stop the balancer, then every server, each whatever happened to the others; copy the logs beside the results.
 
         Returns:
             Per server, in order: ``{"code", "reason", "log"}`` (``log``: the file name in the data folder).
@@ -232,6 +270,13 @@ class ServerFleet:
         """
         exits: list[dict[str, Any]] = []
         interrupted: BaseException | None = None
+        if self.front is not None:
+            try:
+                self.front.stop()
+            except BaseException as e:  # the servers are stopped whatever happened to the balancer
+                LOGGER.error("stopping the balancer failed: %s: %s", type(e).__name__, e)
+                if not isinstance(e, Exception):
+                    interrupted = e
         for i, server in enumerate(self.servers):
             plan = self.plans[i] if self.plans else None
             name = plan.log_name if plan is not None else "tritonserver.log"
@@ -262,7 +307,14 @@ class ServerFleet:
         return exits
 
     def attach_exits(self, doc: dict[str, Any], exits: Sequence[Mapping[str, Any]]) -> None:
-        """How each server exited, into the document's ``server`` block and its caveats."""
+        """How each server (and the balancer) exited, into the document's ``server`` block and its caveats."""
+        if self.front is not None and "balancer" in doc["server"]:
+            front_exit = self.front.exit
+            doc["server"]["balancer"]["exit"] = front_exit
+            if front_exit is not None and front_exit["reason"]:
+                doc["caveats"].append(
+                    f"the balancer ({self.front.plan.kind}) exited non-gracefully: {front_exit['reason']}"
+                )
         if not self.plans:
             (ex,) = exits
             doc["server"]["exit"] = {"code": ex["code"], "reason": ex["reason"]}
@@ -443,6 +495,7 @@ class ServerFleet:
             "backend_config": list(self.config.backend_config),
             "server_args": list(self.config.server_args),
             "repository": str(self.config.repository.resolve()),
+            "layout": self.layout,
         }
         if not self.plans:
             return block
@@ -461,6 +514,8 @@ class ServerFleet:
             for plan, e, pid in zip(self.plans, endpoints, self.pids, strict=False)
         ]
         block["per_server_requests"] = [sum(int(w[i] or 0) for w in per_window) for i in range(len(self.plans))]
+        if self.front is not None:
+            block["balancer"] = self.front.block()
         return block
 
 

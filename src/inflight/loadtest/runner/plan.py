@@ -29,6 +29,7 @@ from inflight.loadtest import openloop as ol
 from inflight.loadtest import stats as st
 from inflight.loadtest.presets import LoadShape
 from inflight.loadtest.runner.config import LOGGER_NAME, AbConfig, Endpoints, Variant
+from inflight.loadtest.runner.front import own_cores
 
 LOGGER = logging.getLogger(LOGGER_NAME)
 
@@ -146,10 +147,14 @@ def default_locustfile() -> Path:
 def cpu_sets_for(config: AbConfig) -> ol.CpuSets:
     """The server's and the generator's cores (``--server-cpus``, ``--client-cpus``, ``--isolate``).
 
+    The balancer's own cores (``--balancer-cpus``) are taken out first: neither set gets them.
+
     Raises:
         ConfigError: for cores this run cannot use.
     """
     available = cpu.run_cores()
+    balancer = own_cores(config, available)
+    available = [c for c in available if c not in balancer]
     if config.isolate or config.server_cpus or config.client_cpus:
         sets = ol.split_cpus(available, config.server_cpus, config.client_cpus, isolate=config.isolate)
     else:

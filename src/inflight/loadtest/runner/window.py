@@ -65,7 +65,9 @@ class WindowMeter:
         """One measured Locust run (at ``rate`` req/s when open loop) with its statistics and CPU figures.
 
         With one server per GPU, Triton's statistics are summed over the servers (each server's share
-        of the successful requests goes to ``per_server_requests``), and so are the metrics' counters.
+        of the successful requests goes to ``per_server_requests``), and so are the metrics' counters;
+        the load goes where the variant's route says (:meth:`ServerFleet.targets`), and with a balancer
+        its own CPU in the window goes to ``balancer_cpu``.
         """
         s = self.config.shape if rate is None else self.config.shape.replace(rate=rate)
         problems: list[str] = []
@@ -75,6 +77,7 @@ class WindowMeter:
         befores = [control.inference_stats(e.http, v.name) for e in endpoints]
         before = st.sum_model_stats(befores)
         cpu_before = self.fleet.cpu_snapshot()
+        front_before = self.fleet.front.snapshot() if self.fleet.front is not None else None
         prefix = self.data / tag
         raw_dir = self.data / f"{tag}-raw"
         samples: list[dict[str, Any]] = []
@@ -106,13 +109,14 @@ class WindowMeter:
             )
 
         res = run_locust(
-            self.plan.command(v, s, endpoints, pool, window, csv_prefix=prefix, raw_dir=raw_dir),
+            self.plan.command(v, s, self.fleet.targets(v, endpoints), pool, window, csv_prefix=prefix, raw_dir=raw_dir),
             log=self.data / f"{tag}.log",
             planned_s=window,
             tick=tick,
             tick_interval_s=self.config.progress_interval_s,
         )
         cpu_after = self.fleet.cpu_snapshot()
+        front_after = self.fleet.front.snapshot() if self.fleet.front is not None else None
         afters = [control.inference_stats(e.http, v.name) for e in endpoints]
         after = st.sum_model_stats(afters)
         if len(endpoints) > 1:
@@ -138,6 +142,8 @@ class WindowMeter:
         record["cpu"] = cpu.window(cpu_before[0], cpu_after[0], requests)
         if cpu_before[1] is not None and cpu_after[1] is not None:
             record["cpu"]["client_busy"] = cpu.window(cpu_before[1], cpu_after[1], None)["host_busy"]
+        if self.fleet.front is not None:
+            record["balancer_cpu"] = self.fleet.front.window(front_before, front_after, requests)
         point = rate_point(record) if rate is not None else None
         if point is not None:
             record["slo_misses"] = ol.slo_failures(point, self.config.slo_ms)
