@@ -9,6 +9,7 @@ from typing import Literal, TypeVar
 
 from inflight.errors import ConfigError
 from inflight.loadtest import openloop as ol
+from inflight.loadtest.list_options import parse_rates
 from inflight.loadtest.presets import LoadShape
 from inflight.server import control
 from inflight.variants import VariantConfig, parse_variant_arg
@@ -301,7 +302,7 @@ def resolve_variants(specs: Sequence[str], repository: Path) -> list[Variant]:
         rates = overrides.pop("rates", None)
         vc = control.variant_config(repository, name, overrides)
         label = chr(ord("A") + i) if i < 26 else f"V{i + 1}"
-        own = tuple(ol.parse_rates(rates.replace("/", ","))) if rates is not None else ()
+        own = tuple(parse_rates(rates.replace("/", ","))) if rates is not None else ()
         out.append(Variant(label=label, spec=spec, config=vc, overrides=overrides, via=via, rates=own))
     return out
 

@@ -130,7 +130,7 @@ class Front:
             ServerError: when nginx is missing, refuses its configuration, or no server answers through it.
         """
         from inflight.server.balancer import Balancer, find_nginx, nginx_version
-        from inflight.server.launcher import free_port
+        from inflight.server.config import free_port
 
         binary = find_nginx()
         self.binary, self.version = str(binary), nginx_version(binary)
