@@ -157,6 +157,7 @@ def variants(root: Path) -> list[dict[str, Any]]:
 
 
 def pick(vs: Sequence[Mapping[str, Any]], kind: str, spec_has: str = "") -> Mapping[str, Any] | None:
+    """The variant of ``kind`` (its spec holding ``spec_has``) with the highest capacity, or None."""
     cands = [v for v in vs if v["kind"] == kind and spec_has in v["spec"]]
     return max(cands, key=lambda v: v["capacity"]) if cands else None
 
@@ -205,5 +206,3 @@ def summary(root: Path) -> dict[str, Any] | None:
         "plain_rps": plain["capacity"] if plain else None,
     }
     return block
-
-

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-
 DIR = "models"
 TEXTS = [
     "A man is eating food.",
@@ -103,6 +102,7 @@ def check(out: Path, variants: Sequence[str] = ("minilm_inflight", "minilm_sync"
 
 
 def sittings(root: Path) -> list[Path]:
+    """The sittings under ``results/models``, oldest first."""
     folder = root / "results" / DIR
     return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 

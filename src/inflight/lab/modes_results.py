@@ -156,7 +156,7 @@ def searches_of(
 
 
 def default_share(sync: Sequence[float], pipelined: Sequence[float], default: Sequence[float]) -> float | None:
-    """The default's capacity over the best mode's (sync or pipelined), as :func:`~inflight.lab.stats.judged` reads them."""
+    """The default's capacity over the best mode's (sync or pipelined), as ``stats.judged`` reads them."""
     read = share_of_best(default, sync, pipelined)
     return read[0] if read is not None else None
 

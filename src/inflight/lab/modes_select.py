@@ -39,6 +39,7 @@ def gpu_memory_mib(e: Entry) -> float | None:
 
 
 def variant_runs(e: Entry) -> list[Mapping[str, Any]]:
+    """The windows (runs) of ``e``'s variant in its file."""
     return [r for r in e.doc.get("runs", []) if r.get("variant") == e.summary.get("variant")]
 
 
@@ -76,7 +77,7 @@ STALL_SPREAD = 5.0
 
 
 def tail_spread(e: Entry) -> tuple[float, float] | None:
-    """(offered rate, p99 / p50) of the variant's lowest-rate window (:func:`valid_windows`, with a p50); None without one.
+    """(offered rate, p99 / p50) of the variant's lowest-rate valid window with a p50; None without one.
 
     At the lowest rate a search tries, no queue forms on a host that keeps up, so a p99 many times the p50
     there is the host stalling: a capacity found on such a host is set by its stalls, not by the mode.
@@ -148,11 +149,13 @@ def overlap_bound(e: Entry) -> float | None:
 
 
 def best_capacity(es: Iterable[Entry]) -> Entry | None:
+    """The entry of the highest capacity (None when none has one)."""
     ranked = [e for e in es if e.capacity is not None]
     return max(ranked, key=lambda e: e.capacity or 0.0) if ranked else None
 
 
 def is_sync(e: Entry) -> bool:
+    """Whether the variant is the sync mode (``<model>_sync``)."""
     return e.mode == "sync"
 
 
@@ -191,6 +194,7 @@ def overrides_only(e: Entry, allowed: frozenset[str]) -> bool:
 
 
 def is_plain(e: Entry) -> bool:
+    """Whether the variant is Triton's plain Python backend (``<model>_plain``)."""
     return e.kind == "plain"
 
 
@@ -309,9 +313,7 @@ def searches(es: Iterable[Entry], spec: str, *, bracketed: bool) -> list[float]:
     A search whose generator fell behind at or below its capacity (``comparable`` false) is left out: its late
     sends count in its latencies, so its figure is neither the server's capacity nor a bound on it to compare.
     """
-    ran = [
-        e for e in es if e.summary.get("spec") == spec and search_ran(e) and e.capacity is not None and e.comparable
-    ]
+    ran = [e for e in es if e.summary.get("spec") == spec and search_ran(e) and e.capacity is not None and e.comparable]
     return [float(e.capacity or 0.0) for e in sorted(ran, key=started) if searched(e) or not bracketed]
 
 

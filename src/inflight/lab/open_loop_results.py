@@ -255,5 +255,3 @@ def targets(s: Mapping[str, Any]) -> list[dict[str, Any]]:
 def summary_with_two_gpu(root: Path) -> dict[str, Any] | None:
     """The ``open_loop`` block of the newest sitting, its two-GPU figures from ``results/two-gpu`` where measured."""
     return summary(root, two_gpu=two_gpu_summary(root))
-
-

@@ -169,5 +169,3 @@ def summary(root: Path) -> dict[str, Any] | None:
         if block is not None:
             return block
     return None
-
-

@@ -8,6 +8,7 @@ block of ``results/summary.json`` names it (``summary_key``) and computes it (``
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ class Section:
         render: The section's Markdown lines from what ``collect`` returned.
         summary_key: The block of ``results/summary.json`` the section owns, if any.
         summarize: That block computed from the result files (None: nothing to summarize yet).
+        summary_allows_nan: Whether the block may hold NaN (a ratio not measured); readers of a block that must
+            not get it (the open-loop block, read by tools that reject NaN) set False.
     """
 
     title: str
@@ -32,11 +35,31 @@ class Section:
     render: Callable[[Any], list[str]]
     summary_key: str | None = None
     summarize: Callable[[Path], dict[str, Any] | None] | None = None
+    summary_allows_nan: bool = True
 
     def lines(self, root: Path) -> list[str]:
         """The section's lines for the repository at ``root`` (none when it has nothing to show)."""
         data = self.collect(root)
         return self.render(data) if data else []
+
+    def write_summary(self, root: Path) -> dict[str, Any] | None:
+        """Compute the section's block and set it in ``results/summary.json``, keeping every other key.
+
+        Returns:
+            The block, or None (the file left as it was) when there is nothing to summarize.
+
+        Raises:
+            ValueError: when the section owns no block.
+        """
+        if self.summarize is None or self.summary_key is None:
+            raise ValueError(f"section {self.title!r} owns no block of results/summary.json (no summary_key)")
+        block = self.summarize(root)
+        if block is not None:
+            path = root / "results" / "summary.json"
+            doc = json.loads(path.read_text()) if path.is_file() else {}
+            doc[self.summary_key] = block
+            path.write_text(json.dumps(doc, indent=1, allow_nan=self.summary_allows_nan) + "\n")
+        return block
 
 
 def fmt(v: Any, spec: str = ",.0f", suffix: str = "") -> str:

@@ -52,7 +52,8 @@ def render(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     for path, doc in runs:
         load, dev = doc.get("load") or {}, doc.get("device") or {}
         variants = "; ".join(
-            f"{s['variant']} `{s['spec']}` {fmt(s.get('rps'))} req/s, p99 {fmt((s.get('latency_ms') or {}).get('p99'), ',.1f')}"
+            f"{s['variant']} `{s['spec']}` {fmt(s.get('rps'))} req/s, "
+            f"p99 {fmt((s.get('latency_ms') or {}).get('p99'), ',.1f')}"
             for s in doc.get("summary", [])
         )
         rows.append(

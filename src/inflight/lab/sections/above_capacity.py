@@ -45,5 +45,4 @@ def render(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     return lines
 
 
-
 SECTION = Section(title=TITLE, collect=collect, render=render)

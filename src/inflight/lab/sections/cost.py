@@ -111,7 +111,4 @@ def render(data: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-
-SECTION = Section(
-    title=TITLE, collect=collect, render=render, summary_key="cpu_per_request", summarize=summary
-)
+SECTION = Section(title=TITLE, collect=collect, render=render, summary_key="cpu_per_request", summarize=summary)

@@ -156,11 +156,7 @@ def render(data: Mapping[str, Any]) -> list[str]:
 
 def engine_variants_section(doc: Mapping[str, Any]) -> list[str]:
     """The engines compared by one bench (rows with ``engine`` and ``engine_us_per_batch``) and the targets."""
-    rows = [
-        r
-        for r in doc.get("rows", [])
-        if not is_executor_row(r) and r.get("engine_us_per_batch") is not None
-    ]
+    rows = [r for r in doc.get("rows", []) if not is_executor_row(r) and r.get("engine_us_per_batch") is not None]
     if not rows:
         return []
     peak = doc.get("peak")
@@ -262,7 +258,6 @@ def _not_served_lines(m: Mapping[str, Any]) -> list[str]:
             f"{verdict}.",
         ]
     return lines
-
 
 
 SECTION = Section(title=TITLE, collect=collect, render=render)

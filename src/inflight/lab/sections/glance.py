@@ -92,7 +92,6 @@ def modes_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
     return rows
 
 
-
 def gpu_bound_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
     """RESULTS' "At a glance" rows of the ``gpu_bound`` block: [figure, value, target, verdict] per issue 53 target."""
     if not block:
@@ -135,7 +134,6 @@ def gpu_bound_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
         row("requests failed for GPU memory, default as built", oom, "{:.0f}", "0", None if oom is None else oom == 0),
         row("default as built / plain Python backend at the SLO", plain, "{:.1f}x", ">= 5x", at_least(plain, 5.0)),
     ]
-
 
 
 def collect(root: Path) -> dict[str, Any] | None:

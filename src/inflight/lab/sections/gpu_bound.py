@@ -6,7 +6,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab.gpu_bound_results import H100_DENSE_FLOPS, ab_docs, engine, nsys_captures, summary, token_flops, variants
+from inflight.lab.gpu_bound_results import (
+    H100_DENSE_FLOPS,
+    ab_docs,
+    engine,
+    nsys_captures,
+    summary,
+    token_flops,
+    variants,
+)
 from inflight.lab.sections import Section
 
 TITLE = "Where the GPU is the bound"
@@ -18,7 +26,6 @@ def capacity_cell(v: Mapping[str, Any] | None) -> str:
         return "not measured"
     rounds = "/".join(f"{c:,.0f}" for c in v["capacities"])
     return f"{'' if v['bounded'] else '>= '}{v['capacity']:,.0f} ({v['instances']} inst.; rounds {rounds})"
-
 
 
 def collect(root: Path) -> dict[str, Any] | None:
@@ -80,7 +87,8 @@ def render(data: Mapping[str, Any]) -> list[str]:
             ach = "" if v["achieved_at_top"] is None else f"{v['achieved_at_top']:,.0f} of {v['top']:,.0f}"
             lines.append(
                 f"| [`{rel.name}`]({rel}) | `{v['spec']}` | {v['instances']} | {v['delay_us']:,} | "
-                f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {capacity_cell(v).split(' (')[0]} | {ach} | {gauge} |"
+                f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {capacity_cell(v).split(' (')[0]} | {ach} | "
+                f"{gauge} |"
             )
     caps = data["captures"]
     if caps:

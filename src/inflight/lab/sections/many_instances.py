@@ -1,4 +1,4 @@
-"""RESULTS-ab-runs' "Many instances: the deferred response path's ceiling" section, from ``results/pipelined-ceiling``."""
+"""RESULTS-ab-runs' "Many instances: the deferred response path's ceiling", from ``results/pipelined-ceiling``."""
 
 from __future__ import annotations
 
@@ -158,7 +158,6 @@ def render(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
         )
     lines.append("")
     return lines
-
 
 
 SECTION = Section(title=TITLE, collect=collect, render=render)

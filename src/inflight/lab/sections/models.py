@@ -112,5 +112,4 @@ def _bench_lines(path: Path, root: Path) -> list[str]:
     return lines
 
 
-
 SECTION = Section(title=TITLE, collect=collect_models, render=render, summary_key="models", summarize=summary)

@@ -162,9 +162,7 @@ def render(data: Mapping[str, Any]) -> list[str]:
                 ),
                 _spec(b["best_pipelined"]),
                 cap_of(b["default"]),
-                plain_cell(
-                    b["plain"], b["plain_sitting"] == b["sitting"], b["plain_sync"], b["plain_stalling_shares"]
-                ),
+                plain_cell(b["plain"], b["plain_sitting"] == b["sitting"], b["plain_sync"], b["plain_stalling_shares"]),
             ]
         )
     if rows:

@@ -19,7 +19,9 @@ CEILING_DIR = "per-instance-ceiling"
 
 def read_runs(root: Path, folder: str) -> list[tuple[Path, dict[str, Any]]]:
     """Every A/B file under ``results/<folder>`` in path order: its path from ``root`` and its document."""
-    return [(p.relative_to(root), json.loads(p.read_text())) for p in sorted((root / "results" / folder).rglob("ab-*.json"))]
+    return [
+        (p.relative_to(root), json.loads(p.read_text())) for p in sorted((root / "results" / folder).rglob("ab-*.json"))
+    ]
 
 
 PER_INSTANCE_TARGET = 2.0
@@ -187,7 +189,6 @@ def render(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
         )
     lines.append("")
     return lines
-
 
 
 SECTION = Section(title=TITLE, collect=collect, render=render)

@@ -26,7 +26,6 @@ def target_cells(t: Mapping[str, Any]) -> tuple[str, str]:
     return value, "not measured" if t["met"] is None else ("met" if t["met"] else "**missed**")
 
 
-
 def _binding_limit(block: Mapping[str, Any]) -> str | None:
     """Which limit binds the best sync configuration: the engine-only bound or the null model's request path."""
     sync = (block.get("best_sync") or {}).get("capacity_rps")
@@ -49,7 +48,11 @@ def collect(root: Path) -> dict[str, Any] | None:
     if not block:
         return None
     every = [(s.name, b) for s in sittings(root / "results") if (b := summary(root, s)) is not None]
-    return {"block": block, "sittings": every, "files": [p.relative_to(root) for p in open_loop_files(root / "results")]}
+    return {
+        "block": block,
+        "sittings": every,
+        "files": [p.relative_to(root) for p in open_loop_files(root / "results")],
+    }
 
 
 def render(data: Mapping[str, Any]) -> list[str]:
@@ -218,7 +221,11 @@ def render(data: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-
 SECTION = Section(
-    title=TITLE, collect=collect, render=render, summary_key="open_loop", summarize=summary_with_two_gpu
+    title=TITLE,
+    collect=collect,
+    render=render,
+    summary_key="open_loop",
+    summarize=summary_with_two_gpu,
+    summary_allows_nan=False,
 )

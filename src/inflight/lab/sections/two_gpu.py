@@ -136,5 +136,4 @@ def render(data: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-
 SECTION = Section(title=TITLE, collect=collect, render=render, summary_key="two_gpu", summarize=summary)

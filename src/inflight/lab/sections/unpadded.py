@@ -70,5 +70,4 @@ def render(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     ]
 
 
-
 SECTION = Section(title=TITLE, collect=collect, render=render)
