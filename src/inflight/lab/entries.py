@@ -140,14 +140,6 @@ def best_entry(candidates: Iterable[Entry]) -> Entry | None:
     return max(pool, key=lambda e: (e.capacity or 0.0, e.comparable)) if pool else None
 
 
-def merge_summary(root: Path, key: str, block: Mapping[str, Any], *, allow_nan: bool = True) -> None:
-    """Set ``key`` of ``results/summary.json`` to ``block``, keeping every other key."""
-    path = root / "results" / "summary.json"
-    doc = json.loads(path.read_text()) if path.is_file() else {}
-    doc[key] = block
-    path.write_text(json.dumps(doc, indent=1, allow_nan=allow_nan) + "\n")
-
-
 def summary_block(root: Path, key: str) -> dict[str, Any] | None:
     """``key`` of ``results/summary.json`` (None when the file or the key is missing)."""
     path = root / "results" / "summary.json"

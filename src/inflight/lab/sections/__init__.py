@@ -93,13 +93,3 @@ def markdown_table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out
-
-
-#: The column headers of :func:`load_cells`.
-LOAD_HEADERS = ["req/s", "items/s", "p50 ms", "p95 ms", "p99 ms"]
-
-
-def load_cells(s: dict[str, Any]) -> list[str]:
-    """req/s, items/s, p50, p95 and p99 ms of one A/B summary entry, as table cells (headers: ``LOAD_HEADERS``)."""
-    lat = s.get("latency_ms") or {}
-    return [fmt(s.get("rps")), fmt(s.get("items_per_s")), *(fmt(lat.get(p), ",.1f") for p in ("p50", "p95", "p99"))]
