@@ -4,8 +4,8 @@ Reads ``results/engine-minilm-*/encoder-engine-*.json`` (``scripts/lab/encoder_e
 alone, by rewrite), ``results/gpu-bound/*/ab-*.json`` (``scripts/lab/gpu_bound.sh``: the served
 workload, 32 sequences a request of lengths 16-128, variants interleaved over rounds, p99 SLO 100
 ms) and ``results/gpu-bound/*/nsys/*/summary.json`` (``scripts/lab/gpu_bound_nsys.sh``: the whole server
-under Nsight Systems at a fixed offered rate). :func:`write_summary` writes ``summary.json["gpu_bound"]``,
-:func:`section` RESULTS' section and :func:`decision_rows` the README's rows for the model.
+under Nsight Systems at a fixed offered rate). :func:`summary` is ``summary.json["gpu_bound"]``;
+RESULTS' section is ``inflight.lab.sections.gpu_bound``, the README's row ``inflight.lab.sections.decision``.
 
 The default as built is the variant a sitting marks with the ``cupti=true`` override (the gauges on,
 nothing else changed), from the newest sitting that has one: the build's rule changed between sittings.

@@ -1,10 +1,10 @@
-"""Open-loop results: the ``open_loop`` block of ``results/summary.json`` and its RESULTS.md section.
+"""Open-loop results: the ``open_loop`` block of ``results/summary.json`` (its section: ``sections.open_loop``).
 
 Read from the open-loop A/B files under ``results/open-loop/`` (written by ``inflight ab --rate/--search``,
 see ``scripts/lab/gpu_session.sh campaign``) and the engine-bound file written beside them. The files are
 grouped by *sitting*: each first-level folder of ``results/open-loop/`` (``<date>-<time>-<name>``) holds
 the runs of one session on the GPU host, and ratios are only taken within one sitting. The summary
-block describes the newest sitting; the RESULTS section adds one line per earlier sitting. Nothing is
+block describes the newest sitting; the RESULTS section adds one line per earlier sitting (each one's block). Nothing is
 typed by hand: every figure, ratio and verdict is computed here.
 """
 

@@ -1,4 +1,4 @@
-"""Two GPUs against one at equal server cores per GPU (issue 33): ``summary.json["two_gpu"]`` and RESULTS' section.
+"""Two GPUs against one at equal server cores per GPU (issue 33): ``summary.json["two_gpu"]`` and every sitting.
 
 ``scripts/lab/two_gpu.sh`` writes one sitting under ``results/two-gpu/<date>-<device>``, one layout per device
 call, each a capacity search at p99 <= 50 ms per variant in a folder ``<time>-cap-<layout>-<n>-<model>``:
@@ -8,8 +8,8 @@ call, each a capacity search at p99 <= 50 ms per variant in a folder ``<time>-ca
 * ``perserver``: one server per GPU, C cores each;
 
 and the generator's proof (``<time>-generator``: the null model at rates up to twice the two-GPU capacity,
-on schedule). Everything printed here is read from those files; the two-GPU capacity is the best of the
-two layouts of two GPUs, over the best of one GPU.
+on schedule). Every figure is read from those files (RESULTS' section: ``sections.two_gpu``); the two-GPU
+capacity is the best of the two layouts of two GPUs, over the best of one GPU.
 """
 
 from __future__ import annotations
