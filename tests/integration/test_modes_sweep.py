@@ -18,6 +18,7 @@ import pytest
 from tests.helpers import ab_command
 
 from inflight.lab import modes_results
+from inflight.lab.sections import decision
 
 pytestmark = pytest.mark.integration
 
@@ -64,5 +65,5 @@ def test_capacity_search_of_sync_default_and_plain_writes_the_modes_keys(reposit
         assert block["p99_ratio_max"] is not None and block["p99_ratio_max"] > 0
     else:
         assert block["p99_ratio_max"] is None
-    table = "\n".join(modes_results.decision_table(tmp_path))
+    table = "\n".join(decision.decision_table(tmp_path))
     assert "bert_tiny" in table and "default as built" in table

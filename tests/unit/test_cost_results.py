@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inflight.lab.cost_results import overlap_bound, reproduce_command, summary, table, verdict, write_summary
+from inflight.lab.cost_results import overlap_bound, reproduce_command, summary, table
+from inflight.lab.sections.cost import SECTION, cost_verdict
 
 
 def _variant(label: str, spec: str, mode: str | None) -> dict:
@@ -49,7 +50,7 @@ def test_block_from_the_sitting_with_null_and_sync_and_every_ratio(tmp_path: Pat
         ],
     )
     (tmp_path / "results" / "summary.json").write_text(json.dumps({"kept": 1}))
-    block = write_summary(tmp_path)
+    block = SECTION.write_summary(tmp_path)
     assert block is not None
     assert block["sync_us"] == 250.0 and block["pipelined_us"] == 300.0 and block["null_us"] == 200.0
     assert block["best_sync_rps"] == 40000.0 and block["best_pipelined_rps"] == 30000.0
@@ -82,8 +83,8 @@ def test_one_instance_target_carries_the_overlap_bound_of_the_sync_instance(tmp_
     assert abs(bound["value"] - 8.0 / 7.2) < 1e-9 and bound["device_wait_ms"] == 0.8
     one = block["targets"][2]
     assert one["met"] is False and abs(one["bound"] - 8.0 / 7.2) < 1e-9
-    assert verdict(one) == "**missed** (overlap bound 1.111)"
-    assert verdict(block["targets"][0]) == "met"
+    assert cost_verdict(one) == "**missed** (overlap bound 1.111)"
+    assert cost_verdict(block["targets"][0]) == "met"
 
 
 def test_overlap_bound_needs_every_figure() -> None:

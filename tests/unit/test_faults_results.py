@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from inflight.lab import faults
+from inflight.lab.sections import faults as faults_section
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "fixtures" / "faults.json"
@@ -58,7 +59,7 @@ def test_the_section_renders_each_fault_from_the_file(tmp_path: Path) -> None:
     sitting = tmp_path / "results" / "faults" / "20990101-test"
     sitting.mkdir(parents=True)
     shutil.copy(FIXTURE, sitting / "faults.json")
-    text = "\n".join(faults.section(tmp_path))
+    text = "\n".join(faults_section.SECTION.lines(tmp_path))
     assert "## Faults under load" in text and "results/faults/20990101-test/faults.json" in text
     rows = [line for line in text.splitlines() if line.startswith("| (")]
     assert len(rows) == 4
@@ -74,11 +75,11 @@ def test_the_section_renders_each_fault_from_the_file(tmp_path: Path) -> None:
 
 
 def test_no_sitting_no_section(tmp_path: Path) -> None:
-    assert faults.section(tmp_path) == []
+    assert faults_section.SECTION.lines(tmp_path) == []
 
 
 def test_the_results_page_holds_the_current_section() -> None:
-    files = faults.sittings(ROOT / "results")
+    files = faults_section.sittings(ROOT / "results")
     assert files, "no sitting under results/faults"
     # a sitting may hold some of the faults (a device call's time ran out); the CPU host's holds all four
     for path in files:
@@ -86,5 +87,5 @@ def test_the_results_page_holds_the_current_section() -> None:
         assert doc["faults"] and {f["fault"] for f in doc["faults"]} <= set(faults.FAULTS), path
     cpu = [json.loads(p.read_text()) for p in files if p.parent.name.endswith("-cpu")]
     assert cpu and {f["fault"] for f in cpu[-1]["faults"]} == set(faults.FAULTS)
-    section = "\n".join(faults.section(ROOT))
+    section = "\n".join(faults_section.SECTION.lines(ROOT))
     assert section and section in (ROOT / "docs" / "RESULTS.md").read_text()

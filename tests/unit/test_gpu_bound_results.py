@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from inflight.lab import gpu_bound_results as g
+from inflight.lab.sections import decision, glance
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,8 +36,8 @@ def test_the_committed_sittings_give_the_summary_block_from_their_files() -> Non
     assert e is not None
     served = e["served"]
     assert served["uniform"]["tokens_per_s"] > 1e6 and served["unpadded"]["tokens_per_s"] > 0
-    rows = g.decision_rows(ROOT)
-    assert rows[0] == g.ROWS_BEGIN and rows[-1] == g.ROWS_END and len(rows) == 5
+    rows = decision.decision_rows(ROOT)
+    assert rows[0] == decision.ROWS_BEGIN and rows[-1] == decision.ROWS_END and len(rows) == 5
     readme = (ROOT / "README.md").read_text()
     assert "\n".join(rows) in readme, "README's GPU-bound rows are stale: run `inflight results-report`"
 
@@ -72,7 +73,7 @@ def test_the_headline_judges_each_target_of_the_block() -> None:
         "default_oom_failures": 0,
         "plain_rps": 1000.0,
     }
-    rows = {r[0]: r[1:] for r in g.headline_rows(block)}
+    rows = {r[0]: r[1:] for r in glance.gpu_bound_rows(block)}
     assert rows["engine, fp16, [2048, 64] (tokens/s)"][2] == "met"
     assert rows["best served capacity at p99 <= 100 ms / engine bound"][:1] == ["76%"]
     assert rows["best served capacity at p99 <= 100 ms / engine bound"][2] == "**missed**"
@@ -81,4 +82,4 @@ def test_the_headline_judges_each_target_of_the_block() -> None:
     assert rows["requests failed for GPU memory, default as built"][2] == "met"
     # the default's own capacity (0.8 x 5,000) over plain's: 4.0x, under 5x
     assert rows["default as built / plain Python backend at the SLO"] == ["4.0x", ">= 5x", "**missed**"]
-    assert g.headline_rows(None) == []
+    assert glance.gpu_bound_rows(None) == []

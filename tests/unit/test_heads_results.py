@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from inflight.lab import heads_results
+from inflight.lab.sections import heads as heads_results
 
 
 def _row(engine: str, batch: int, us: float, floor: float) -> dict[str, object]:
@@ -41,7 +41,7 @@ def test_summary_compares_the_served_engine_with_the_engine_before_at_the_larges
 
 def test_section_prints_the_figures_of_the_files_and_says_gemm_bound(tmp_path: Path) -> None:
     _write(tmp_path)
-    text = "\n".join(heads_results.section(tmp_path))
+    text = "\n".join(heads_results.SECTION.lines(tmp_path))
     assert "| linear_head | 2048 | eager, fused (served), fp16 | 200.0 | 400.0 | 2.00x | 2.50 | 84% |" in text
     assert "linear_head at 2048: GEMM-bound, 84% of its kernel time in GEMM kernels" in text
     assert "GPU X, driver 1, torch t" in text
@@ -49,4 +49,4 @@ def test_section_prints_the_figures_of_the_files_and_says_gemm_bound(tmp_path: P
 
 
 def test_no_section_without_files(tmp_path: Path) -> None:
-    assert heads_results.section(tmp_path) == []
+    assert heads_results.SECTION.lines(tmp_path) == []

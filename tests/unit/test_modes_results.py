@@ -13,20 +13,23 @@ from pathlib import Path
 
 import pytest
 
-from inflight.lab import modes_results
-from inflight.lab.open_loop_results import Entry, entries
+from inflight.lab import entries as entries_module
+from inflight.lab import modes_results, modes_select, stats
+from inflight.lab.entries import Entry, entries
+from inflight.lab.sections import decision, glance
+from inflight.lab.sections import modes as modes_section
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_sitting_pins_the_server_apart_from_the_generator() -> None:
-    sittings = modes_results.sittings(ROOT / "results")
+    sittings = modes_select.sittings(ROOT / "results")
     assert sittings, "no sitting under results/modes"
     for sitting in sittings:
         for e in entries(ROOT / "results", sitting):
             cpu_sets = e.doc["load"]["cpu_sets"]
             assert cpu_sets["isolated"], (e.path, cpu_sets)
-            assert modes_results.server_cores(e) in (4, 6, 8), (e.path, cpu_sets)
+            assert entries_module.server_cores(e) in (4, 6, 8), (e.path, cpu_sets)
 
 
 def test_the_summary_block_matches_the_files_and_is_committed() -> None:
@@ -37,11 +40,11 @@ def test_the_summary_block_matches_the_files_and_is_committed() -> None:
     for row in block["capacity"]:
         assert set(row) >= {"server_cpus", "best_sync_rps", "best_pipelined_rps", "default_rps", "plain_rps"}
         # each capacity is one a search of that budget bracketed: re-derive it from the files
-        es = [e for es in modes_results.collect(ROOT)["budgets"].values() for e in es]
+        es = [e for es in modes_select.collect(ROOT)["budgets"].values() for e in es]
         caps = {e.capacity for e in es if e.summary.get("capacity_bounded") and e.summary["spec"] == row["best_sync"]}
         assert row["best_sync_rps"] in caps
         # every figure of a row comes from its one sitting (the newest that searched both modes)
-        here = [e for e in es if str(modes_results.sitting_of(e).relative_to(ROOT)) == row["sitting"]]
+        here = [e for e in es if str(modes_select.sitting_of(e).relative_to(ROOT)) == row["sitting"]]
         assert row["best_sync_rps"] in {e.capacity for e in here if e.summary["spec"] == row["best_sync"]}
         assert row["best_pipelined_rps"] in {e.capacity for e in here if e.summary["spec"] == row["best_pipelined"]}
         for key, spec_key in (("default_rps", "default"), ("plain_rps", None)):
@@ -51,7 +54,7 @@ def test_the_summary_block_matches_the_files_and_is_committed() -> None:
                 kind = [e for e in here if e.capacity is not None and e.summary["spec"] == row[spec_key]]
             else:  # the plain baseline: from the row's sitting, or the newest that searched it (named)
                 at = row["plain_sitting"]
-                kind = [e for e in es if e.kind == "plain" and str(modes_results.sitting_of(e).relative_to(ROOT)) == at]
+                kind = [e for e in es if e.kind == "plain" and str(modes_select.sitting_of(e).relative_to(ROOT)) == at]
             assert row[key] in {e.capacity for e in kind}, (key, row)
     assert block["p99_ratio_max"] > 0
     assert set(block["regime"]) >= {"model", "device", "one_instance_ratio", "instances_ratio", "gpu_memory_ratio"}
@@ -59,7 +62,7 @@ def test_the_summary_block_matches_the_files_and_is_committed() -> None:
 
 def test_the_results_page_holds_the_current_section() -> None:
     page = (ROOT / "docs" / "RESULTS.md").read_text()
-    section = "\n".join(modes_results.section(ROOT))
+    section = "\n".join(modes_section.SECTION.lines(ROOT))
     assert section and section in page
 
 
@@ -67,13 +70,13 @@ def test_the_overlap_bound_is_cycle_over_cycle_less_the_wait() -> None:
     class E:
         summary = {"executor": {"execute_ms": 2.0, "between_executes_ms": 6.0, "device_wait_ms": 0.8}}
 
-    assert modes_results.overlap_bound(E()) == 8.0 / 7.2  # type: ignore[arg-type]
+    assert modes_select.overlap_bound(E()) == 8.0 / 7.2  # type: ignore[arg-type]
     E.summary = {"executor": {"execute_ms": 2.0}}
-    assert modes_results.overlap_bound(E()) is None  # type: ignore[arg-type]
+    assert modes_select.overlap_bound(E()) is None  # type: ignore[arg-type]
 
 
 def test_the_readme_holds_the_current_decision_table() -> None:
-    table = modes_results.decision_table(ROOT)
+    table = decision.decision_table(ROOT)
     readme = (ROOT / "README.md").read_text()
     assert table, "no capacity search under results/modes"
     assert "\n".join(table) in readme, "README's decision table is stale: run `inflight results-report`"
@@ -83,33 +86,13 @@ def test_only_a_variant_without_deployment_overrides_counts_as_the_default() -> 
     class E:
         summary = {"spec": "bert_tiny_inflight@gpus=0,capture_at_load=false"}
 
-    assert modes_results._is_default(E())  # type: ignore[arg-type]
+    assert modes_select.is_default(E())  # type: ignore[arg-type]
     E.summary = {"spec": "bert_tiny_inflight"}
-    assert modes_results._is_default(E())  # type: ignore[arg-type]
+    assert modes_select.is_default(E())  # type: ignore[arg-type]
     E.summary = {"spec": "bert_tiny_inflight@instances=8,mode=auto"}
-    assert not modes_results._is_default(E())  # type: ignore[arg-type]
+    assert not modes_select.is_default(E())  # type: ignore[arg-type]
     E.summary = {"spec": "bert_tiny_sync"}
-    assert not modes_results._is_default(E())  # type: ignore[arg-type]
-
-
-def test_request_time_rows_come_from_the_two_variant_fixed_rate_files_only() -> None:
-    c = modes_results.collect(ROOT)
-    rows = modes_results.request_time_rows(c["entries"])
-    fixed = [e for e in c["entries"] if modes_results._fixed_part(e)]
-    # one row per variant and rate of a sitting (rounds at one rate are one row, also over several fixed files)
-    rates: dict[tuple[object, object], set[float]] = {}
-    for e in fixed:
-        key = (modes_results.sitting_of(e), e.summary["spec"])
-        rates.setdefault(key, set()).update(float(r["rate"]) for r in modes_results._runs(e))
-    assert fixed and len(rows) == sum(len(v) for v in rates.values())
-    # the H200's three fixed files of two rounds each at 5,250 req/s (20261126-h200-4cores-pooled): one row
-    assert [r[2] for r in rows if r[0] == "NVIDIA H200" and r[1] == "4" and r[3] == "5,250"] == [
-        "`bert_tiny_sync@instances=4,capture_at_load=false,gpus=0` (6 rounds)",
-        "`bert_tiny_inflight@capture_at_load=false,gpus=0` (6 rounds)",
-    ]
-    # every row has its rate, latency, Triton's split of the request's time and the server's CPU
-    for row in rows:
-        assert len(row) == 12 and "n/a" not in row[3:10], row
+    assert not modes_select.is_default(E())  # type: ignore[arg-type]
 
 
 def test_p99_at_a_rate_of_several_rounds_is_their_median_without_limited_windows() -> None:
@@ -181,7 +164,7 @@ def test_a_core_budget_takes_its_newest_sitting_that_searched_both_modes() -> No
     # not the best of every sitting (29,500 sync, 40,000 sync alone): one sitting's pair
     assert (b["best_sync_rps"], b["best_pipelined_rps"]) == (26_375.0, 28_000.0)
     assert b["sitting"] == Path("results/modes/b-new") and b["best_pipelined_is_lower_bound"]
-    assert modes_results.newest_comparison(newest_but_one_mode) == []
+    assert modes_select.newest_comparison(newest_but_one_mode) == []
 
 
 def test_a_sitting_that_searched_each_side_several_times_is_judged_by_the_medians() -> None:
@@ -207,7 +190,7 @@ def test_a_sitting_that_searched_each_side_several_times_is_judged_by_the_median
     assert (b["best_sync_rps"], b["best_pipelined_rps"]) == (11_000.0, 13_000.0)
     assert b["capacity_ratio"] == pytest.approx(9_500 / 10_500)
     row = {**b, "best_pipelined_is_lower_bound": False, "p99_ratio_max": 1.0, "default_rps": None}
-    (head,) = modes_results.headline_rows({"capacity": [{**row, "device": "GPU"}]})
+    (head,) = glance.modes_rows({"capacity": [{**row, "device": "GPU"}]})
     assert "(medians of 3 and 3 searches)" in head[0] and head[1].startswith("0.90x") and "capacity" in head[3]
     # a search whose generator fell behind at or below its capacity is not compared (the 8-core H100 sitting's
     # first sync search: 22,500 req/s with 1.2% of the sends over 10 ms late there)
@@ -216,12 +199,12 @@ def test_a_sitting_that_searched_each_side_several_times_is_judged_by_the_median
     b2 = modes_results.core_budget([*es, behind])
     assert b2 is not None and b2["sync_searches_rps"] == [10_000.0, 11_000.0, 10_500.0]
     # one search a side: the two searches themselves
-    assert modes_results.capacity_ratio([10_000.0], [9_000.0, 12_000.0]) == 1.2
+    assert stats.capacity_ratio([10_000.0], [9_000.0, 12_000.0]) == 1.2
     # the default against the better mode, read the same way
     assert modes_results.default_share([10.0, 12.0], [9.0, 13.0], [9.0, 13.0]) == 1.0
     assert modes_results.default_share([10.0, 12.0], [9.0, 13.0], [8.0, 10.0]) == pytest.approx(9 / 11)
     assert modes_results.default_share([10.0], [9.0], [8.0, 10.0]) == 1.0
-    assert modes_results.capacity_ratio([], [1.0]) is None and modes_results.default_share([1.0], [1.0], []) is None
+    assert stats.capacity_ratio([], [1.0]) is None and modes_results.default_share([1.0], [1.0], []) is None
 
 
 def test_the_plain_baseline_comes_from_the_rows_sitting_else_the_newest_that_searched_it_beside_sync() -> None:
@@ -237,17 +220,17 @@ def test_the_plain_baseline_comes_from_the_rows_sitting_else_the_newest_that_sea
         _entry("a-alone", "plain", 2_812.0, True, "2026-11-26T22:08:00"),
     ]
     every = here + older
-    got = modes_results.plain_for(every, here)
+    got = modes_select.plain_for(every, here)
     assert got is not None and got.capacity == 19_500.0  # newest bracketed search beside sync, not the largest
     # read against sync in its own sitting (19,500 / 22,000), with that sitting named
-    there = modes_results.sync_beside(every, got)
-    assert modes_results._plain_cell(got, got in here, there) == "19,500 (1 inst.) (0.89x sync there, `a-old`)"
+    there = modes_select.sync_beside(every, got)
+    assert modes_section.plain_cell(got, got in here, there) == "19,500 (1 inst.) (0.89x sync there, `a-old`)"
     mine = _entry("b-new", "plain", 20_000.0, True, "2026-11-26T04:16:00")
-    assert modes_results.plain_for([*here, mine, *older], [*here, mine]) is mine
-    assert modes_results._plain_cell(mine, True, None) == "20,000 (1 inst.)"
-    assert modes_results.plain_for(here, here) is None
-    assert modes_results.plain_for([*here, older[-1]], here) is None
-    assert modes_results._plain_cell(None, False, None) == "not measured beside sync"
+    assert modes_select.plain_for([*here, mine, *older], [*here, mine]) is mine
+    assert modes_section.plain_cell(mine, True, None) == "20,000 (1 inst.)"
+    assert modes_select.plain_for(here, here) is None
+    assert modes_select.plain_for([*here, older[-1]], here) is None
+    assert modes_section.plain_cell(None, False, None) == "not measured beside sync"
 
 
 def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
@@ -263,27 +246,27 @@ def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
         "p99_ratio_max": 1.43,
     }
     block = {"capacity": [row, {**row, "server_cpus": 8, "p99_ratio_max": 1.04, "best_pipelined_is_lower_bound": True}]}
-    (four, eight) = modes_results.headline_rows(block)
+    (four, eight) = glance.modes_rows(block)
     assert four[1] == "1.14x; 1.43; 100%" and four[3] == "**missed** (p99)"
     assert eight[1].startswith(">= 1.14x") and eight[3] == "met"
     # a p99 ratio under sync's own spread over rounds is still missed, and says so
-    noisy = modes_results.headline_rows({"capacity": [{**row, "p99_sync_spread_max": 2.62}]})[0]
+    noisy = glance.modes_rows({"capacity": [{**row, "p99_sync_spread_max": 2.62}]})[0]
     assert noisy[3] == "**missed** (p99); p99 ratio within sync's own spread over rounds (2.62)"
-    calm = modes_results.headline_rows({"capacity": [{**row, "p99_sync_spread_max": 1.2}]})[0]
+    calm = glance.modes_rows({"capacity": [{**row, "p99_sync_spread_max": 1.2}]})[0]
     assert calm[3] == "**missed** (p99)"
     slow = {**row, "best_pipelined_rps": 13_000.0, "default_rps": 12_000.0, "capacity_ratio": 13 / 14}
-    assert modes_results.headline_rows({"capacity": [{**slow, "default_share": 12 / 14}]})[0][3] == (
+    assert glance.modes_rows({"capacity": [{**slow, "default_share": 12 / 14}]})[0][3] == (
         "**missed** (capacity, p99, default)"
     )
     # no comparable search on a side: no ratio (not one re-derived from the best figures), and no verdict of met
-    unjudged = modes_results.headline_rows({"capacity": [{**row, "capacity_ratio": None, "default_share": None}]})[0]
+    unjudged = glance.modes_rows({"capacity": [{**row, "capacity_ratio": None, "default_share": None}]})[0]
     assert unjudged[1] == "n/a; 1.43; n/a" and unjudged[3] == "**missed** (capacity, p99, default)"
     reg = {"model": "m", "device": "GPU", "one_instance_ratio": 1.25, "one_instance_ratio_is_lower_bound": False}
-    assert modes_results.headline_rows({"regime": reg}) == [
+    assert glance.modes_rows({"regime": reg}) == [
         ["one pipelined instance / one sync instance (m, GPU)", "1.25x", ">= 1.3x", "**missed**"]
     ]
     with_auto = {**reg, "auto_one_instance_ratio": 1.65, "auto_one_instance_ratio_is_lower_bound": False}
-    assert modes_results.headline_rows({"regime": with_auto})[1] == [
+    assert glance.modes_rows({"regime": with_auto})[1] == [
         "one `m_inflight` instance as built (`auto`) / one sync instance (m, GPU)",
         "1.65x",
         ">= 1.3x",
@@ -293,7 +276,7 @@ def test_the_headline_names_each_missed_target_of_a_core_budget() -> None:
 
 def test_auto_is_read_from_its_newest_sitting_with_its_fixed_rate_p99s() -> None:
     """Each sitting measured the auto rule of its day's code, so the newest one stands, not the best figure."""
-    c = modes_results.collect(ROOT)
+    c = modes_select.collect(ROOT)
     es = c["regimes"][("NVIDIA H200", "bert_small")]
     a = modes_results.newest_auto(es)
     assert a is not None and a["sitting"].name == "20261126-h200-bert_small-early"
@@ -304,7 +287,7 @@ def test_auto_is_read_from_its_newest_sitting_with_its_fixed_rate_p99s() -> None
     # older sittings' auto (the busy gate alone: 2,469 req/s; skipped windows without the early reference end:
     # 3,188) are not taken, nor a sitting without sync
     for name, capacity in (("20261126-h200-regime-busy", 2_468.75), ("20261126-h200-bert_small-skip", 3_187.5)):
-        older = [e for e in es if modes_results.sitting_of(e).name == name]
+        older = [e for e in es if modes_select.sitting_of(e).name == name]
         assert modes_results.newest_auto(older)["auto"].capacity == capacity  # type: ignore[index]
     assert modes_results.newest_auto([e for e in es if e.mode == "auto"]) is None
     reg = json.loads((ROOT / "results/summary.json").read_text())["modes"]["regime"]
@@ -313,9 +296,9 @@ def test_auto_is_read_from_its_newest_sitting_with_its_fixed_rate_p99s() -> None
 
 def test_sync_against_itself_gives_the_noise_a_p99_ratio_is_read_against() -> None:
     """Sync's own p99s over interleaved rounds at one rate: the largest max / min of the sitting (its noise)."""
-    c = modes_results.collect(ROOT)
+    c = modes_select.collect(ROOT)
     budget = c["budgets"][("NVIDIA H200", 4)]
-    rounds = [e for e in budget if modes_results.sitting_of(e).name == "20261126-h200-4cores-rounds"]
+    rounds = [e for e in budget if modes_select.sitting_of(e).name == "20261126-h200-4cores-rounds"]
     b = modes_results.core_budget(rounds)
     assert b is not None and b["sitting"].name == "20261126-h200-4cores-rounds"
     # sync's four rounds at 13,400 req/s: p99 8.52, 11.88, 22.29, 17.62 ms (the default's: 13.10 .. 19.53)
@@ -323,7 +306,7 @@ def test_sync_against_itself_gives_the_noise_a_p99_ratio_is_read_against() -> No
     assert b["p99_sync_spread"] > max(b["p99_ratios"].values())
     # three fixed files of two rounds each, pooled per rate (six rounds)
     pooled = modes_results.core_budget(
-        [e for e in budget if modes_results.sitting_of(e).name == "20261126-h200-4cores-pooled"]
+        [e for e in budget if modes_select.sitting_of(e).name == "20261126-h200-4cores-pooled"]
     )
     assert pooled is not None and pooled["p99_rounds"] == 6 and list(pooled["p99_ratios"]) == [2000.0, 5250.0, 8500.0]
     # the budget's row: its newest sitting that searched both modes, whatever its rounds
@@ -334,19 +317,8 @@ def test_sync_against_itself_gives_the_noise_a_p99_ratio_is_read_against() -> No
     assert row["p99_sync_spread_max"] == newest["p99_sync_spread"] and row["p99_rounds"] == newest["p99_rounds"]
     # a sitting of one round per rate has no spread to give
     h100 = c["budgets"][("NVIDIA H100 80GB HBM3", 8)]
-    one = modes_results.core_budget(
-        [e for e in h100 if modes_results.sitting_of(e).name == "20261125-h100-8cores-auto"]
-    )
+    one = modes_results.core_budget([e for e in h100 if modes_select.sitting_of(e).name == "20261125-h100-8cores-auto"])
     assert one is not None and one["p99_sync_spread"] is None
-
-
-def test_the_request_time_table_takes_a_null_model_file_of_its_own() -> None:
-    """A fixed part may run the null model in its own file (one variant): it is the floor the table shows."""
-    c = modes_results.collect(ROOT)
-    es = [e for e in c["entries"] if e.path.parent.parent.name == "20261126-h200-4cores-rounds"]
-    rows = modes_results.request_time_rows(es)
-    null = [r for r in rows if "bert_tiny_null" in r[2]]
-    assert [r[3] for r in null] == ["2,800", "7,000", "11,200"]
 
 
 def _fixed_part(sitting: str, kind: str, rates_p99: dict[float, float], started: str) -> Entry:
@@ -390,8 +362,8 @@ def test_auto_in_band_only_is_not_a_pipelined_variant() -> None:
         params = {"mode": {"string_value": "auto"}, "auto_bound_min": {"string_value": bound}}
         return Entry(e.path, e.doc, e.summary, {"variant": "inflight", "config": {"parameters": params}})
 
-    assert not modes_results._is_pipelined(auto("inf")) and modes_results._is_pipelined(auto("1.25"))
-    assert modes_results._is_pipelined(auto("0"))
+    assert not modes_select.is_pipelined(auto("inf")) and modes_select.is_pipelined(auto("1.25"))
+    assert modes_select.is_pipelined(auto("0"))
 
 
 def test_the_decision_table_deploys_the_mode_judged_best_and_a_tie_goes_to_the_pipelined_one() -> None:
@@ -405,11 +377,11 @@ def test_the_decision_table_deploys_the_mode_judged_best_and_a_tie_goes_to_the_p
     ]
     sync, pipe = es[3], es[1]
     # medians 11,438 each (not the best single search, 13,312): a tie, so the pipelined mode
-    assert modes_results._deploy(es, pipe, sync) == "`pipelined`, 1 instance: 11,438 req/s (median)"
-    assert modes_results._deploy(es[:2], pipe, sync) == "`pipelined`, 1 instance: 13,312 req/s"
-    assert modes_results._deploy([es[0], es[2]], pipe, sync) == "`pipelined`, 1 instance: 11,438 req/s"
-    assert modes_results._deploy([*es[:1], es[4]], pipe, sync) == "`sync`, 1 instance: 11,438 req/s"
-    assert modes_results._deploy([], pipe, sync) is None
+    assert decision._deploy(es, pipe, sync) == "`pipelined`, 1 instance: 11,438 req/s (median)"
+    assert decision._deploy(es[:2], pipe, sync) == "`pipelined`, 1 instance: 13,312 req/s"
+    assert decision._deploy([es[0], es[2]], pipe, sync) == "`pipelined`, 1 instance: 11,438 req/s"
+    assert decision._deploy([*es[:1], es[4]], pipe, sync) == "`sync`, 1 instance: 11,438 req/s"
+    assert decision._deploy([], pipe, sync) is None
 
 
 def test_a_plain_search_is_read_against_sync_of_its_own_instances_where_its_sitting_had_one() -> None:
@@ -423,8 +395,8 @@ def test_a_plain_search_is_read_against_sync_of_its_own_instances_where_its_sitt
         )
 
     plain, sync1, sync8 = of("plain", 2_000.0, 1), of("sync", 2_300.0, 1), of("sync", 9_000.0, 8)
-    assert modes_results.sync_beside([plain, sync1, sync8], plain) is sync1
-    assert modes_results.sync_beside([plain, sync8], plain) is sync8
+    assert modes_select.sync_beside([plain, sync1, sync8], plain) is sync1
+    assert modes_select.sync_beside([plain, sync8], plain) is sync8
 
 
 def _with_lowest_window(e: Entry, rate: float, p50: float, p99: float) -> Entry:
@@ -445,23 +417,23 @@ def test_a_plain_figure_from_a_host_that_stalls_is_flagged_and_a_steady_hosts_pr
     stalled = _entry("b-stalls", "sync", 2_562.0, True, "2026-11-27T00:43:00")
     stalled_sync = _with_lowest_window(stalled, 2_000, 3.3, 37.0)
     stalled_plain = _entry("b-stalls", "plain", 2_250.0, True, "2026-11-27T00:46:00")
-    assert modes_results.tail_spread(stalled_sync) == (2_000.0, 37.0 / 3.3)
-    assert modes_results.stalls(stalled_sync) and not modes_results.stalls(steady_sync)
-    assert not modes_results.stalls(None) and modes_results.tail_spread(stalled_plain) is None
+    assert modes_select.tail_spread(stalled_sync) == (2_000.0, 37.0 / 3.3)
+    assert modes_select.stalls(stalled_sync) and not modes_select.stalls(steady_sync)
+    assert not modes_select.stalls(None) and modes_select.tail_spread(stalled_plain) is None
     here = [_entry("c-row", "sync", 11_000.0, True, "2026-11-27T01:00:00")]
     every = [*here, steady_sync, steady_plain, stalled_sync, stalled_plain]
     # the newer plain search ran on a host that stalled: the steady host's stands in
-    assert modes_results.plain_for(every, here) is steady_plain
+    assert modes_select.plain_for(every, here) is steady_plain
     # where only the stalled one exists, it is read, and its cell says so
     only = [*here, stalled_sync, stalled_plain]
-    assert modes_results.plain_for(only, here) is stalled_plain
-    cell = modes_results._plain_cell(stalled_plain, False, modes_results.sync_beside(only, stalled_plain))
+    assert modes_select.plain_for(only, here) is stalled_plain
+    cell = modes_section.plain_cell(stalled_plain, False, modes_select.sync_beside(only, stalled_plain))
     assert cell == (
         "2,250 (1 inst.) (0.88x sync there, a host that stalls: sync's p99 11x its p50 at 2,000 req/s, `b-stalls`)"
     )
     # a steady host's plain search beside: no stalling shares are shown
-    assert modes_results.stalling_plain_shares(every, steady_plain) == []
-    assert modes_results.stalling_plain_shares(only, stalled_plain) == [2_250.0 / 2_562.0]
+    assert modes_select.stalling_plain_shares(every, steady_plain) == []
+    assert modes_select.stalling_plain_shares(only, stalled_plain) == [2_250.0 / 2_562.0]
 
 
 def test_plain_searches_from_several_hosts_that_stall_are_shown_as_their_range_not_the_newest_alone() -> None:
@@ -471,11 +443,11 @@ def test_plain_searches_from_several_hosts_that_stall_are_shown_as_their_range_n
     second_plain = _entry("c-stalls", "plain", 3_312.0, True, "2026-11-27T03:18:00")
     here = [_entry("d-row", "sync", 11_000.0, True, "2026-11-27T04:00:00")]
     every = [*here, first, first_plain, second, second_plain]
-    plain = modes_results.plain_for(every, here)
+    plain = modes_select.plain_for(every, here)
     assert plain is second_plain  # the newest, for want of a steady host
-    shares = modes_results.stalling_plain_shares(every, plain)
+    shares = modes_select.stalling_plain_shares(every, plain)
     assert shares == [2_250.0 / 2_562.0, 3_312.0 / 1_719.0]  # oldest first
-    cell = modes_results._plain_cell(plain, False, modes_results.sync_beside(every, plain), shares)
+    cell = modes_section.plain_cell(plain, False, modes_select.sync_beside(every, plain), shares)
     assert cell == (
         "not measured on a steady host; on 2 hosts that stall (sync's p99 >= 5x its p50 at its lowest rate) "
         "0.88x, 1.93x sync there, newest `c-stalls`"
@@ -486,15 +458,15 @@ def test_the_permutation_p_counts_the_relabellings_whose_medians_are_as_far_apar
     # 2026-11-27's four searches a side on four H200 cores: medians 13,625 and 12,531
     sync = [10_500.0, 13_312.5, 13_937.5, 15_187.5]
     default = [11_437.5, 13_000.0, 12_062.5, 14_875.0]
-    assert modes_results.permutation_p(sync, default) == pytest.approx(44 / 70)
-    assert modes_results.permutation_p(default, sync) == pytest.approx(44 / 70)  # two-sided
+    assert stats.permutation_p(sync, default) == pytest.approx(44 / 70)
+    assert stats.permutation_p(default, sync) == pytest.approx(44 / 70)  # two-sided
     # fully separated groups: the medians ignore the extremes, so swapping the outermost values keeps the gap too
     # ({1, 2, 3, 11} against {4, 12, 13, 14}: 2.5 and 12.5), four labellings of 70
-    assert modes_results.permutation_p([1.0, 2.0, 3.0, 4.0], [11.0, 12.0, 13.0, 14.0]) == pytest.approx(4 / 70)
-    assert modes_results.permutation_p([1.0, 2.0], [11.0, 12.0]) == pytest.approx(2 / 6)  # never under 1/3
-    assert modes_results.permutation_p([5.0, 5.0], [5.0, 5.0]) == 1.0
-    assert modes_results.permutation_p([1.0], [2.0, 3.0]) is None  # one search a side: no test
-    assert modes_results.permutation_p([1.0] * 9, [2.0] * 9) is None  # C(18, 9) over PERMUTATIONS_MAX
+    assert stats.permutation_p([1.0, 2.0, 3.0, 4.0], [11.0, 12.0, 13.0, 14.0]) == pytest.approx(4 / 70)
+    assert stats.permutation_p([1.0, 2.0], [11.0, 12.0]) == pytest.approx(2 / 6)  # never under 1/3
+    assert stats.permutation_p([5.0, 5.0], [5.0, 5.0]) == 1.0
+    assert stats.permutation_p([1.0], [2.0, 3.0]) is None  # one search a side: no test
+    assert stats.permutation_p([1.0] * 9, [2.0] * 9) is None  # C(18, 9) over PERMUTATIONS_MAX
 
 
 def test_the_worst_p99_ratios_rounds_are_tested_at_its_rate_and_a_missed_target_shows_both_p() -> None:
@@ -513,13 +485,13 @@ def test_the_worst_p99_ratios_rounds_are_tested_at_its_rate_and_a_missed_target_
         "p99_ratio_max": 1.21,
         "p99_ratio_max_p": 0.67,
     }
-    (head,) = modes_results.headline_rows({"capacity": [row]})
+    (head,) = glance.modes_rows({"capacity": [row]})
     assert head[3] == (
         "**missed** (capacity, p99); as far apart under a random labelling of the same runs: "
         "capacity p 0.63, p99 p 0.67"
     )
     # a target met shows no p of its own
-    (met,) = modes_results.headline_rows({"capacity": [{**row, "capacity_ratio": 1.0}]})
+    (met,) = glance.modes_rows({"capacity": [{**row, "capacity_ratio": 1.0}]})
     assert met[3] == "**missed** (p99); as far apart under a random labelling of the same runs: p99 p 0.67"
 
 
@@ -539,10 +511,10 @@ def _rounds_part(sitting: str, kind: str, rounds: dict[float, list[float]]) -> E
 
 
 def test_the_sign_test_is_two_sided_and_exact() -> None:
-    assert modes_results.sign_p(3, 0) == pytest.approx(2 / 8)
-    assert modes_results.sign_p(0, 3) == pytest.approx(2 / 8)
-    assert modes_results.sign_p(17, 12) == pytest.approx(2 * sum(math.comb(29, k) for k in range(17, 30)) / 2**29)
-    assert modes_results.sign_p(2, 2) == 1.0 and modes_results.sign_p(0, 0) is None
+    assert stats.sign_p(3, 0) == pytest.approx(2 / 8)
+    assert stats.sign_p(0, 3) == pytest.approx(2 / 8)
+    assert stats.sign_p(17, 12) == pytest.approx(2 * sum(math.comb(29, k) for k in range(17, 30)) / 2**29)
+    assert stats.sign_p(2, 2) == 1.0 and stats.sign_p(0, 0) is None
 
 
 def test_pooled_p99_pairs_rounds_and_places_each_rate_at_its_sittings_load_point() -> None:
@@ -578,12 +550,12 @@ def test_pooled_p99_pairs_rounds_and_places_each_rate_at_its_sittings_load_point
         "p99_ratio_max": 1.2,
         "p99_pooled": {f"{k:g}": v for k, v in got.items()},
     }
-    (head,) = modes_results.headline_rows({"capacity": [row]})
+    (head,) = glance.modes_rows({"capacity": [row]})
     assert head[3] == (
         "**missed** (p99); p99 ratio over every sitting's paired rounds "
         "20%: 1.00 (2 in 1; p 1.00), 80%: 1.50 (3 in 2; p 1.00)"
     )
-    (met,) = modes_results.headline_rows({"capacity": [{**row, "p99_ratio_max": 1.0}]})
+    (met,) = glance.modes_rows({"capacity": [{**row, "p99_ratio_max": 1.0}]})
     assert met[3] == "met"  # a met target shows no pooled figure
 
 
@@ -592,16 +564,16 @@ STALLING_SITTING = ROOT / "results" / "modes" / "20261127-h100-4cores-plain"  # 
 
 
 def test_the_steady_check_names_a_host_that_stalls_and_passes_a_steady_one(capsys: pytest.CaptureFixture[str]) -> None:
-    assert modes_results.steady_main([str(STEADY_SITTING)]) == 0
+    assert modes_select.steady_main([str(STEADY_SITTING)]) == 0
     assert "steady: sync's p99 at most 2.8x its p50" in capsys.readouterr().out
-    assert modes_results.steady_main([str(STALLING_SITTING)]) == 3
+    assert modes_select.steady_main([str(STALLING_SITTING)]) == 3
     out = capsys.readouterr().out
     assert "the host stalls" in out and "11.2x its p50 at 2,000 req/s" in out
-    [(spec, rate, spread)] = modes_results.sync_tail_spreads(STALLING_SITTING)
-    assert spec.startswith("bert_tiny_sync@") and rate == 2_000.0 and spread >= modes_results.STALL_SPREAD
-    assert len(modes_results.sync_tail_spreads(STEADY_SITTING)) == 3  # every sync search of the sitting
+    [(spec, rate, spread)] = modes_select.sync_tail_spreads(STALLING_SITTING)
+    assert spec.startswith("bert_tiny_sync@") and rate == 2_000.0 and spread >= modes_select.STALL_SPREAD
+    assert len(modes_select.sync_tail_spreads(STEADY_SITTING)) == 3  # every sync search of the sitting
     # a sitting of fixed rates alone has no search to judge the host by
-    assert modes_results.steady_main([str(ROOT / "results" / "modes" / "20261126-h100-4cores-stalls")]) == 4
+    assert modes_select.steady_main([str(ROOT / "results" / "modes" / "20261126-h100-4cores-stalls")]) == 4
 
 
 @pytest.mark.parametrize(("sitting", "rc"), [(STALLING_SITTING, 3), (STEADY_SITTING, 0)])
@@ -623,9 +595,9 @@ def test_the_plain_cell_reads_plains_p99_against_syncs_at_the_lowest_rate_both_s
     plain = _with_lowest_window(_entry("a", "plain", 13_000.0, True, "2026-11-25T12:31:00"), 6_000, 7.0, 15.0)
     # 3,000 req/s is generator-limited on both (no evidence); 12,000 is common too but not the lowest
     assert modes_results.plain_p99_over_sync(plain, sync) == (6_000.0, 15.0 / 8.3)
-    cell = modes_results._plain_cell(plain, False, sync)
+    cell = modes_section.plain_cell(plain, False, sync)
     assert cell == "13,000 (1 inst.) (0.88x sync there, p99 1.81x sync's at 6,000 req/s, `a`)"
-    assert modes_results._plain_cell(plain, True, sync) == "13,000 (1 inst.) (p99 1.81x sync's at 6,000 req/s)"
+    assert modes_section.plain_cell(plain, True, sync) == "13,000 (1 inst.) (p99 1.81x sync's at 6,000 req/s)"
     elsewhere = _with_lowest_window(_entry("b", "plain", 9_000.0, True, "2026-11-25T13:00:00"), 5_000, 7.0, 15.0)
     assert modes_results.plain_p99_over_sync(elsewhere, sync) is None  # no rate in common
     assert modes_results.plain_p99_over_sync(None, sync) is None

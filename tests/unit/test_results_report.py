@@ -6,10 +6,16 @@ import json
 from pathlib import Path
 
 from inflight.lab import results_report as rr
-from inflight.lab.open_loop_results import report_file
 from inflight.lab.results_report import render
+from inflight.lab.sections import ab_runs, glance, many_instances, one_instance, per_gpu_servers
+from inflight.lab.sections.engine import engine_targets
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _read(paths: list[Path], root: Path) -> list[tuple[Path, dict[str, object]]]:
+    """A section's input from A/B files: each path from ``root`` and its document."""
+    return [(p.relative_to(root), json.loads(p.read_text())) for p in paths]
 
 
 def test_results_pages_are_generated_from_the_committed_json() -> None:
@@ -24,8 +30,8 @@ def test_the_main_page_opens_with_the_headline_and_links_the_runs_page() -> None
     main, runs = pages[rr.MAIN_PAGE], pages[rr.AB_RUNS_PAGE]
     assert main.splitlines()[4] == "## At a glance"
     assert "](RESULTS-ab-runs.md)" in main and "](RESULTS.md)" in runs
-    # the per-run tables live on the runs page only
-    assert runs.count("\n### `results/") >= 10 and "\n### `results/" not in main.split("## Through the server", 1)[1]
+    # the runs' rows live on the runs page only
+    assert runs.count("\n| [`results/") >= 10 and "\n| [`results/" not in main.split("## Through the server", 1)[1]
 
 
 def test_write_puts_every_page_in_the_folder_asked_for(tmp_path: Path) -> None:
@@ -48,7 +54,7 @@ def test_every_ab_figure_comes_from_its_json() -> None:
         if not doc["load"].get("closed_loop", True):
             # an open-loop run: linked by its report (the JSON where no .md was kept); its capacity figures
             # are checked below
-            assert str(report_file(path).relative_to(ROOT)) in page
+            assert str(path.relative_to(ROOT)) in page
             continue
         assert str(path.relative_to(ROOT)) in page
         for s in doc["summary"]:
@@ -76,31 +82,6 @@ def test_engine_bench_rows_come_from_its_json() -> None:
     assert f"| {doc['mixed_length_token_ratio']:.3f} | >= 0.8 |" in page
 
 
-def test_experiment_plan_table_comes_from_the_committed_json() -> None:
-    from inflight.lab import experiments as ex
-
-    page = render(ROOT)
-    section = page.split("## The published experiment plan", 1)[1].split("\n## ", 1)[0]
-    exp = ROOT / "results" / "experiments"
-    bound = json.loads((exp / "engine_bound.json").read_text())
-    flagged = 0
-    for part in (*ex.SYNC_PARTS, *ex.PIPELINED_PARTS):
-        doc = json.loads(ex.latest_ab(exp / part).read_text())  # type: ignore[union-attr]
-        for s in doc["summary"]:
-            row = next(line for line in section.splitlines() if f"| `{s['spec']}` |" in line)
-            assert f"| {s['items_per_s']:,.0f} |" in row and f"| {s['latency_ms']['p99']:,.1f} |" in row
-            fraction = s["items_per_s"] / ex.bound_at(bound, s["server"]["avg_batch_items"])
-            assert f"| {100 * fraction:.1f}% |" in row
-            stalled = any(r.get("unload_stalled") for r in doc["runs"] if r["variant"] == s["variant"])
-            assert ("unload stalled" in row) == stalled and ("client-limited" in row) == bool(s.get("client_limited"))
-            flagged += stalled
-    assert (f"unload stalled ({flagged})" in section) == bool(flagged)
-    # the profiled rows carry nsys' own activity figure
-    nsys = json.loads((exp / "nsys" / "summary.json").read_text())
-    for f in nsys["files"]:
-        assert f"{100 * f['summary']['gpu_activity']:.1f}%" in section
-
-
 def _ab_doc(protocol: str, rps: dict[str, float], instances: int = 1, sleep_us: int = 0) -> dict[str, object]:
     """A minimal A/B document: one null, one sync and one pipelined variant."""
     variants, summary = [], []
@@ -113,8 +94,6 @@ def _ab_doc(protocol: str, rps: dict[str, float], instances: int = 1, sleep_us: 
 
 
 def test_ceiling_section_computes_the_ratios_from_the_json(tmp_path: Path) -> None:
-    from inflight.lab.results_report import ceiling_section
-
     d = tmp_path / "results" / "per-instance-ceiling"
     d.mkdir(parents=True)
     (d / "ab-1.json").write_text(json.dumps(_ab_doc("http", {"null": 9000.0, "sync": 5000.0, "inflight": 5500.0})))
@@ -122,7 +101,7 @@ def test_ceiling_section_computes_the_ratios_from_the_json(tmp_path: Path) -> No
     # not a one-instance null run with sleep 0: left out
     (d / "ab-3.json").write_text(json.dumps(_ab_doc("http", {"null": 1.0, "sync": 1.0, "inflight": 1.0}, instances=8)))
     (d / "ab-4.json").write_text(json.dumps(_ab_doc("http", {"null": 1.0, "sync": 1.0, "inflight": 1.0}, sleep_us=5)))
-    text = "\n".join(ceiling_section(sorted(d.glob("ab-*.json")), tmp_path))
+    text = "\n".join(one_instance.render(_read(sorted(d.glob("ab-*.json")), tmp_path)))
     assert "| 1.80x | n/a | 1.10x |" in text and "| 1.60x | n/a | 1.20x |" in text  # no deferred null in these
     assert "ab-3.json" not in text and "ab-4.json" not in text
     assert "Measured: 1.10x to 1.20x; **missed**" in text
@@ -130,23 +109,25 @@ def test_ceiling_section_computes_the_ratios_from_the_json(tmp_path: Path) -> No
 
 
 def test_ceiling_section_says_when_the_ceiling_allows_the_target(tmp_path: Path) -> None:
-    from inflight.lab.results_report import ceiling_section
-
     p = tmp_path / "ab-1.json"
     p.write_text(json.dumps(_ab_doc("grpc", {"null": 12000.0, "sync": 5000.0, "inflight": 11000.0})))
-    text = "\n".join(ceiling_section([p], tmp_path))
+    text = "\n".join(one_instance.render(_read([p], tmp_path)))
     assert "**met**" in text and "as cheap as the null model's" in text
 
 
-def test_ab_section_reproduce_line_names_the_protocol() -> None:
-    page = render(ROOT)
-    for path in sorted((ROOT / "results").rglob("ab-*.json")):
-        doc = json.loads(path.read_text())
-        if not doc["load"].get("closed_loop", True):
-            continue  # open-loop runs are listed in their own section
-        section = page.split(f"### `{path.relative_to(ROOT)}`", 1)[1].split("\n### ", 1)[0]
-        reproduce = next(line for line in section.splitlines() if line.startswith("Reproduce:"))
-        assert ("--protocol grpc" in reproduce) == (doc["load"].get("protocol") == "grpc"), path
+def test_every_closed_loop_run_is_one_row_with_its_unloads() -> None:
+    """The runs page lists each closed-loop run once, linking its JSON, with how many of its windows stalled."""
+    page = rr.render_pages(ROOT)[rr.AB_RUNS_PAGE]
+    listed = [p for p, _ in ab_runs.collect(ROOT)]
+    assert listed
+    for rel, doc in ab_runs.collect(ROOT):
+        (row,) = [line for line in page.splitlines() if line.startswith(f"| [`{rel}`](../{rel}) |")]
+        assert row.endswith(f"| {ab_runs.unload_cell(doc)} |")
+        timed = [r for r in doc["runs"] if r.get("unload_s") is not None]  # type: ignore[attr-defined]
+        stalled = sum(bool(r.get("unload_stalled")) for r in timed)
+        assert (f"**{stalled} of {len(timed)} not unloaded**" in row) == bool(stalled), rel
+    # the open-loop runs and the stall diagnoses are tabulated by their own sections, not here
+    assert not any(p.parts[1] in ("open-loop", "stalls", "per-gpu-servers") for p in listed)
 
 
 def _variant(label: str, kind: str, instances: int, **params: int) -> dict[str, object]:
@@ -158,22 +139,18 @@ def _variant(label: str, kind: str, instances: int, **params: int) -> dict[str, 
 
 
 def test_ceiling_section_shows_the_deferred_null_instance(tmp_path: Path) -> None:
-    from inflight.lab.results_report import ceiling_section
-
     doc = _ab_doc("http", {"null": 9000.0, "sync": 5000.0, "inflight": 5500.0})
     doc["variants"].append(_variant("D", "null", 1, sleep_us=0, sender_threads=8))  # type: ignore[attr-defined]
     doc["summary"].append({"variant": "D", "spec": "bert_tiny_null@sender_threads=8", "rps": 7000.0, "runs": 1})  # type: ignore[attr-defined]
     p = tmp_path / "ab-1.json"
     p.write_text(json.dumps(doc))
-    text = "\n".join(ceiling_section([p], tmp_path))
+    text = "\n".join(one_instance.render(_read([p], tmp_path)))
     # null 1.80x (returned), deferred 1.40x, pipelined 1.10x, each over the same sync instance
     assert "| 9,000 | 5,000 | 5,500 | 7,000 | 1.80x | 1.40x | 1.10x |" in text
     assert "The deferred null instance serves 1.40x one sync instance" in text
 
 
 def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_path: Path) -> None:
-    from inflight.lab.results_report import pipelined_ceiling_section
-
     variants = [
         _variant("A", "sync", 8),
         _variant("B", "sync", 4),
@@ -199,7 +176,7 @@ def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_
     (tmp_path / "ab-2.json").write_text(
         json.dumps({"variants": variants[2:], "summary": summary[2:]})
     )  # no sync: left out
-    text = "\n".join(pipelined_ceiling_section([p, tmp_path / "ab-2.json"], tmp_path))
+    text = "\n".join(many_instances.render(_read([p, tmp_path / "ab-2.json"], tmp_path)))
     assert "ab-2.json" not in text
     assert (
         "| `spec-C` | null, deferred to 8 sender threads | 8 | 20,800 | 1.04x | 351 | 2.8 | 5.9 | 77.3% of 16 | "
@@ -214,13 +191,11 @@ def test_pipelined_ceiling_section_compares_with_the_best_sync_of_each_file(tmp_
 
 
 def test_pipelined_ceiling_section_says_when_no_executor_can_beat_the_sync(tmp_path: Path) -> None:
-    from inflight.lab.results_report import pipelined_ceiling_section
-
     variants = [_variant("A", "sync", 8), _variant("B", "null", 8, sleep_us=1900, sender_threads=8)]
     summary = [{"variant": "A", "spec": "s", "rps": 20000.0}, {"variant": "B", "spec": "n", "rps": 17600.0}]
     p = tmp_path / "ab-1.json"
     p.write_text(json.dumps({"variants": variants, "summary": summary}))
-    text = "\n".join(pipelined_ceiling_section([p], tmp_path))
+    text = "\n".join(many_instances.render(_read([p], tmp_path)))
     assert "serves 0.88x the best sync" in text and "no executor on this path can beat it here" in text
     assert "Target: the best pipelined" not in text  # no pipelined variant in the file: no verdict
 
@@ -269,6 +244,7 @@ def _open_loop_doc(caps: dict[str, tuple[str, dict[str, int], float]]) -> dict[s
 def test_open_loop_summary_takes_its_ratios_from_the_newest_sitting_only(tmp_path: Path) -> None:
     from inflight.lab import cost_results
     from inflight.lab import open_loop_results as olr
+    from inflight.lab.entries import sittings
 
     def put(sitting: str, run: str, doc: dict[str, object]) -> None:
         d = tmp_path / "results" / "open-loop" / sitting / run
@@ -282,7 +258,7 @@ def test_open_loop_summary_takes_its_ratios_from_the_newest_sitting_only(tmp_pat
         "b",
         _open_loop_doc({"B": ("inflight", {"mode": "auto"}, 24_000.0), "C": ("inflight", {}, 20_000.0)}),  # type: ignore[dict-item]
     )
-    assert [p.name for p in olr.sittings(tmp_path / "results")] == ["20260101-0100-old", "20260102-0100-new"]
+    assert [p.name for p in sittings(tmp_path / "results")] == ["20260101-0100-old", "20260102-0100-new"]
     block = olr.summary(tmp_path)
     assert block is not None and block["sitting"].endswith("20260102-0100-new")
     # the old sitting's 40k pipelined figure is not compared with the new sitting's sync
@@ -306,8 +282,8 @@ def test_cost_block_is_what_its_files_say() -> None:
 
 def test_per_gpu_servers_section_reads_capacity_and_deployment_from_the_json() -> None:
     """Every run of the committed per-GPU-server sitting is a row whose figures are its JSON's."""
-    folder = ROOT / "results" / rr.PER_GPU_SERVERS_DIR
-    lines = rr.per_gpu_servers_section(folder, ROOT)
+    folder = ROOT / "results" / per_gpu_servers.PER_GPU_SERVERS_DIR
+    lines = per_gpu_servers.SECTION.lines(ROOT)
     paths = sorted(folder.rglob("ab-*.json"))
     assert paths and lines[0].startswith("## One server per GPU")
     rows = [ln for ln in lines if ln.startswith("| [`")]
@@ -315,41 +291,40 @@ def test_per_gpu_servers_section_reads_capacity_and_deployment_from_the_json() -
     for p, row in zip(paths, rows, strict=True):
         doc = json.loads(p.read_text())
         v = doc["summary"][0]
-        assert rr.deployment_cell(doc) in row and f"`{v['spec']}`" in row
+        assert per_gpu_servers.deployment_cell(doc) in row and f"`{v['spec']}`" in row
         cap = v.get("capacity_rps")
         assert (f"| {cap:,.0f} |" if cap is not None else "| n/a |") in row
     two = json.loads(next(p for p in paths if "perserver-sync" in str(p)).read_text())
-    assert rr.deployment_cell(two).startswith("2 servers, one per GPU: GPU 0 on cores ")
+    assert per_gpu_servers.deployment_cell(two).startswith("2 servers, one per GPU: GPU 0 on cores ")
     one = json.loads(next(p for p in paths if "sync-1gpu" in str(p)).read_text())
-    assert rr.deployment_cell(one) == f"1 server on cores {one['load']['cpu_sets']['server']}"
+    assert per_gpu_servers.deployment_cell(one) == f"1 server on cores {one['load']['cpu_sets']['server']}"
 
 
 def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> None:
     """'At a glance' opens the page: one row per target of each block, each verdict as its section has it."""
     results = ROOT / "results"
-    lines = rr.headline_section(results)
+    lines = glance.SECTION.lines(ROOT)
     page = render(ROOT)
-    assert page.index("## At a glance") < page.index("## What the sync baseline is")
+    assert page.index("## At a glance") < page.index("## A user's model")
     rows = [ln for ln in lines if ln.startswith("| ") and not ln.startswith("| area")]
     d = json.loads((results / "summary.json").read_text())
     eb = json.loads((results / "engine_bench.json").read_text())
     engine = [
         r
         for r in eb["rows"]
-        if not rr.open_loop_results.is_executor_row(r) and r.get("engine_us_per_batch") is not None
+        if "sync_items_s" not in r and r.get("engine_us_per_batch") is not None  # the engines' rows, not the executors'
     ]
     want = (
         len(d["open_loop"]["targets"])
-        + len(rr.engine_targets(engine, eb.get("mixed_length_token_ratio")))
+        + len(engine_targets(engine, eb.get("mixed_length_token_ratio")))
         + len(d["cpu_per_request"]["targets"])
-        + len(rr.closed_loop_rows(d))
-        + len(rr.modes_results.headline_rows(d.get("modes")))  # a row per core budget, two for the regime
-        + len(rr.gpu_bound_results.headline_rows(d.get("gpu_bound")))  # issue 53's eight targets
+        + len(glance.modes_rows(d.get("modes")))  # a row per core budget, two for the regime
+        + len(glance.gpu_bound_rows(d.get("gpu_bound")))  # issue 53's eight targets
     )
-    assert len(rr.gpu_bound_results.headline_rows(d.get("gpu_bound"))) == 8
+    assert len(glance.gpu_bound_rows(d.get("gpu_bound"))) == 8
     assert len(rows) == want
     # the regime: one pipelined instance, and one instance of the repository as built (auto)
-    assert len(rr.modes_results.headline_rows(d.get("modes"))) == len(d["modes"]["capacity"]) + 2
+    assert len(glance.modes_rows(d.get("modes"))) == len(d["modes"]["capacity"]) + 2
     for t in d["open_loop"]["targets"] + d["cpu_per_request"]["targets"]:
         verdict = "met" if t["met"] else "**missed**"
         if t.get("bound") is not None and not t["met"]:

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from inflight.lab import entries as entries_module
 from inflight.lab import open_loop_results, two_gpu_results
-from inflight.lab.open_loop_results import entries
+from inflight.lab.entries import entries
+from inflight.lab.sections import two_gpu as two_gpu_section
 
 FIXTURE = Path(__file__).parent / "fixtures" / "two-gpu-dry"
 
@@ -29,7 +31,7 @@ def root(tmp_path: Path) -> Path:
 
 
 def test_each_run_is_read_with_its_layout(root: Path) -> None:
-    (sitting,) = open_loop_results.sittings(root / "results", two_gpu_results.TWO_GPU_DIR)
+    (sitting,) = entries_module.sittings(root / "results", two_gpu_results.TWO_GPU_DIR)
     es = entries(root / "results", sitting)
     layouts = {two_gpu_results.layout(e) for e in es}
     assert layouts == {"one", "two", None}  # None: the generator's run (the null model)
@@ -50,7 +52,7 @@ def test_the_block_compares_the_best_of_two_gpus_with_the_best_of_one(root: Path
     null = next(e for e in es if e.kind == "null")
     met = [r["offered_rps"] for r in null.summary["sweep"] if not r["slo_misses"] and not r["generator_limited"]]
     assert block["generator_verified_rps"] == max(met)
-    assert block["generator_covers"] == (max(met) >= two_gpu_results.GENERATOR_MARGIN * two)
+    assert block["generator_covers"] == (max(met) >= entries_module.GENERATOR_MARGIN * two)
     # cores per GPU: the two layouts of two GPUs have their server's cores split between the GPUs
     assert block["two_gpu"]["cores_per_gpu"] == pytest.approx(1 / 2)
 
@@ -59,22 +61,22 @@ def test_write_summary_sets_the_two_gpu_block(root: Path) -> None:
     block = two_gpu_results.summary(root)
     assert block is not None
     (root / "results" / "summary.json").write_text("{}")
-    assert two_gpu_results.write_summary(root) == json.loads(json.dumps(block))
+    assert two_gpu_section.SECTION.write_summary(root) == json.loads(json.dumps(block))
     written = json.loads((root / "results" / "summary.json").read_text())["two_gpu"]
     assert written["two_gpu_capacity_rps"] == block["two_gpu_capacity_rps"]
 
 
 def test_the_section_names_the_layouts_and_the_verdict(root: Path) -> None:
-    text = "\n".join(two_gpu_results.section(root))
+    text = "\n".join(two_gpu_section.SECTION.lines(root))
     assert "| one |" in text and "| two |" in text
     assert "Two GPUs / one GPU:" in text and ("met" in text or "**missed**" in text)
-    assert two_gpu_results.section(root.parent / "nothing") == []
+    assert two_gpu_section.SECTION.lines(root.parent / "nothing") == []
 
 
 def test_the_open_loop_block_takes_the_two_gpu_figures_from_the_sitting(root: Path) -> None:
     # the committed newest open-loop sitting beside the two-GPU one: the keys come from the latter
     repo = Path(__file__).resolve().parents[2]
-    newest = open_loop_results.newest_sitting(repo / "results")
+    newest = entries_module.newest_sitting(repo / "results")
     assert newest is not None
     shutil.copytree(newest, root / "results" / "open-loop" / newest.name)
     tg = two_gpu_results.summary(root)
@@ -118,12 +120,12 @@ def test_the_null_models_ceiling_bounds_two_over_one(root: Path) -> None:
     null = block["null_model"]
     assert null["max_answered_rps"] == max(answered)
     assert block["request_path_bound"] == pytest.approx(max(answered) / block["one_gpu"]["capacity_rps"])
-    text = "\n".join(two_gpu_results.section(root))
+    text = "\n".join(two_gpu_section.SECTION.lines(root))
     assert "answered at most" in text
 
 
 def test_a_sitting_of_one_layout_is_listed_beside_the_newest_complete_one(root: Path) -> None:
-    (sitting,) = open_loop_results.sittings(root / "results", two_gpu_results.TWO_GPU_DIR)
+    (sitting,) = entries_module.sittings(root / "results", two_gpu_results.TWO_GPU_DIR)
     partial = sitting.parent / "00000000-one-only"  # sorts first: older than the complete sitting
     shutil.copytree(sitting, partial)
     for d in partial.iterdir():
@@ -135,7 +137,7 @@ def test_a_sitting_of_one_layout_is_listed_beside_the_newest_complete_one(root: 
     assert rows[str(sitting.relative_to(root))]["two"] is not None
     block = two_gpu_results.summary(root)
     assert block is not None and block["sitting"] == str(sitting.relative_to(root))
-    text = "\n".join(two_gpu_results.section(root))
+    text = "\n".join(two_gpu_section.SECTION.lines(root))
     assert "Other sittings" in text and partial.name in text
 
 
@@ -150,4 +152,4 @@ def test_each_mode_gets_its_own_two_over_one(root: Path) -> None:
             assert ratio is None, mode
             continue
         assert ratio == pytest.approx(max(r["capacity_rps"] for r in twos) / one["capacity_rps"])
-        assert f"{mode} {ratio:.2f}" in "\n".join(two_gpu_results.section(root))
+        assert f"{mode} {ratio:.2f}" in "\n".join(two_gpu_section.SECTION.lines(root))

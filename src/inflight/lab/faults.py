@@ -20,7 +20,8 @@ fault) and no slot may stay busy (the backend's ``inflight_in_flight`` gauge of 
 ran a probe batch, and Triton's ``nv_inference_pending_request_count``, are 0).
 
 ``python -m inflight.lab.faults --out results/faults/<date>-<device>`` writes ``faults.json`` there;
-:func:`section` turns the sittings under ``results/faults`` into the RESULTS "Faults" section.
+the RESULTS section ``inflight.lab.sections.faults`` reads the sittings under ``results/faults``. The server
+under test is :mod:`inflight.lab.serve_process`'s, the load :mod:`inflight.lab.fault_load`'s.
 """
 
 from __future__ import annotations
@@ -32,44 +33,59 @@ import functools
 import json
 import os
 import platform
-import random
-import re
 import shutil
 import signal
-import socket
-import statistics
 import subprocess
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
-
-import numpy as np
+from typing import Any
 
 import inflight
-from inflight.lab.open_loop_results import fmt, markdown_table
-from inflight.server.config import free_ports, port_free
+from inflight.lab.fault_load import (
+    ANSWER_WITHIN_S,
+    DEFAULT_FAULT_AT_S,
+    SEQ,
+    Outcome,
+    busy_after,
+    capacity,
+    check_answers,
+    open_loop,
+    output,
+    samples,
+    serving,
+    tally,
+)
+from inflight.lab.sections import fmt
+from inflight.lab.serve_process import RSS_FLAT_MIB, SRC, RssSampler, ServeProcess, log_lines, model_ready, rss_flat
+from inflight.server.config import port_free
 from inflight.tool_errors import ServerError
 
-#: A request neither answered nor failed within this many seconds is lost.
-ANSWER_WITHIN_S = 30.0
+#: What the driver's users (its tests, the server's test helper) import from here.
+__all__ = [
+    "ANSWER_WITHIN_S",
+    "FAULTS",
+    "RSS_FLAT_MIB",
+    "FaultConfig",
+    "Outcome",
+    "ServeProcess",
+    "main",
+    "rss_flat",
+    "run_fault",
+    "run_sitting",
+    "samples",
+    "section_rows",
+    "tally",
+]
+
 #: The open loop's rate as a share of the measured capacity.
 RATE_SHARE = 0.5
 #: The share of requests whose client disconnects before reading the answer (fault d).
 DISCONNECT_SHARE = 0.01
-#: Stub memory counts as flat when the median of the last third of the samples exceeds the first third's by
-#: no more than this (MiB), for every stub.
-RSS_FLAT_MIB = 20.0
 DEFAULT_MODEL = "bert_tiny_inflight"
 DEFAULT_INSTANCES = 2
-SEQ = 16
 FAULTS = {
     "a": "SIGTERM to inflight serve",
     "b": "kill -9 of one instance's stub",
@@ -78,476 +94,9 @@ FAULTS = {
 }
 #: Seconds of open loop per fault and when the fault hits (d: the disconnects run the whole time).
 DEFAULT_LOAD_S = {"a": 10.0, "b": 20.0, "c": 16.0, "d": 120.0}
-DEFAULT_FAULT_AT_S = 4.0
 #: How long the recovery of (b) waits for the unload before it replaces the server instead.
 RELOAD_TIMEOUT_S = 60.0
 FAULTS_DIR = "faults"
-SRC = Path(inflight.__file__).resolve().parents[1]
-
-
-def _body(seq: int = SEQ) -> bytes:
-    return json.dumps(
-        {
-            "inputs": [
-                {"name": "input_ids", "shape": [1, seq], "datatype": "INT64", "data": list(range(101, 101 + seq))},
-                {"name": "attention_mask", "shape": [1, seq], "datatype": "INT64", "data": [1] * seq},
-            ]
-        }
-    ).encode()
-
-
-BODY = _body()
-
-
-@dataclass
-class Outcome:
-    """One request: when it was due and done (monotonic s), its HTTP status, its error if it failed.
-
-    ``dropped`` marks a request whose client closed the connection before reading the answer (fault d).
-    """
-
-    due: float
-    done: float
-    status: int | None
-    error: str | None
-    dropped: bool = False
-
-    @property
-    def kind(self) -> str:
-        """``answered``, ``failed``, ``lost`` (no answer nor error within :data:`ANSWER_WITHIN_S`) or ``dropped``."""
-        if self.dropped:
-            return "dropped"
-        if self.error is None:
-            return "answered"
-        return "lost" if self.error.startswith("lost") else "failed"
-
-
-class ServeProcess:
-    """One ``inflight serve`` child process, its output collected by threads (stdout lines with arrival times).
-
-    Args:
-        repository: The model repository.
-        workdir: ``inflight serve``'s workdir (backends and the server log); its path marks this run's processes.
-        model: The ``-m`` argument (``NAME`` or ``NAME@key=value,...``).
-        *extra: More ``inflight serve`` arguments.
-    """
-
-    def __init__(self, repository: Path, workdir: Path, model: str, *extra: str) -> None:
-        self.workdir = workdir
-        http, grpc, metrics = free_ports(3)
-        self.ports = (http, grpc, metrics)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-        env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "inflight.cli", "serve", "--repository", str(repository), "-m", model,
-                "--http-port", str(self.ports[0]), "--grpc-port", str(self.ports[1]),
-                "--metrics-port", str(self.ports[2]), "--workdir", str(workdir), *extra,
-            ],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
-        self.out: list[tuple[float, str]] = []
-        self.err: list[str] = []
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._threads = [
-            threading.Thread(target=self._read, args=(self.proc.stdout, True), daemon=True),
-            threading.Thread(target=self._read, args=(self.proc.stderr, False), daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-
-    def _read(self, stream: IO[str], stdout: bool) -> None:
-        for line in stream:
-            (self.out.append((time.monotonic(), line)) if stdout else self.err.append(line))
-
-    @property
-    def http(self) -> str:
-        """``host:port`` of the HTTP endpoint."""
-        return f"127.0.0.1:{self.ports[0]}"
-
-    @property
-    def metrics(self) -> str:
-        """The metrics endpoint's URL."""
-        return f"http://127.0.0.1:{self.ports[2]}/metrics"
-
-    def printed(self, text: str) -> float | None:
-        """When a stdout line containing ``text`` arrived, or None."""
-        return next((t for t, line in self.out if text in line), None)
-
-    def wait_serving(self, timeout_s: float = 300.0) -> float:
-        """Wait for the ``serving`` line; return when it came.
-
-        Raises:
-            ServerError: when the process exited or printed no such line within ``timeout_s``.
-        """
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            t = self.printed("serving ")
-            if t is not None:
-                return t
-            time.sleep(0.1)
-        raise ServerError(f"serve printed no 'serving' line (rc {self.proc.poll()}):\n{self.text()[-4000:]}")
-
-    def wait_exit(self, timeout_s: float) -> int | None:
-        """The exit status, or None when still running after ``timeout_s``."""
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def text(self) -> str:
-        """Everything printed so far (stdout, then stderr)."""
-        for t in self._threads:
-            t.join(5) if self.proc.poll() is not None else None
-        return "".join(line for _, line in self.out) + "".join(self.err)
-
-    def left(self) -> list[str]:
-        """Processes of this run still alive: tritonserver and its stubs name the workdir in their command line."""
-        return [f"{pid}: {' '.join(args)[:160]}" for pid, args in self._mine()]
-
-    def _mine(self) -> list[tuple[int, list[str]]]:
-        mark = str(self.workdir)
-        return [(pid, args) for pid, args in _processes() if pid != self.proc.pid and any(mark in a for a in args)]
-
-    def tritonserver_pid(self) -> int | None:
-        """The pid of this run's tritonserver, or None."""
-        return next((pid for pid, args in self._mine() if args and args[0].endswith("/tritonserver")), None)
-
-    def stubs(self, model: str) -> dict[str, int]:
-        """The live ``triton_python_backend_stub`` processes of ``model``'s instances: pid by instance name."""
-        server = self.tritonserver_pid()
-        out = {}
-        for pid, args in self._mine():
-            # stub argv: path, model.py, shm region, sizes, parent pid, backend dir, ..., instance name, ...
-            if args and args[0].endswith("triton_python_backend_stub") and str(server) in args and _ppid(pid) == server:
-                name = next((a for a in args[1:] if re.fullmatch(re.escape(model) + r"_\d+_\d+", a)), None)
-                if name:
-                    out[name] = pid
-        return out
-
-    def stop(self, timeout_s: float = 60.0) -> int | None:
-        """SIGTERM to ``inflight serve``; its exit status (None: still running after ``timeout_s``)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.wait_exit(timeout_s)
-
-    def kill_all(self) -> None:
-        """Clean-up on failure: the serve process and whatever of its run is left."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        for pid, _ in self._mine():
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-
-def _processes() -> Iterator[tuple[int, list[str]]]:
-    """Live (not zombie) processes with their argv."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            raw = cmdline.read_bytes()
-            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if raw and state != "Z":
-            yield int(cmdline.parent.name), [a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0")]
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def rss_mib(pid: int) -> float | None:
-    """VmRSS of ``pid`` in MiB (from /proc/<pid>/status), or None when it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-@contextmanager
-def serving(
-    repository: Path, workdir: Path, spec: str, *extra: str, timeout_s: float = 300.0
-) -> Iterator[ServeProcess]:
-    """An ``inflight serve`` of ``spec`` that is serving; killed with whatever it left on the way out."""
-    s = ServeProcess(repository, workdir, spec, *extra)
-    try:
-        s.wait_serving(timeout_s)
-        yield s
-    finally:
-        s.kill_all()
-
-
-def send(http: str, model: str, due: float) -> Outcome:
-    """One inference request; its outcome (an answer must have the ``[1, 128]`` output)."""
-    req = urllib.request.Request(f"http://{http}/v2/models/{model}/infer", data=BODY, method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=ANSWER_WITHIN_S) as r:
-            out = json.loads(r.read())["outputs"][0]
-            error = None if out["shape"] == [1, 128] else f"wrong output shape {out['shape']}"
-            return Outcome(due, time.monotonic(), int(r.status), error)
-    except urllib.error.HTTPError as e:
-        detail = e.read()[:160].decode(errors="replace")
-        return Outcome(due, time.monotonic(), e.code, f"HTTP {e.code}: {detail}")
-    except TimeoutError:
-        return Outcome(due, time.monotonic(), None, f"lost: no answer within {ANSWER_WITHIN_S:.0f} s")
-    except (urllib.error.URLError, ConnectionError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        if isinstance(reason, TimeoutError):
-            return Outcome(due, time.monotonic(), None, f"lost: no answer within {ANSWER_WITHIN_S:.0f} s")
-        return Outcome(due, time.monotonic(), None, f"connection: {type(reason).__name__}: {reason}")
-
-
-def send_and_drop(http: str, model: str, due: float, rst: bool, linger_s: float) -> Outcome:
-    """Send the request on a raw socket and close it ``linger_s`` later without reading (RST when ``rst``)."""
-    host, port = http.rsplit(":", 1)
-    head = (
-        f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: {http}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(BODY)}\r\n\r\n"
-    ).encode()
-    try:
-        with socket.create_connection((host, int(port)), timeout=5) as s:
-            s.sendall(head + BODY)
-            time.sleep(linger_s)
-            if rst:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-    except OSError as e:
-        return Outcome(due, time.monotonic(), None, f"connection: {type(e).__name__}: {e}", dropped=True)
-    return Outcome(due, time.monotonic(), None, None, dropped=True)
-
-
-def output(http: str, model: str) -> np.ndarray:
-    """The model's output for :data:`BODY`."""
-    req = urllib.request.Request(f"http://{http}/v2/models/{model}/infer", data=BODY, method="POST")
-    with urllib.request.urlopen(req, timeout=ANSWER_WITHIN_S) as r:
-        return np.array(json.loads(r.read())["outputs"][0]["data"], dtype=np.float32)
-
-
-def capacity(http: str, model: str, seconds: float = 4.0, clients: int = 8) -> float:
-    """Answered requests per second with ``clients`` sending back to back for ``seconds``."""
-    stop = time.monotonic() + seconds
-    counts = [0] * clients
-
-    def client(i: int) -> None:
-        while time.monotonic() < stop:
-            counts[i] += send(http, model, time.monotonic()).error is None
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(counts) / seconds
-
-
-def open_loop(
-    http: str,
-    model: str,
-    rate: float,
-    seconds: float,
-    fault: Callable[[], None] | None = None,
-    fault_at_s: float = DEFAULT_FAULT_AT_S,
-    disconnect_share: float = 0.0,
-    seed: int = 32,
-    extend: Callable[[], bool] | None = None,
-) -> list[Outcome]:
-    """Poisson arrivals at ``rate`` for ``seconds``; ``fault()`` runs in its own thread at ``fault_at_s``.
-
-    ``disconnect_share`` of the requests (drawn at random) go through :func:`send_and_drop`. While
-    ``extend()`` is true the loop goes on past ``seconds`` (at most :data:`ANSWER_WITHIN_S` x 4 more).
-    """
-    rng = random.Random(seed)
-    fault_thread = threading.Timer(fault_at_s, fault) if fault is not None else None
-    futures = []
-    drops = 0
-    with ThreadPoolExecutor(max_workers=64) as pool:
-        t0 = time.monotonic()
-        if fault_thread is not None:
-            fault_thread.start()
-        due = 0.0
-        while True:
-            due += rng.expovariate(rate)
-            if due >= seconds and (extend is None or not extend() or due >= seconds + 4 * ANSWER_WITHIN_S):
-                break
-            time.sleep(max(0.0, t0 + due - time.monotonic()))
-            if disconnect_share and rng.random() < disconnect_share:
-                drops += 1
-                linger = rng.uniform(0.0, 0.02)
-                futures.append(pool.submit(send_and_drop, http, model, t0 + due, drops % 2 == 0, linger))
-            else:
-                futures.append(pool.submit(send, http, model, t0 + due))
-        outcomes = [f.result(timeout=ANSWER_WITHIN_S + 30) for f in futures]
-    if fault_thread is not None:
-        fault_thread.join(120)
-    return outcomes
-
-
-def scrape(metrics_url: str) -> str:
-    """The metrics endpoint's text."""
-    with urllib.request.urlopen(metrics_url, timeout=10) as r:
-        return str(r.read().decode())
-
-
-_SAMPLE = re.compile(r"^(\w+)\{([^}]*)\}\s+(\S+)$")
-
-
-def samples(text: str, name: str, model: str) -> dict[str, float]:
-    """``name``'s samples of ``model`` by their label set (``instance=...,pid=...``), from metrics text."""
-    out = {}
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if not m or m.group(1) != name:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        if labels.get("model") != model:
-            continue
-        key = ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("model", "version"))
-        out[key] = float(m.group(3))
-    return out
-
-
-def busy_after(http: str, metrics_url: str, model: str, rounds: int = 3) -> dict[str, Any]:
-    """Busy slots once the load is over: probe batches, then the gauges.
-
-    Each round sends 8 requests at once and then 4 one after the other; the backend publishes its gauges at
-    the start of each ``execute()``, so an instance whose ``inflight_batches_total`` advanced during the probes
-    has a current ``inflight_in_flight`` (the gauge of an instance that ran no probe, e.g. a dead stub's, is
-    reported but not counted). ``busy`` = the current in-flight batches + Triton's pending requests.
-    """
-    before = samples(scrape(metrics_url), "inflight_batches_total", model)
-    answers = []
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        for _ in range(rounds):
-            answers += list(pool.map(lambda _: send(http, model, time.monotonic()), range(8)))
-            for _ in range(4):
-                answers.append(send(http, model, time.monotonic()))
-                time.sleep(0.15)
-    time.sleep(0.3)
-    text = scrape(metrics_url)
-    after = samples(text, "inflight_batches_total", model)
-    in_flight = samples(text, "inflight_in_flight", model)
-    probed = sorted(k for k, v in after.items() if v > before.get(k, 0.0))
-    pending = sum(samples(text, "nv_inference_pending_request_count", model).values())
-    return {
-        "probes": len(answers),
-        "probes_answered": sum(o.kind == "answered" for o in answers),
-        "in_flight": in_flight,
-        "probed_instances": probed,
-        "pending_requests": pending,
-        "busy": sum(in_flight.get(k, 0.0) for k in probed) + pending,
-    }
-
-
-def check_answers(http: str, model: str, reference: np.ndarray, n: int = 8) -> dict[str, Any]:
-    """``n`` requests (at once, so that every instance gets some): how many answered with ``reference``."""
-
-    def one(_: int) -> str | None:
-        try:
-            out = output(http, model)
-        except (OSError, urllib.error.URLError, KeyError, ValueError) as e:
-            return f"{type(e).__name__}: {str(e)[:120]}"
-        if out.shape != reference.shape or not np.allclose(out, reference, rtol=1e-5, atol=1e-6):
-            return "wrong answer"
-        return None
-
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        errors = list(pool.map(one, range(n)))
-    bad = [e for e in errors if e]
-    return {"requests": n, "correct": n - len(bad), "errors": dict(collections.Counter(bad)), "ok": not bad}
-
-
-def _failure_key(error: str) -> str:
-    """A failure's message cut to 100 characters (the kind it is counted under)."""
-    return error[:100]
-
-
-def tally(outcomes: Sequence[Outcome], fault_at: float | None) -> dict[str, Any]:
-    """The counts of one fault's open loop: sent, answered, failed, lost, dropped, failures by kind and status."""
-    kinds = collections.Counter(o.kind for o in outcomes)
-    failed = [o for o in outcomes if o.kind == "failed"]
-    before = [o for o in outcomes if fault_at is not None and o.done < fault_at and not o.dropped]
-    answered = sorted(o.done - o.due for o in outcomes if o.kind == "answered")
-    return {
-        "sent": len(outcomes),
-        "answered": kinds["answered"],
-        "failed": kinds["failed"],
-        "lost": kinds["lost"],
-        "dropped": kinds["dropped"],
-        "failures_by_kind": dict(collections.Counter(_failure_key(o.error or "") for o in failed).most_common()),
-        "failures_by_status": dict(
-            collections.Counter(str(o.status) if o.status else "no HTTP status" for o in failed).most_common()
-        ),
-        "slowest_s": max((o.done - o.due for o in outcomes if not o.dropped), default=None),
-        "answered_p50_ms": 1e3 * answered[len(answered) // 2] if answered else None,
-        "answered_before_fault": sum(o.kind == "answered" for o in before),
-        "sent_before_fault": len(before),
-        "failed_without_message": sum(1 for o in failed if not o.error),
-        # lost requests sent more than LOST_MARGIN_S after the fault: none of them was inside a killed stub
-        "lost_sent_after_fault": sum(
-            1 for o in outcomes if o.kind == "lost" and fault_at is not None and o.due > fault_at + LOST_MARGIN_S
-        ),
-    }
-
-
-#: A request sent this long after the fault cannot have been in flight inside the stub it killed.
-LOST_MARGIN_S = 1.0
-
-
-def rss_flat(series: Mapping[str, Sequence[float]]) -> dict[str, Any]:
-    """Whether each stub's RSS stayed flat: the last third's median at most :data:`RSS_FLAT_MIB` above the first's."""
-    per: dict[str, dict[str, float | None]] = {}
-    for name, values in series.items():
-        if len(values) < 3:
-            per[name] = {"start_mib": None, "end_mib": None, "growth_mib": None}
-            continue
-        third = len(values) // 3
-        first, last = statistics.median(values[:third]), statistics.median(values[-third:])
-        per[name] = {"start_mib": first, "end_mib": last, "growth_mib": last - first}
-    growths = [p["growth_mib"] for p in per.values()]
-    flat = bool(growths) and all(g is not None and g <= RSS_FLAT_MIB for g in growths)
-    return {"criterion_mib": RSS_FLAT_MIB, "stubs": per, "flat": flat}
-
-
-class RssSampler:
-    """Samples the VmRSS of a model's stubs every ``every_s`` in a thread while in its ``with`` block."""
-
-    def __init__(self, serve: ServeProcess, model: str, every_s: float = 2.0) -> None:
-        self.serve, self.model, self.every_s = serve, model, every_s
-        self.samples: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._t0 = time.monotonic()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            stubs = self.serve.stubs(self.model)
-            rss = {name: rss_mib(pid) for name, pid in sorted(stubs.items())}
-            self.samples.append({"t_s": round(time.monotonic() - self._t0, 2), "rss_mib": rss})
-            self._stop.wait(self.every_s)
-
-    def __enter__(self) -> RssSampler:
-        self._t0 = time.monotonic()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def series(self) -> dict[str, list[float]]:
-        """RSS (MiB) per stub over the samples it was alive in."""
-        out: dict[str, list[float]] = {}
-        for s in self.samples:
-            for name, v in s["rss_mib"].items():
-                if v is not None:
-                    out.setdefault(name, []).append(v)
-        return out
 
 
 @dataclass
@@ -591,28 +140,6 @@ class FaultConfig:
             "request": f"input_ids and attention_mask [1, {SEQ}] INT64; answer: cls [1, 128] FP32",
             "server_cpus": self.server_cpus,
         }
-
-
-def _log_lines(path: Path, since: int, pattern: str = r"^[EW]\d{4}|stub|Stub|unhealthy|restart") -> list[str]:
-    """Lines of the server log after byte ``since`` that match ``pattern`` (warnings, errors, stub news)."""
-    try:
-        with path.open("rb") as f:
-            f.seek(since)
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return []
-    lines = [line[:300] for line in text.splitlines() if re.search(pattern, line)]
-    return lines[:40]
-
-
-def _model_ready(http: str, model: str) -> bool | None:
-    try:
-        with urllib.request.urlopen(f"http://{http}/v2/models/{model}/ready", timeout=10) as r:
-            return bool(r.status == 200)
-    except urllib.error.HTTPError:
-        return False
-    except OSError:
-        return None
 
 
 def _reload(cfg: FaultConfig, http: str, timeout_s: float = 120.0) -> dict[str, Any]:
@@ -715,9 +242,9 @@ def run_fault(key: str, cfg: FaultConfig, log: Callable[[str], None] = print) ->
             }
         else:
             if key == "b":
-                notes["model_ready_after"] = _model_ready(s.http, cfg.model)
+                notes["model_ready_after"] = model_ready(s.http, cfg.model)
                 notes["stubs_after"] = s.stubs(cfg.model)
-                notes["server_log"] = _log_lines(log_path, log_at)
+                notes["server_log"] = log_lines(log_path, log_at)
             check = check_answers(s.http, cfg.model, reference)
             recovery: dict[str, Any] = {"check": check, "how": "none needed" if check["ok"] else None}
             if not check["ok"] and key == "b":
@@ -843,165 +370,6 @@ def run_sitting(cfg: FaultConfig, out: Path, keys: Sequence[str], log: Callable[
         path.write_text(json.dumps(doc, indent=1) + "\n")
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
-
-
-# ---- the RESULTS section -------------------------------------------------------------------------------------
-
-
-def sittings(results: Path) -> list[Path]:
-    """The ``faults.json`` files under ``results/faults``, oldest sitting (by folder name) first."""
-    return sorted((results / FAULTS_DIR).glob("*/faults.json"))
-
-
-def _failures(f: Mapping[str, Any]) -> str:
-    kinds = f.get("failures_by_kind") or {}
-    if not kinds:
-        return "none"
-    return "; ".join(f"{n} x {k.replace('|', '/')}" for k, n in list(kinds.items())[:3]) + (
-        f"; {len(kinds) - 3} more kinds" if len(kinds) > 3 else ""
-    )
-
-
-def _recovery(f: Mapping[str, Any]) -> str:
-    rec = f.get("recovery") or {}
-    if not rec:
-        return "n/a"
-    check = rec.get("check_replacement") or rec.get("check_after_reload") or rec.get("check") or {}
-    n = f"{check.get('correct')}/{check.get('requests')}"
-    took = f"; the reload took {fmt(f['reload_s'], '.0f')} s" if f.get("reload_s") is not None else ""
-    return f"{fmt(rec.get('recovered'))} ({rec.get('how') or 'n/a'}; {n} correct{took})"
-
-
-def _busy(f: Mapping[str, Any]) -> str:
-    b = f.get("busy_after")
-    if not b:
-        return "n/a"
-    return f"{fmt(b.get('busy'), '.0f')} ({len(b.get('probed_instances') or [])} instances probed)"
-
-
-def _rss(f: Mapping[str, Any]) -> str:
-    rss = f.get("rss")
-    if not rss:
-        return ""
-    stubs = rss.get("stubs") or {}
-    parts = [f"{fmt(v.get('start_mib'), '.0f')} -> {fmt(v.get('end_mib'), '.0f')}" for _, v in sorted(stubs.items())]
-    return f"{'; '.join(parts)} MiB ({'flat' if rss.get('flat') else 'NOT flat'})"
-
-
-def what_triton_did(f: Mapping[str, Any]) -> str:
-    """Fault b in words, from the file: the killed stub, whether Triton replaced it, the model's readiness."""
-    notes = f.get("notes") or {}
-    killed = notes.get("killed") or {}
-    if not killed:
-        return ""
-    before, after = notes.get("stubs_before") or {}, notes.get("stubs_after") or {}
-    name = killed.get("instance")
-    restarted = name in after and after[name] != killed.get("pid")
-    rec = f.get("recovery") or {}
-    stale = (f.get("busy_before_recovery") or {}).get("in_flight") or {}
-    dead = [v for k, v in stale.items() if f"instance={name}," in k]
-    parts = [
-        f"killed `{name}`'s stub; Triton {'started a new stub' if restarted else 'did not restart it'} "
-        f"({len(after)} of {len(before)} stubs alive after the load); the model stayed ready: "
-        f"{fmt(notes.get('model_ready_after'))}",
-    ]
-    top = next(iter((f.get("failures_by_kind") or {}).items()), None)
-    if top:
-        parts.append(f"{top[1]} requests failed with `{top[0].replace('|', '/')}`")
-    parts.append(
-        f"{f.get('lost')} requests got neither an answer nor an error within 30 s"
-        + (f" (the killed instance's last in-flight gauge: {dead[0]:.0f} batch(es))" if dead else "")
-    )
-    if rec.get("reload"):
-        r = rec["reload"]
-        parts.append(
-            "the unload and reload "
-            + ("worked" if r.get("ok") else f"failed ({r.get('error', '?')})")
-            + f" after {fmt(r.get('seconds'), '.0f')} s"
-        )
-    server = f.get("server") or {}
-    if rec.get("check_replacement"):
-        parts.append(
-            f"`inflight serve` then stopped with exit code {server.get('serve_exit_code')} and a new one "
-            f"answered {rec['check_replacement'].get('correct')}/{rec['check_replacement'].get('requests')} correctly"
-        )
-    return "; ".join(parts)
-
-
-def section(root: Path) -> list[str]:
-    """The RESULTS.md "Faults" section: one table per sitting under ``results/faults``."""
-    files = sittings(root / "results")
-    if not files:
-        return []
-    lines = [
-        "## Faults under load (`results/faults`)",
-        "",
-        "An open loop (Poisson arrivals) at half the capacity measured just before on the same server, while a "
-        "fault hits it: (a) SIGTERM to `inflight serve`; (b) SIGKILL to one instance's Python-backend stub; "
-        "(c) the model unloaded and loaded again; (d) 1% of the clients closing their connection before "
-        "reading the answer. Lost = neither answered nor failed within 30 s (target 0); dropped = the "
-        "deliberately abandoned requests of (d). Recovered: the server (for (a) a new one) answers correctly "
-        "afterwards; busy slots: in-flight batches of the instances that ran the probes plus Triton's pending "
-        "requests, after the load. Stub RSS: median of the first and last third of the samples "
-        "(flat: at most 20 MiB growth).",
-        "",
-    ]
-    for path in files:
-        doc = json.loads(path.read_text())
-        cfg, host = doc.get("config") or {}, doc.get("host") or {}
-        lines += [
-            f"### {path.parent.name}: {host.get('device', '?')}, {host.get('cpu_count', '?')} CPUs "
-            f"(`{path.relative_to(root)}`)",
-            "",
-            f"`{cfg.get('serve_model_arg', '?')}`; Triton's Python-backend stub "
-            + (
-                f"from nvidia-pytriton {pt}; "
-                if (pt := (doc.get("versions") or {}).get("nvidia_pytriton"))
-                else "from a tritonserver not installed as the nvidia-pytriton package (the GPU host's kit); "
-            )
-            + f"`{doc.get('command', '?')}`.",
-            "",
-        ]
-        rows = []
-        for f in doc.get("faults") or []:
-            rows.append(
-                [
-                    f"({f['fault']}) {f.get('name', '')}",
-                    fmt(f.get("load_s"), ".0f"),
-                    fmt(f.get("rate_rps"), ".1f"),
-                    fmt(f.get("sent"), ",d"),
-                    fmt(f.get("answered"), ",d"),
-                    fmt(f.get("failed"), ",d"),
-                    fmt(f.get("lost"), ",d"),
-                    fmt(f.get("dropped"), ",d") if f.get("dropped") else "",
-                    _failures(f),
-                    _recovery(f),
-                    _busy(f),
-                    _rss(f),
-                ]
-            )
-        lines += markdown_table(
-            [
-                "fault",
-                "load s",
-                "req/s",
-                "sent",
-                "answered",
-                "failed",
-                "lost",
-                "dropped",
-                "failures by kind",
-                "recovered",
-                "busy slots after",
-                "stub RSS start -> end",
-            ],
-            rows,
-        )
-        did = [what_triton_did(f) for f in doc.get("faults") or [] if f.get("fault") == "b"]
-        if did and did[0]:
-            lines += ["", f"What Triton did on (b): {did[0]}."]
-        lines += [""]
-    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

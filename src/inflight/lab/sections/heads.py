@@ -1,4 +1,4 @@
-"""The three heads' engines: the RESULTS.md section from ``results/engine-heads``.
+"""RESULTS-ab-runs' "The three heads' engines" section, from ``results/engine-heads``.
 
 ``scripts/lab/gpu_session.sh heads`` writes one ``inflight bench-engine --model <head>`` file per
 head (every engine compared, per batch size, with the floor of the batch's FLOPs and bytes) and,
@@ -15,7 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab.open_loop_results import fmt, is_executor_row, markdown_table
+from inflight.lab.entries import is_executor_row
+from inflight.lab.sections import Section, fmt, markdown_table
+
+TITLE = "The three heads' engines"
 
 HEADS_DIR = "engine-heads"
 HEADS = ("linear_head", "stacked_head", "seqlen_head")
@@ -70,13 +73,20 @@ def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def section(root: Path) -> list[str]:
-    """The RESULTS.md section on the heads' engines (empty when ``results/engine-heads`` holds none)."""
+def collect(root: Path) -> dict[str, Any] | None:
+    """Each head's bench file, its summary at the largest batch and the trial logs (None: no head measured)."""
     folder = root / "results" / HEADS_DIR
     docs = {h: _load(folder / f"{h}.json") for h in HEADS}
     present = {h: d for h, d in docs.items() if d and engine_rows(d)}
     if not present:
-        return []
+        return None
+    summaries = {h: head_summary(d, _load(folder / "profiles" / f"{h}-served.json")) for h, d in present.items()}
+    return {"present": present, "summaries": summaries, "trials": _trial_logs(folder / "trials", root)}
+
+
+def render(data: Mapping[str, Any]) -> list[str]:
+    """The section: each head's served engine against the engine before, its floor and its GEMM share."""
+    present, summaries = data["present"], data["summaries"]
     first = next(iter(present.values()))
     lines = [
         f"## The three heads' engines (`results/{HEADS_DIR}`)",
@@ -90,7 +100,6 @@ def section(root: Path) -> list[str]:
         "before the heads were measured.",
         "",
     ]
-    summaries = {h: head_summary(d, _load(folder / "profiles" / f"{h}-served.json")) for h, d in present.items()}
     lines += markdown_table(
         ["head", "batch", "served engine", "µs", "engine before µs", "speed-up", "x floor", "GEMM share of kernels"],
         (
@@ -135,7 +144,7 @@ def section(root: Path) -> list[str]:
             ),
         )
         lines.append("")
-    trials = _trial_logs(folder / "trials", root)
+    trials = data["trials"]
     if trials:
         lines += [
             "Rewrites tried and not served (their bench and profile logs, from the runs that measured them): "
@@ -157,3 +166,6 @@ def _trial_logs(trials: Path, root: Path) -> list[str]:
             inside = sorted(m.name for m in tar.getmembers() if m.isfile() and m.name.endswith(".log"))
         names += [f"{n} in {packed.relative_to(root)}" for n in inside]
     return names
+
+
+SECTION = Section(title=TITLE, collect=collect, render=render)

@@ -1,0 +1,122 @@
+"""RESULTS' "Where the GPU is the bound" section: all-MiniLM-L6-v2's engine by rewrite, then served."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from inflight.lab.gpu_bound_results import (
+    H100_DENSE_FLOPS,
+    ab_docs,
+    engine,
+    nsys_captures,
+    summary,
+    token_flops,
+    variants,
+)
+from inflight.lab.sections import Section
+
+TITLE = "Where the GPU is the bound"
+
+
+def capacity_cell(v: Mapping[str, Any] | None) -> str:
+    """A variant's capacity cell: the median over rounds (">=" when unbounded), instances and every round."""
+    if v is None:
+        return "not measured"
+    rounds = "/".join(f"{c:,.0f}" for c in v["capacities"])
+    return f"{'' if v['bounded'] else '>= '}{v['capacity']:,.0f} ({v['instances']} inst.; rounds {rounds})"
+
+
+def collect(root: Path) -> dict[str, Any] | None:
+    """The engine rows, the served variants, the nsys captures and the served files (None: no sitting yet)."""
+    e, vs = engine(root), variants(root)
+    if e is None and not vs:
+        return None
+    return {"root": root, "engine": e, "variants": vs, "captures": nsys_captures(root), "docs": ab_docs(root)}
+
+
+def render(data: Mapping[str, Any]) -> list[str]:
+    """The section: the engine by rewrite, then the served variants with the limits beside them."""
+    root, e, vs = data["root"], data["engine"], data["variants"]
+    lines = ["## Where the GPU is the bound: all-MiniLM-L6-v2", ""]
+    if e is not None:
+        s = e["served"]
+        rel = s["path"].relative_to(root)
+        roof = H100_DENSE_FLOPS / token_flops(s["doc"]["shape"])
+        lines += [
+            f"The engine alone ({s['doc']['device']}, fp16, CUDA-graph replays, `scripts/lab/encoder_engine.py`, "
+            f"[`{rel}`]({rel})): 2,048 sequences of 64 tokens, and 2,048 of lengths 16-128 padded to 128 or unpadded.",
+            "",
+            "| engine | tokens/s at [2048, 64] | mixed, padded | mixed, unpadded | unpadded / uniform | "
+            "cosine vs fp32 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, v in (("before issue 53 (`opaque_ffn`)", e["before"]), ("served now", s)):
+            if v is None:
+                continue
+            un = v["unpadded"].get("tokens_per_s", 0.0)
+            lines.append(
+                f"| {name} | {v['uniform']['tokens_per_s'] / 1e6:.2f}M | {v['mixed']['tokens_per_s'] / 1e6:.2f}M | "
+                f"{un / 1e6:.2f}M | {un / v['uniform']['tokens_per_s']:.2f} | {v['cosine_min_vs_fp32']:.6f} |"
+            )
+        lines += [
+            "",
+            f"The dense roof at {H100_DENSE_FLOPS / 1e12:.0f} TFLOP/s is {roof / 1e6:.1f}M tokens/s; the engine is at "
+            f"{s['uniform']['tokens_per_s'] / roof:.0%} of it.",
+            "",
+        ]
+    if vs:
+        lines += [
+            "Served on the same kind of host (server cores 0-7, asyncio open-loop generator on 8-15), 32 sequences "
+            "a request of lengths 16-128, each variant at each rate in each of three interleaved rounds; capacity "
+            "= the highest rate whose p99 <= 100 ms, median over rounds. The default as built is the `cupti=true` "
+            "variant (gauges on, nothing else overridden); the build's rule changed between sittings: the batcher "
+            "delay was 500 µs until the 2026-11-27 22:39 sitting (10 ms: a full batch at the longest length), then "
+            "3,272 µs (a full batch at the typical length, `inflight.sizing.batcher_delay_us`). The CUPTI gauge is "
+            "each instance's own kernel time over wall time, averaged over instances; the GPU's activity is the "
+            "nsys captures' below.",
+            "",
+            "| file | variant | instances | batcher delay (µs) | capacity per round | median | "
+            "achieved at the top rate (median) | CUPTI gauge at capacity |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for v in vs:
+            rel = v["path"].relative_to(root)
+            gauge = "" if v["gauge_activity_at_capacity"] is None else f"{v['gauge_activity_at_capacity']:.2f}"
+            ach = "" if v["achieved_at_top"] is None else f"{v['achieved_at_top']:,.0f} of {v['top']:,.0f}"
+            lines.append(
+                f"| [`{rel.name}`]({rel}) | `{v['spec']}` | {v['instances']} | {v['delay_us']:,} | "
+                f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {capacity_cell(v).split(' (')[0]} | {ach} | "
+                f"{gauge} |"
+            )
+    caps = data["captures"]
+    if caps:
+        lines += [
+            "",
+            "The whole server under Nsight Systems (`scripts/lab/gpu_bound_nsys.sh`: tritonserver and every "
+            "instance's stub, 5 s captured after 12 s of load at a fixed offered rate; GPU activity = union of "
+            "kernel and copy intervals over the window, sync share = `*Synchronize` time over all CUDA API time):",
+            "",
+            "| capture | offered (req/s) | achieved | GPU activity | sync share |",
+            "|---|---|---|---|---|",
+        ]
+        for c in caps:
+            rel = c["path"].relative_to(root)
+            ach = "" if c["achieved_rps"] is None else f"{c['achieved_rps']:,.0f}"
+            act = "" if c["gpu_activity"] is None else f"{c['gpu_activity']:.1%}"
+            sync = "" if c["sync_share"] is None else f"{c['sync_share']:.1%}"
+            lines.append(f"| [`{c['name']}`]({rel}) | {c['rate'] or 0:,.0f} | {ach} | {act} | {sync} |")
+    for f, doc in data["docs"]:
+        low = min(r["rate"] for r in doc["runs"])
+        null = [r for r in doc["runs"] if r["model_name"].endswith("_null") and r["rate"] == low]
+        p99 = ", ".join(f"{r['latency_ms']['p99']:.1f}" for r in null if isinstance(r["latency_ms"], Mapping))
+        if p99:
+            lines += [
+                "",
+                f"Host steadiness in `{f.name}`: the null model's p99 at {low:,.0f} req/s, by round: {p99} ms.",
+            ]
+    return [*lines, ""]
+
+
+SECTION = Section(title=TITLE, collect=collect, render=render, summary_key="gpu_bound", summarize=summary)
