@@ -40,7 +40,8 @@
 # and unload (~5 s) = about 122 s, three rounds about 366 s; run 2: start, one load of 32 instances (~40 s) and
 # unload (~15 s), 6 windows (76 s) = about 135 s. In all about 590 s with these defaults (WINDOW=4, WARMUP=2,
 # two rates each, ROUNDS=3); each run has a timeout (RUN1_TIMEOUT 430 s, RUN2_TIMEOUT 170 s) that stops it (the
-# runner then stops its servers and nginx) rather than the call. Results: $OUT/results-four-gpu.tgz (each run's
+# runner then stops its servers and nginx and writes the windows it finished to interrupted-ab-*.json) rather
+# than the call. Results: $OUT/results-four-gpu.tgz (each run's
 # JSON and its printed lines) and $OUT/four-gpu.log.
 #
 # A dry run on a host without GPUs: MODEL=bert_tiny REPO=runs/test-repo IMPORT=0 EXTRA=kind=cpu NO_GPUS=1 GPUS=0,1
@@ -129,6 +130,6 @@ fi
 
 # at most 8 files come back from a call: each run's JSON holds every figure; its printed lines beside it
 shopt -s nullglob
-(cd "$work" && pack_results "$OUT/results-four-gpu.tgz" ./*/ab-*.json ./*.log)
+(cd "$work" && pack_results "$OUT/results-four-gpu.tgz" ./*/ab-*.json ./*/interrupted-ab-*.json ./*.log)
 say "four_gpu.sh: exit $rc; results in $OUT/results-four-gpu.tgz"
 exit "$rc"

@@ -129,3 +129,35 @@ def test_sigterm_stops_the_server_and_keeps_its_log(repository: Path, tmp_path: 
     (log,) = out.glob("ab-*/tritonserver.log")
     assert "bert_tiny_sync" in log.read_text()
     assert not list(out.glob("ab-*.json"))  # nothing half-measured is written as a result
+    assert not list(out.glob("interrupted-*.json"))  # no window had finished: nothing to keep
+
+
+def test_sigterm_after_a_window_keeps_the_windows_measured_apart_from_the_results(
+    repository: Path, tmp_path: Path
+) -> None:
+    """A run stopped after its first window writes that window to ``interrupted-ab-*.json`` (marked invalid)."""
+    out = tmp_path / "results"
+    cmd = ab_command(
+        "bert_tiny_null", "bert_tiny_sync", "--rate", "20",
+        repository=repository, out=out, window=2, items=2, seq_len=8,
+    )  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:  # the second variant's window begins: the first one's record is in
+        lines.append(line)
+        if "run 2/2" in line:
+            break
+    else:
+        pytest.fail("the A/B run ended before its second window:\n" + "".join(lines))
+    os.kill(proc.pid, signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    text = "".join(lines) + rest
+    assert proc.returncode == 128 + signal.SIGTERM, text
+    assert not list(out.glob("ab-*.json")), "an interrupted run was written as a result"
+    (path,) = out.glob("interrupted-ab-*.json")
+    doc = json.loads(path.read_text())
+    assert doc["interrupted"] == {"windows": 1, "planned_windows": 2}
+    assert not doc["valid"] and "interrupted after 1 of 2 windows" in doc["problems"]
+    (run,) = doc["runs"]
+    assert run["model_name"] == "bert_tiny_null" and run["generator"]["completed"] > 0, run

@@ -53,7 +53,9 @@ class _TermAsExit:
 
     @staticmethod
     def _raise(signum: int, frame: object) -> None:
-        LOGGER.warning("SIGTERM: stopping the A/B run and the server; results so far are not written")
+        LOGGER.warning(
+            "SIGTERM: stopping the A/B run and the server; the windows measured so far go to interrupted-ab-*.json"
+        )
         raise SystemExit(128 + signum)
 
     def restore(self) -> None:
@@ -104,6 +106,7 @@ class AbRunner:
         self.data = self.out / self.run_id
         self.fleet = ServerFleet(config, self.variants, cpu_sets_for(config), self.data)
         self.meter = WindowMeter(config, self.plan, self.fleet, self.data)
+        self._planned_windows = 0
 
     @property
     def open_loop(self) -> bool:
@@ -136,11 +139,23 @@ class AbRunner:
             # this runner and every Locust process it starts run on the generator's cores
             os.sched_setaffinity(0, self.fleet.cpu_sets.client)
         LOGGER.info("CPU sets: %s", self.fleet.cpu_sets.to_dict())
+        runs: list[dict[str, Any]] = []
+        interrupted: BaseException | None = None
         try:
             if self.config.url is None:
                 self.fleet.start(Path(workdir.name))
             endpoints = self.fleet.endpoints()
-            runs = self._run_all(endpoints, pools)
+            try:
+                self._run_all(endpoints, pools, runs)
+            except (SystemExit, KeyboardInterrupt) as e:
+                if not runs:
+                    raise
+                interrupted = e
+                LOGGER.warning(
+                    "interrupted after %d of %d windows: stopping the servers, then writing the windows measured",
+                    len(runs),
+                    self._planned_windows,
+                )
             doc = document(
                 run_id=self.run_id,
                 started=self.started,
@@ -176,6 +191,15 @@ class AbRunner:
                 n = st.attach_executor_stats(doc, texts[0] if len(texts) == 1 else texts)
                 LOGGER.info("executor counters from the server log: %d of %d runs", n, len(doc["runs"]))
                 attach_served(doc, "\n".join(texts))
+        if interrupted is not None:
+            # not a result: the plan was not carried out (no report, and a name the result readers do not glob)
+            doc["interrupted"] = {"windows": len(runs), "planned_windows": self._planned_windows}
+            doc["valid"] = False
+            doc["problems"] = [*doc["problems"], f"interrupted after {len(runs)} of {self._planned_windows} windows"]
+            path = self.json_path.with_name(f"interrupted-{self.json_path.name}")
+            path.write_text(json.dumps(finite(doc), indent=1, allow_nan=False) + "\n")
+            LOGGER.warning("wrote the windows measured before the interruption to %s", path)
+            raise interrupted
         self.json_path.write_text(json.dumps(finite(doc), indent=1, allow_nan=False) + "\n")
         LOGGER.info("wrote %s", self.json_path)
         report.write_report(self.json_path)
@@ -200,22 +224,22 @@ class AbRunner:
 
     # -- the runs ---------------------------------------------------------------------------
 
-    def _run_all(self, endpoints: Sequence[Endpoints], pools: dict[str, Path]) -> list[dict[str, Any]]:
-        """Every round and variant against ``endpoints`` (one server, or one per GPU).
+    def _run_all(self, endpoints: Sequence[Endpoints], pools: dict[str, Path], runs: list[dict[str, Any]]) -> None:
+        """Every round and variant on ``endpoints`` (one server or one per GPU); each window's record into ``runs``.
 
         Consecutive variants of a round that differ only in where their load goes (``via=``) share one
-        load of the model (:func:`~inflight.loadtest.runner.config.load_groups`).
+        load of the model (:func:`~inflight.loadtest.runner.config.load_groups`). ``runs`` holds every
+        finished group's records also when an interruption ends the loop.
         """
         order = round_order(self.variants, self.config.repeat)
         self.meter.planned_total = self.plan.planned_per_variant_s() * len(order)
         self.meter.t0 = time.monotonic()
-        runs: list[dict[str, Any]] = []
+        self._planned_windows = len(order)
         done = 0
         for group in load_groups(order, self.config):
             runs.extend(self._run_group(group, done, len(order), endpoints, pools))
             done += len(group)
             self.meter.planned_total = (time.monotonic() - self.meter.t0) / done * len(order)
-        return runs
 
     def _run_group(
         self,
