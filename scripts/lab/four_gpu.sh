@@ -19,6 +19,8 @@
 #   OUT=... RATES1=3000,4500 RATES4=12000,18000 NULL_RATES=36000 bash scripts/lab/four_gpu.sh
 #   PART=perserver | PART=oneserver: one run alone (two calls, if one does not fit); IMPORT=0: the repository as it is
 #
+# The MiniLM variants run with cupti=true: every window records each GPU's own activity (gpu_activity_by_gpu).
+#
 # Rates are env vars (req/s): RATES1 brackets one GPU's capacity (gpu_bound.sh's sittings on an H100: 4,000-5,000
 # at p99 <= 100 ms), RATES4 four GPUs', NULL_RATES at least twice RATES4's highest (the generator shown on schedule
 # there: every window records its late fraction and the generator's CPU).
@@ -107,8 +109,8 @@ if [ "$PART" = all ] || [ "$PART" = perserver ]; then
   nul="${MODEL}_null@instances=$NULL_INSTANCES${extra},rates=${NULL_RATES//,//}"
   say "== run 1: one server per GPU ($GPUS) on $SERVER_CPUS behind nginx (${BALANCER_CPUS:-the server cores})"
   timeout "${RUN1_TIMEOUT:-430}" inflight ab \
-    "${MODEL}_inflight@capture_at_load=false${extra},rates=${RATES4//,//}" \
-    "${MODEL}_inflight@capture_at_load=false${extra},via=gpu$first_gpu,rates=${RATES1//,//}" \
+    "${MODEL}_inflight@capture_at_load=false,cupti=true${extra},rates=${RATES4//,//}" \
+    "${MODEL}_inflight@capture_at_load=false,cupti=true${extra},via=gpu$first_gpu,rates=${RATES1//,//}" \
     "$nul" "$nul,via=direct" \
     --server-per-gpu "$GPUS" "${front[@]}" --rate "$RATES4" --repeat "$ROUNDS" --server-cpus "$SERVER_CPUS" \
     "${common[@]}" --out "$work/perserver" >"$work/perserver.log" 2>&1
@@ -120,7 +122,7 @@ fi
 if [ "$PART" = all ] || [ "$PART" = oneserver ]; then
   place=$([ -n "${NO_GPUS:-}" ] || printf ',gpus=%s' "${GPUS//,//}")
   say "== run 2: one server over the GPUs ($GPUS) on $SERVER_CPUS"
-  timeout "${RUN2_TIMEOUT:-170}" inflight ab "${MODEL}_inflight@capture_at_load=false${place}${extra}" \
+  timeout "${RUN2_TIMEOUT:-170}" inflight ab "${MODEL}_inflight@capture_at_load=false,cupti=true${place}${extra}" \
     --rate "$RATES4" --rate-repeat "$ROUNDS" --server-cpus "$SERVER_CPUS" "${common[@]}" --out "$work/oneserver" \
     >"$work/oneserver.log" 2>&1
   r=$?

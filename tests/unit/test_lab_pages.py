@@ -32,12 +32,20 @@ SUMMARY_KEYS = {
     "two_gpu",
 }
 
+#: Sections on a page whose results are not committed yet, each tested on its own fixture instead; their block
+#: joins summary.json with their first sitting. Four GPUs (issue 54): no 4-GPU call has run yet
+#: (tests/unit/test_four_gpu_results.py).
+AWAITING_RESULTS = {"Four GPUs against one": "four_gpu"}
+
 
 def test_every_section_of_the_page_list_renders_from_the_committed_results() -> None:
     for page, sections in results_report.PAGES.items():
         assert sections, page
         for s in sections:
             lines = s.lines(ROOT)
+            if s.title in AWAITING_RESULTS:
+                assert not lines, f"{s.title!r} has results now: take it off AWAITING_RESULTS"
+                continue
             assert lines and lines[0].startswith("## "), (page, s.title)
             assert s.title in lines[0], f"{s.title!r} is not the heading of its section: {lines[0]!r}"
     titles = [s.title for sections in results_report.PAGES.values() for s in sections]
@@ -54,7 +62,8 @@ def test_every_block_a_section_owns_is_recomputed_and_summary_json_keeps_its_key
     shutil.copytree(ROOT / "results", tmp_path / "results")
     written = results_report.write_summaries(tmp_path)
     again = json.loads((tmp_path / "results" / "summary.json").read_text())
-    assert set(again) == SUMMARY_KEYS and set(written) == {s.summary_key for s in results_report.SUMMARIES}
+    owned = {s.summary_key for s in results_report.SUMMARIES} - set(AWAITING_RESULTS.values())
+    assert set(again) == SUMMARY_KEYS and set(written) == owned
     assert again == committed, "results/summary.json is stale: run `inflight results-report`"
 
 

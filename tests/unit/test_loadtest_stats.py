@@ -483,3 +483,23 @@ def test_progress_line_counts_locust_start_up_in_the_plan() -> None:
     assert progress_time(5.0, 10.0, 1.0).startswith("5s of about 15s")
     late = progress_time(19.0, 10.0, 1.0)
     assert late.startswith("19s, past the planned 15s (") and late.endswith("waiting for Locust to finish")
+
+
+def test_gpu_activity_by_gpu_keeps_each_servers_gpus_apart() -> None:
+    """Each server's instances report their GPU (label ``gpu``): the window keeps one activity per server and GPU."""
+    from inflight.loadtest.prometheus import means_by_label
+    from inflight.loadtest.runner.window import _by_gpu
+
+    def text(*rows: tuple[str, str, float]) -> str:
+        return "\n".join(
+            f'inflight_gpu_activity{{model="{m}",instance="{m}_0_{i}",pid="1",gpu="{g}"}} {v}'
+            for i, (m, g, v) in enumerate(rows)
+        )
+
+    one = text(("m", "0", 0.9), ("m", "0", 0.7), ("m", "1", 0.5), ("other", "1", 0.1))
+    assert means_by_label(one, "inflight_gpu_activity", "m", "gpu") == pytest.approx({"0": 0.8, "1": 0.5})
+    two = text(("m", "0", 0.95))
+    assert _by_gpu([one, None, two], "m") == {
+        "gpu_activity_by_gpu": pytest.approx({"0:0": 0.8, "0:1": 0.5, "2:0": 0.95})
+    }
+    assert _by_gpu(['inflight_batches_total{model="m"} 3'], "m") == {}  # no gauges (cupti off): no key

@@ -21,6 +21,7 @@ from inflight.lab.sections import (
     decision,
     engine,
     faults,
+    four_gpu,
     glance,
     gpu_bound,
     heads,
@@ -51,6 +52,7 @@ PAGES: dict[str, tuple[Section, ...]] = {
         cost.SECTION,
         per_gpu_servers.SECTION,
         two_gpu.SECTION,
+        four_gpu.SECTION,
         unpadded.SECTION,
     ),
     AB_RUNS_PAGE: (
@@ -66,6 +68,7 @@ PAGES: dict[str, tuple[Section, ...]] = {
 #: The order the blocks of ``results/summary.json`` are recomputed in (the open-loop block reads the two-GPU one).
 SUMMARIES: tuple[Section, ...] = (
     two_gpu.SECTION,
+    four_gpu.SECTION,
     open_loop.SECTION,
     cost.SECTION,
     modes.SECTION,

@@ -27,3 +27,11 @@ def metric_samples(text: str, metric: str, model: str | None) -> list[tuple[dict
 def metric_values(text: str, metric: str, model: str | None) -> list[float]:
     """Values of ``metric`` for ``model`` (one per instance; all models if None) in Prometheus text, or []."""
     return [value for _, value in metric_samples(text, metric, model)]
+
+
+def means_by_label(text: str, metric: str, model: str | None, label: str) -> dict[str, float]:
+    """Mean of ``metric`` for ``model`` over the samples of each value of ``label`` (samples without it: ``""``)."""
+    groups: dict[str, list[float]] = {}
+    for labels, value in metric_samples(text, metric, model):
+        groups.setdefault(labels.get(label, ""), []).append(value)
+    return {key: sum(values) / len(values) for key, values in groups.items()}

@@ -74,6 +74,7 @@ class MetricsPublisher:
         pb_utils: The ``triton_python_backend_utils`` module.
         model: Model name (label).
         instance: Instance name (label).
+        gpu: The instance's GPU as its process sees it (label ``gpu``; None: a CPU instance, no label).
         stats: The executor's counters.
         more: Other counter sets published beside them (the ``auto`` policy's ``AutoStats``).
         in_flight: Returns the current number of busy slots.
@@ -100,6 +101,7 @@ class MetricsPublisher:
         *,
         model: str,
         instance: str,
+        gpu: int | None = None,
         stats: ExecutorStats,
         more: Sequence[Counters] = (),
         in_flight: Callable[[], int],
@@ -111,6 +113,8 @@ class MetricsPublisher:
     ) -> None:
         mf = pb_utils.MetricFamily
         labels = {"model": model, "instance": instance, "pid": str(os.getpid())}
+        if gpu is not None:
+            labels["gpu"] = str(gpu)
         self.stats = stats
         #: the counter set each published counter or gauge is read from, by field name
         self._owner: dict[str, Counters] = {}

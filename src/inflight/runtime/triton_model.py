@@ -116,6 +116,7 @@ class InflightModel:
                 self.pb,
                 model=self.model_name,
                 instance=self.instance,
+                gpu=self.device_id,
                 stats=self.mode.stats,
                 more=self.mode.counters()[1:],
                 in_flight=self.mode.in_flight,

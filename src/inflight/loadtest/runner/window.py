@@ -22,6 +22,7 @@ import numpy as np
 from inflight.loadtest import cpu, rategen
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import stats as st
+from inflight.loadtest.prometheus import means_by_label
 from inflight.loadtest.runner.config import LOGGER_NAME, AbConfig, Endpoints, Variant
 from inflight.loadtest.runner.fleet import ServerFleet
 from inflight.loadtest.runner.metrics import joined, per_server_requests, scrape, sum_counts
@@ -86,9 +87,10 @@ class WindowMeter:
         what = f"{v.name} at {rate:,.0f} req/s offered" if rate is not None else v.name
 
         def tick(elapsed: float) -> None:
-            text = joined(scrape(e.metrics) for e in endpoints)
+            texts = [scrape(e.metrics) for e in endpoints]
+            text = joined(texts)
             if text is not None:
-                samples.append({"t": round(elapsed, 1), **st.gpu_gauges(text, v.name)})
+                samples.append({"t": round(elapsed, 1), **st.gpu_gauges(text, v.name), **_by_gpu(texts, v.name)})
             rps = st.current_rps(Path(f"{prefix}_stats_history.csv"))
             overall_left = self.planned_total - (time.monotonic() - self.t0)
             LOGGER.info(
@@ -124,8 +126,10 @@ class WindowMeter:
         texts = [scrape(e.metrics) for e in endpoints]
         text = joined(texts)
         if text is not None:
-            # the gauges are means over instances: every server's instances together
-            samples.append({"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name)})
+            # the gauges are means over instances: every server's instances together (and per GPU, _by_gpu)
+            samples.append(
+                {"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name), **_by_gpu(texts, v.name)}
+            )
         if all(t is not None for t in texts):
             # Locust has stopped: every request it sent should have left Triton's queue by now. The counters are
             # read per server and summed (one server's series must not be merged with another's)
@@ -232,6 +236,11 @@ class WindowMeter:
             out["server"] = None
         out["gpu_samples"] = samples
         out["gpu_activity"] = st.summarize_gauge([x.get("gpu_activity") for x in samples])
+        gpus = sorted({k for x in samples for k in x.get("gpu_activity_by_gpu", {})})
+        if gpus:  # each GPU's own activity (issue 54: every GPU busy, not only their mean)
+            out["gpu_activity_by_gpu"] = {
+                k: st.summarize_gauge([x.get("gpu_activity_by_gpu", {}).get(k) for x in samples]) for k in gpus
+            }
         out["sync_share"] = st.summarize_gauge([x.get("sync_share") for x in samples])
         locust = out["locust"]
         if locust is not None and locust["requests"] - locust["failures"] <= 0:
@@ -362,3 +371,17 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def _by_gpu(texts: Sequence[str | None], model: str) -> dict[str, Any]:
+    """``{"gpu_activity_by_gpu": {"<server>:<gpu>": activity}}`` from each server's metrics (empty without gauges).
+
+    The key is the server's index among the run's servers and the GPU its instances report (the metric's
+    ``gpu`` label, as that server's process numbers its visible GPUs).
+    """
+    by: dict[str, float] = {}
+    for i, text in enumerate(texts):
+        if text is not None:
+            for gpu, value in means_by_label(text, st.GPU_GAUGES["gpu_activity"], model, "gpu").items():
+                by[f"{i}:{gpu}"] = value
+    return {"gpu_activity_by_gpu": by} if by else {}

@@ -1,0 +1,129 @@
+"""Four GPUs against one (issue 54): ``summary.json["four_gpu"]`` from the sittings of ``scripts/lab/four_gpu.sh``.
+
+One sitting (``results/four-gpu/<date>-<device>``) holds the files of one device call:
+
+* ``perserver/ab-*.json``: one tritonserver per GPU behind nginx (``--balancer nginx``), interleaved rounds of the
+  model through the balancer (four GPUs), the same model ``via=gpu<N>`` (one GPU and its share of the cores),
+  and the null model through the balancer and ``via=direct`` (the balancer's own cost; the generator on schedule);
+* ``oneserver/ab-*.json``: one tritonserver over the four GPUs, the same model.
+
+Each variant's capacity is the runner's (``summary[].capacity_rps``: the highest offered rate at which its
+windows met the p99 SLO); the four-GPU capacity is the better of the two layouts, over one GPU's. Every figure
+is read from those files (RESULTS' section: ``sections.four_gpu``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from inflight.lab.entries import Entry, entries, generator_verified, sittings
+
+FOUR_GPU_DIR = "four-gpu"
+#: The issue's targets: four GPUs' capacity over one GPU's, and every GPU's activity at that capacity.
+TARGET_RATIO = 3.6
+TARGET_ACTIVITY = 0.9
+
+
+def route(e: Entry) -> str:
+    """Where a variant's load went: ``balancer``, ``direct``, ``gpu<N>`` or ``server`` (one server, no balancer)."""
+    return str(e.summary.get("route") or "server")
+
+
+def layout(e: Entry) -> str:
+    """The server layout of the variant's file (``one-server``, ``per-gpu-servers+nginx`` ...)."""
+    return str((e.doc.get("server") or {}).get("layout") or "one-server")
+
+
+def _windows_at(e: Entry, rate: float) -> list[Mapping[str, Any]]:
+    return [r for r in e.doc["runs"] if r["variant"] == e.summary["variant"] and r.get("rate") == rate]
+
+
+def activity_by_gpu(e: Entry, rate: float) -> dict[str, float] | None:
+    """Each GPU's activity at ``rate``: the median over the variant's windows there of the GPU's window mean.
+
+    Keys are ``<server>:<gpu>`` (the window's ``gpu_activity_by_gpu``); None when no window has them (the live
+    CUPTI gauges were off).
+    """
+    per: dict[str, list[float]] = {}
+    for r in _windows_at(e, rate):
+        for key, gauge in (r.get("gpu_activity_by_gpu") or {}).items():
+            if isinstance(gauge, Mapping):
+                per.setdefault(key, []).append(float(gauge["mean"]))
+    return {k: statistics.median(v) for k, v in sorted(per.items())} or None
+
+
+def _ref(e: Entry | None, root: Path) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    cap = e.capacity
+    act = activity_by_gpu(e, cap) if cap else None
+    cpus = (e.doc.get("load") or {}).get("cpu_sets") or {}
+    return {
+        "spec": e.summary["spec"],
+        "layout": layout(e),
+        "route": route(e),
+        "capacity_rps": cap,
+        "capacity_bounded": bool(e.summary.get("capacity_bounded")),
+        "comparable": e.comparable,
+        "server_cpus": cpus.get("server"),
+        "client_cpus": cpus.get("client"),
+        "activity_by_gpu": act,
+        "file": str(e.path.relative_to(root)),
+    }
+
+
+def _best(es: Sequence[Entry]) -> Entry | None:
+    measured = [e for e in es if e.capacity is not None]
+    return max(measured, key=lambda e: e.capacity or 0.0) if measured else None
+
+
+def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
+    """One sitting's block (None when it measured no one-GPU or no four-GPU capacity)."""
+    es = entries(root / "results", sitting)
+    models = [e for e in es if e.kind != "null"]
+    one = _best([e for e in models if route(e).startswith("gpu")])
+    layouts = {
+        "per-gpu servers behind nginx": _best([e for e in models if route(e) == "balancer"]),
+        "one server over the GPUs": _best([e for e in models if layout(e) == "one-server"]),
+    }
+    four_name, four = max(
+        ((name, e) for name, e in layouts.items() if e is not None and e.capacity is not None),
+        key=lambda ne: ne[1].capacity or 0.0,
+        default=(None, None),
+    )
+    if one is None or not one.capacity or four is None or four.capacity is None:
+        return None
+    nulls = [e for e in es if e.kind == "null"]
+    gen = generator_verified([e for e in nulls if route(e) in ("direct", "server")] or nulls)
+    act = activity_by_gpu(four, four.capacity)
+    ratio = four.capacity / one.capacity
+    null_by_route = {route(e): _ref(e, root) for e in nulls}
+    return {
+        "sitting": str(sitting.relative_to(root)),
+        "device": str((four.doc.get("device") or {}).get("name")),
+        "slo_p99_ms": float(((four.doc.get("load") or {}).get("open_loop") or {}).get("slo_p99_ms") or 100.0),
+        "one_gpu_rps": one.capacity,
+        "four_gpu_rps": four.capacity,
+        "layout": four_name,
+        "four_over_one": ratio,
+        "target_ratio": TARGET_RATIO,
+        "target_met": ratio >= TARGET_RATIO,
+        "gpu_activity_min": min(act.values()) if act else None,
+        "target_activity": TARGET_ACTIVITY,
+        "generator_verified_rps": gen[0] if gen else None,
+        "one_gpu": _ref(one, root),
+        "per_layout": {name: _ref(e, root) for name, e in layouts.items()},
+        "null_model": null_by_route,
+    }
+
+
+def summary(root: Path) -> dict[str, Any] | None:
+    """The newest sitting's block under ``results/four-gpu`` (None when none measured one GPU and four)."""
+    for sitting in reversed(sittings(root / "results", FOUR_GPU_DIR)):
+        block = sitting_summary(root, sitting)
+        if block is not None:
+            return block
+    return None

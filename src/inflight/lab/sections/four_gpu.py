@@ -1,0 +1,81 @@
+"""RESULTS' "Four GPUs against one" section (issue 54), from ``results/four-gpu``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from inflight.lab.entries import GENERATOR_MARGIN
+from inflight.lab.four_gpu_results import summary
+from inflight.lab.sections import Section, fmt, markdown_table, pct
+
+TITLE = "Four GPUs against one"
+
+
+def _activity(ref: Mapping[str, Any] | None) -> str:
+    act = None if ref is None else ref.get("activity_by_gpu")
+    if not act:
+        return "not measured"
+    return ", ".join(f"{k} {pct(v)}" for k, v in act.items())
+
+
+def _cap(ref: Mapping[str, Any] | None) -> str:
+    if ref is None or ref.get("capacity_rps") is None:
+        return "not run"
+    cap = fmt(ref["capacity_rps"]) + ("" if ref["capacity_bounded"] else " (lower bound)")
+    return cap + ("" if ref["comparable"] else " (generator behind at or below it)")
+
+
+def collect(root: Path) -> dict[str, Any] | None:
+    """The newest sitting that measured one GPU and four (None when there is none)."""
+    return summary(root)
+
+
+def render(block: Mapping[str, Any]) -> list[str]:
+    """Capacity per layout, four over one, each GPU's activity at capacity, the balancer's cost, the generator."""
+    rows = [["one GPU (its server alone, via the GPU's route)", *_row(block["one_gpu"])]]
+    rows += [[name, *_row(ref)] for name, ref in block["per_layout"].items()]
+    nulls = block["null_model"]
+    gen = block["generator_verified_rps"]
+    lines = [
+        f"## Four GPUs against one (`{block['sitting']}`)",
+        "",
+        f"{block['device']}; capacity at p99 <= {block['slo_p99_ms']:g} ms (Poisson, open loop, 32 sequences of "
+        "real lengths 16-128 a request), equal server cores per GPU, the generator on cores of its own "
+        "(`scripts/lab/four_gpu.sh`; activity: the live CUPTI gauges of each GPU's instances, as `server:gpu`).",
+        "",
+        *markdown_table(["layout", "server cores", "generator cores", "req/s at the SLO", "GPU activity"], rows),
+        "",
+        f"Four GPUs ({block['layout']}) / one GPU: {fmt(block['four_over_one'], '.2f')} (target >= "
+        f"{block['target_ratio']:g}: {'met' if block['target_met'] else '**missed**'}); the least busy GPU at that "
+        f"capacity: {pct(block['gpu_activity_min'])} (target >= {pct(block['target_activity'])}).",
+    ]
+    if nulls:
+        lines += [
+            "",
+            "The null model (Triton's request path, no model work), by route: "
+            + "; ".join(f"{r}: {_cap(ref)} req/s" for r, ref in nulls.items())
+            + ". Through nginx against direct is the balancer's own cost.",
+        ]
+    lines += [
+        "",
+        (
+            f"Generator on schedule against the null model up to {fmt(gen)} req/s "
+            f"({'at least' if gen >= GENERATOR_MARGIN * block['four_gpu_rps'] else '**below**'} "
+            f"{GENERATOR_MARGIN:g}x the four-GPU capacity)."
+        )
+        if gen is not None
+        else "Generator proof: the null model met the SLO at none of its rates.",
+        "",
+    ]
+    return lines
+
+
+def _row(ref: Mapping[str, Any] | None) -> list[str]:
+    if ref is None:
+        return ["n/a", "n/a", "not run", "n/a"]
+    return [str(ref["server_cpus"]), str(ref["client_cpus"]), _cap(ref), _activity(ref)]
+
+
+SECTION = Section(title=TITLE, collect=collect, render=render, summary_key="four_gpu", summarize=summary)
