@@ -1,0 +1,51 @@
+"""The four-GPU block and section (issue 54) from a dry run of scripts/lab/four_gpu.sh on the CPU host.
+
+The fixture is that run's two files as the script packs them (bert_tiny on the CPU, two fake GPUs, SLO 2,000 ms:
+``MODEL=bert_tiny ... RATES1=4 RATES4=8 NULL_RATES=40 WINDOW=3 ROUNDS=1 SLO=2000``, the script header's line).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from inflight.lab.four_gpu_results import summary
+from inflight.lab.sections import four_gpu
+
+FIXTURE = Path(__file__).parent / "fixtures" / "four-gpu-dry"
+
+
+def test_the_block_reads_one_gpu_four_gpus_the_layouts_and_the_null_model_by_route() -> None:
+    block = summary(FIXTURE)
+    assert block is not None
+    assert (block["one_gpu_rps"], block["four_gpu_rps"], block["four_over_one"]) == (4.0, 8.0, 2.0)
+    assert block["layout"] == "per-gpu servers behind nginx" and not block["target_met"]
+    assert block["one_gpu"]["route"] == "gpu0" and block["device"] == "cpu" and block["slo_p99_ms"] == 2000.0
+    assert set(block["per_layout"]) == {"per-gpu servers behind nginx", "one server over the GPUs"}
+    assert block["per_layout"]["one server over the GPUs"]["layout"] == "one-server"
+    assert set(block["null_model"]) == {"balancer", "direct"} and block["generator_verified_rps"] == 40.0
+    assert block["gpu_activity_min"] is None  # no CUPTI on the CPU: no per-GPU activity, and none is made up
+    text = "\n".join(four_gpu.SECTION.lines(FIXTURE))
+    assert text.startswith("## Four GPUs against one") and "**missed**" in text and "not measured" in text
+
+
+def test_the_least_busy_gpu_at_the_four_gpu_capacity_is_the_activity_reported(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    (path,) = tmp_path.rglob("perserver/ab-*.json")
+    doc = json.loads(path.read_text())
+    label = next(v["label"] for v in doc["variants"] if v["spec"].endswith("rates=8"))
+    for r in doc["runs"]:
+        if r["variant"] == label:  # what a window of the GPU host records with cupti=true
+            r["gpu_activity_by_gpu"] = {"0:0": {"mean": 0.95}, "1:0": {"mean": 0.85}}
+    path.write_text(json.dumps(doc))
+    block = summary(tmp_path)
+    assert block is not None and block["gpu_activity_min"] == pytest.approx(0.85)
+    assert block["per_layout"]["per-gpu servers behind nginx"]["activity_by_gpu"] == {"0:0": 0.95, "1:0": 0.85}
+
+
+def test_no_sitting_no_block(tmp_path: Path) -> None:
+    assert summary(tmp_path) is None
+    assert four_gpu.SECTION.lines(tmp_path) == []
