@@ -23,7 +23,9 @@ from typer.testing import CliRunner
 
 from inflight.profiling import activity as act
 from inflight.profiling.cli import nsys_summary_main as main
-from inflight.profiling.nsys_summary import NsysDb, NsysExportError, run, split_global_id, summarize_file
+from inflight.profiling.nsys_db import NsysDb, split_global_id
+from inflight.profiling.nsys_summary import run, summarize_file
+from inflight.tool_errors import NsysExportError
 
 ROOT = Path(__file__).resolve().parents[2]
 US = 1_000  # ns
@@ -825,7 +827,7 @@ def test_live_gauges_absent_are_reported_with_the_servers_reason(tmp_path: Path)
 
 
 def test_live_counters_give_batches_and_items_per_batch_between_first_and_last_scrape(tmp_path: Path):
-    from inflight.profiling.nsys_summary import read_live_metrics
+    from inflight.profiling.nsys_live import read_live_metrics
 
     def page(count: int, total: int, counters: bool) -> str:
         # the histogram holds a sample (a tenth here); the counters are exact and, where present, decide

@@ -6,6 +6,8 @@ Modules (none imports CUPTI, nvtx or matplotlib at import time, so the package n
 * :mod:`~inflight.profiling.activity` -- columnar GPU-op / API-call records and the figures
   computed from them (GPU temporal activity, sync share, dispatches, the regime verdict).
 * :mod:`~inflight.profiling.nsys_summary` -- the same figures from Nsight Systems sqlite exports.
+* :mod:`~inflight.profiling.nsys_db` -- an Nsight Systems sqlite export read into those records.
+* :mod:`~inflight.profiling.nsys_live` -- the live metrics scraped beside an nsys capture.
 * :mod:`~inflight.profiling.cupti_live` -- in-process collection with cupti-python
   (``LiveGpuMetrics`` for Triton's metrics endpoint, ``CuptiWindow`` for benchmarks).
 * :mod:`~inflight.profiling.trace` -- records as a Chrome/Perfetto trace (ui.perfetto.dev).

@@ -3,7 +3,7 @@
 Both sources of data in this package produce the same containers, so every figure is
 computed by one piece of code:
 
-* :mod:`~inflight.profiling.nsys_summary` loads them from an Nsight Systems sqlite export;
+* :mod:`~inflight.profiling.nsys_db` loads them from an Nsight Systems sqlite export;
 * :mod:`~inflight.profiling.cupti_live` fills them from cupti-python activity records.
 
 Timestamps are integer nanoseconds on the source's own clock (nsys: session time; CUPTI:
