@@ -31,6 +31,7 @@ from inflight.profiling.cupti_live import (
     pair_markers,
     reduce_activities,
 )
+from inflight.profiling.figures import dispatch_durations
 
 PID = 777
 
@@ -484,5 +485,5 @@ def test_dispatch_durations_group_by_correlation():
         end=[10, 20, 55, 70, 180],
         correlation=[1, 1, 0, 0, 2],
     )
-    assert sorted(act.dispatch_durations(g, 0, 1000).tolist()) == [5, 10, 20, 80]
-    assert np.array_equal(act.dispatch_durations(g, 500, 600), np.zeros(0, dtype=np.int64))
+    assert sorted(dispatch_durations(g, 0, 1000).tolist()) == [5, 10, 20, 80]
+    assert np.array_equal(dispatch_durations(g, 500, 600), np.zeros(0, dtype=np.int64))

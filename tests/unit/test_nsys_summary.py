@@ -25,6 +25,7 @@ from inflight.profiling import activity as act
 from inflight.profiling.cli import nsys_summary_main as main
 from inflight.profiling.nsys_db import NsysDb, split_global_id
 from inflight.profiling.nsys_summary import run, summarize_file
+from inflight.profiling.regime import ActivitySummary
 from inflight.tool_errors import NsysExportError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -299,7 +300,7 @@ def test_sync_bound_figures_and_verdict(tmp_path: Path):
 def test_waits_on_a_completion_thread_are_not_called_sync_bound(tmp_path: Path):
     """The pipelined shape: one thread launches, another waits; the GPU idles for host reasons."""
 
-    def launches_and_waits(waiting_tid: int, path: Path) -> act.ActivitySummary:
+    def launches_and_waits(waiting_tid: int, path: Path) -> ActivitySummary:
         """100 periods of 100 µs: a graph launch on TID, 20 µs of GPU work, an 88 µs wait on waiting_tid."""
         b = NsysBuilder()
         for i in range(100):

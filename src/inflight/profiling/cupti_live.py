@@ -62,8 +62,11 @@ from typing import Any
 import numpy as np
 
 from inflight.profiling import activity as act
+from inflight.profiling import figures as fig
 from inflight.profiling import intervals as iv
-from inflight.profiling.activity import ActivitySummary, ApiCalls, GpuOps, Ranges, Records
+from inflight.profiling import regime
+from inflight.profiling.activity import ApiCalls, GpuOps, Ranges, Records
+from inflight.profiling.regime import ActivitySummary
 from inflight.tool_errors import CuptiUnavailableError
 
 LOGGER = logging.getLogger(__name__)
@@ -442,7 +445,7 @@ class RollingWindow:
         a_s = np.concatenate([c.api_s for c in chunks])
         a_e = np.concatenate([c.api_e for c in chunks])
         sync = np.concatenate([c.api_sync for c in chunks])
-        dur = act.clipped_durations(a_s, a_e, lo, hi)
+        dur = fig.clipped_durations(a_s, a_e, lo, hi)
         total = int(dur.sum())
         share = int(dur[sync].sum()) / total if total else 0.0
         return {"gpu_activity": busy, "sync_share": share, "kernels": float(kernels), "window_s": wall / 1e9}
@@ -908,30 +911,30 @@ class CuptiWindow:
         return self._records
 
     def gpu_activity(self, device: int | None = None) -> float:
-        """Union of GPU intervals over the window's wall time (see :func:`activity.gpu_activity`)."""
+        """Union of GPU intervals over the window's wall time (see :func:`figures.gpu_activity`)."""
         t0, t1 = self.window
-        return act.gpu_activity(self.records.gpu, t0, t1, device)
+        return fig.gpu_activity(self.records.gpu, t0, t1, device)
 
     def sync_share(self) -> float:
         """Share of CUDA API time inside ``*Synchronize`` calls."""
         t0, t1 = self.window
-        return act.api_figures(self.records.api, t0, t1).sync_share
+        return fig.api_figures(self.records.api, t0, t1).sync_share
 
     def sync_calls_by_thread(self) -> dict[int, int]:
         """OS thread id (``threading.get_native_id()``) -> number of ``*Synchronize`` calls."""
         t0, t1 = self.window
-        return act.sync_calls_by_thread(self.records.api, t0, t1)
+        return fig.sync_calls_by_thread(self.records.api, t0, t1)
 
     def kernels(self) -> int:
         """Kernels that started in the window."""
         t0, t1 = self.window
         g = self.records.gpu
-        return int(((g.kind == act.KERNEL) & act.in_window(g.start, t0, t1)).sum())
+        return int(((g.kind == act.KERNEL) & fig.in_window(g.start, t0, t1)).sum())
 
     def summary(self, **kwargs: Any) -> ActivitySummary:
-        """Every figure and the regime verdict (see :func:`activity.summarize`)."""
+        """Every figure and the regime verdict (see :func:`regime.summarize`)."""
         t0, t1 = self.window
-        return act.summarize(self.records, t0, t1, **kwargs)
+        return regime.summarize(self.records, t0, t1, **kwargs)
 
     def write_trace(self, path: str | Path) -> Path:
         """Write the records as a Perfetto/Chrome trace JSON (open it in ui.perfetto.dev)."""

@@ -4,7 +4,7 @@ Input: one or more ``nsys export --type sqlite`` files (``scripts/nsys_profile.s
 them). For each file, over the measured window -- first to last GPU activity by default, or
 ``--window-start/--window-end`` (ns on the report's timeline), or the span of the NVTX
 range(s) with a given name -- it computes the figures of
-:class:`inflight.profiling.activity.ActivitySummary` and names the regime. Several files are
+:class:`inflight.profiling.regime.ActivitySummary` and names the regime. Several files are
 shown side by side (Markdown + JSON), each with a timeline PNG of a few milliseconds.
 
 The export is read by :mod:`~inflight.profiling.nsys_db` (which lists the schema it relies on), the
@@ -22,10 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from inflight.profiling import activity as act
-from inflight.profiling.activity import DEFAULT_THRESHOLDS, ActivitySummary, Ranges, Thresholds
+from inflight.profiling.activity import Ranges
+from inflight.profiling.figures import clipped_durations, sync_calls_by_thread
 from inflight.profiling.nsys_db import DRIVER_TABLE, GPU_TABLES, RUNTIME_TABLE, NsysDb
 from inflight.profiling.nsys_live import LIVE_METRICS_FILE, read_live_metrics
+from inflight.profiling.regime import DEFAULT_THRESHOLDS, ActivitySummary, Thresholds, summarize
 from inflight.tool_errors import NsysExportError
 
 LOGGER = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def live_gauge_text(live: dict[str, Any] | None, key: str, pct: Callable[[float 
 def _osrt_top(osrt: Ranges, lo: int, hi: int, limit: int = 5) -> list[dict[str, Any]]:
     if len(osrt) == 0:
         return []
-    dur = act.clipped_durations(osrt.start, osrt.end, lo, hi)
+    dur = clipped_durations(osrt.start, osrt.end, lo, hi)
     names = osrt.name.astype(str)
     uniq, inverse = np.unique(names, return_inverse=True)
     totals = np.bincount(inverse.reshape(-1), weights=dur.astype(np.float64), minlength=uniq.size)
@@ -180,7 +181,7 @@ def summarize_file(
             raise NsysExportError(f"{p}: empty window [{lo}, {hi})")
         records = db.load(lo, hi, device=device)
         notes.extend(records.notes)
-        summary = act.summarize(records, lo, hi, device=device, thresholds=thresholds)
+        summary = summarize(records, lo, hi, device=device, thresholds=thresholds)
         fs = FileSummary(
             path=p,
             label=label or p.stem,
@@ -189,7 +190,7 @@ def summarize_file(
             window_source=source,
             top_kernels=db.top_kernels(lo, hi, device=device),
             sync_calls_by_thread=dict(
-                sorted(act.sync_calls_by_thread(records.api, lo, hi).items(), key=lambda kv: -kv[1])[:8]
+                sorted(sync_calls_by_thread(records.api, lo, hi).items(), key=lambda kv: -kv[1])[:8]
             ),
             osrt_top=_osrt_top(records.osrt, lo, hi),
             notes=notes,
