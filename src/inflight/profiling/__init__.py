@@ -12,6 +12,8 @@ Modules (none imports CUPTI, nvtx or matplotlib at import time, so the package n
 * :mod:`~inflight.profiling.nsys_live` -- the live metrics scraped beside an nsys capture.
 * :mod:`~inflight.profiling.cupti_live` -- in-process collection with cupti-python
   (``LiveGpuMetrics`` for Triton's metrics endpoint, ``CuptiWindow`` for benchmarks).
+* :mod:`~inflight.profiling.cupti_hub` -- the process-wide owner of CUPTI's activity state.
+* :mod:`~inflight.profiling.cupti_records` -- cupti-python's activity records reduced to columns.
 * :mod:`~inflight.profiling.trace` -- records as a Chrome/Perfetto trace (ui.perfetto.dev).
 * :mod:`~inflight.profiling.timeline` -- an Nsight-like timeline PNG of a few milliseconds.
 * :mod:`~inflight.profiling.cli` -- the typer commands (``register(app)``).
