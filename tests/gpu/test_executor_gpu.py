@@ -154,7 +154,9 @@ def test_capture_at_load_leaves_no_eager_launch(repository: Path) -> None:
 
 def test_execute_thread_makes_no_synchronize_calls(repository: Path) -> None:
     """CUPTI runtime records by thread: the issuing thread never synchronizes; the completion side does."""
-    from inflight.profiling.cupti_live import CuptiUnavailableError, CuptiWindow, import_cupti
+    from inflight.profiling.cupti_hub import import_cupti
+    from inflight.profiling.cupti_live import CuptiWindow
+    from inflight.tool_errors import CuptiUnavailableError
 
     try:
         import_cupti()

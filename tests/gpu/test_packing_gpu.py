@@ -9,7 +9,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_packed_mixed_row_matches_the_unpacked_model_and_times_a_graph() -> None:
-    from inflight.bench.engine_bench import packed_mixed_row
+    from inflight.bench.unpadded import packed_mixed_row
     from inflight.models.bert import SPEC, make_module
     from inflight.runtime.batch import Batch, Item
 
@@ -26,7 +26,7 @@ def test_packed_mixed_row_matches_the_unpacked_model_and_times_a_graph() -> None
 
 
 def test_unpadded_row_matches_the_padded_model_and_computes_only_unmasked_tokens() -> None:
-    from inflight.bench.engine_bench import unpadded_row
+    from inflight.bench.unpadded import unpadded_row
     from inflight.models.bert import SPEC, make_module
     from inflight.runtime.batch import Batch, Item
 

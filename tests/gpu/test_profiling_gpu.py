@@ -35,7 +35,8 @@ def torch() -> Any:
 
 @pytest.fixture(scope="module")
 def cupti(torch: Any) -> Any:
-    from inflight.profiling.cupti_live import CuptiUnavailableError, import_cupti
+    from inflight.profiling.cupti_hub import import_cupti
+    from inflight.tool_errors import CuptiUnavailableError
 
     try:
         return import_cupti()
@@ -196,7 +197,7 @@ def test_trace_of_a_window(torch: Any, cupti: Any, tmp_path: Path):
 
 
 def test_nvtx_ranges_reach_cupti_with_the_injection_library(torch: Any, cupti: Any):
-    from inflight.profiling.cupti_live import cupti_library_path
+    from inflight.profiling.cupti_hub import cupti_library_path
 
     lib = cupti_library_path()
     if lib is None:

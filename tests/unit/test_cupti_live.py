@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from inflight.profiling import activity as act
+from inflight.profiling import cupti_hub, cupti_records
 from inflight.profiling import cupti_live as cl
-from inflight.profiling.cupti_live import (
+from inflight.profiling.cupti_live import CuptiWindow, LiveGpuMetrics, RollingWindow
+from inflight.profiling.cupti_records import (
     K_CONCURRENT_KERNEL,
     K_DRIVER,
     K_GRAPH_TRACE,
@@ -24,13 +26,11 @@ from inflight.profiling.cupti_live import (
     K_RUNTIME,
     Batch,
     CbidNames,
-    CuptiUnavailableError,
-    CuptiWindow,
-    LiveGpuMetrics,
-    RollingWindow,
     pair_markers,
     reduce_activities,
 )
+from inflight.profiling.figures import dispatch_durations
+from inflight.tool_errors import CuptiUnavailableError
 
 PID = 777
 
@@ -138,7 +138,7 @@ def test_cbid_names_fall_back_to_the_table_and_to_a_placeholder():
     assert NAMES(act.RUNTIME, 239) == "cudaStreamSynchronize"  # _ptsz
     assert NAMES(act.DRIVER, 800) == "cuCtxSynchronize"  # cuCtxSynchronize_v2
     assert NAMES(act.RUNTIME, 9999) == "cuda#cbid9999"
-    for (domain, cbid), name in cl.FALLBACK_CBID_NAMES.items():
+    for (domain, cbid), name in cupti_records.FALLBACK_CBID_NAMES.items():
         assert name in act.SYNC_APIS | act.LAUNCH_APIS, (domain, cbid, name)
 
 
@@ -161,11 +161,11 @@ def test_cbid_names_prefer_cupti_and_strip_versions():
 
 def test_markers_pair_by_id():
     ev = [
-        (1, cl.MARKER_START, 100, "batch", PID, 11),
-        (2, cl.MARKER_INSTANTANEOUS, 150, "tick", PID, 11),
-        (1, cl.MARKER_END, 300, "", PID, 11),
-        (3, cl.MARKER_START, 400, "open", PID, 12),
-        (4, cl.MARKER_END, 500, "", PID, 12),  # end without start
+        (1, cupti_records.MARKER_START, 100, "batch", PID, 11),
+        (2, cupti_records.MARKER_INSTANTANEOUS, 150, "tick", PID, 11),
+        (1, cupti_records.MARKER_END, 300, "", PID, 11),
+        (3, cupti_records.MARKER_START, 400, "open", PID, 12),
+        (4, cupti_records.MARKER_END, 500, "", PID, 12),  # end without start
     ]
     r = pair_markers(ev)
     assert list(zip(r.start.tolist(), r.end.tolist(), r.name.tolist(), strict=True)) == [
@@ -177,7 +177,9 @@ def test_markers_pair_by_id():
 
 
 def test_reduce_keeps_marker_events():
-    b = reduce_activities([marker(1, cl.MARKER_START, 10, "x"), marker(1, cl.MARKER_END, 20)], NAMES)
+    b = reduce_activities(
+        [marker(1, cupti_records.MARKER_START, 10, "x"), marker(1, cupti_records.MARKER_END, 20)], NAMES
+    )
     assert b.markers == [(1, 2, 10, "x", PID, 11), (1, 4, 20, "", PID, 11)]
 
 
@@ -326,19 +328,19 @@ class FakeCupti:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeCupti, cl._Hub]:
+def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeCupti, cupti_hub._Hub]:
     f = FakeCupti()
-    monkeypatch.setattr(cl, "import_cupti", lambda: f)
-    return f, cl._Hub()
+    monkeypatch.setattr(cupti_hub, "import_cupti", lambda: f)
+    return f, cupti_hub._Hub()
 
 
-def test_hub_setup_uses_system_thread_ids(fake: tuple[FakeCupti, cl._Hub]):
+def test_hub_setup_uses_system_thread_ids(fake: tuple[FakeCupti, cupti_hub._Hub]):
     f, hub = fake
     assert hub.timestamp() == 1_000
     assert f.thread_id_type == 1 and hub.thread_id_type == "system" and f.callbacks is not None
 
 
-def test_cupti_window_over_a_fake_hub(fake: tuple[FakeCupti, cl._Hub]):
+def test_cupti_window_over_a_fake_hub(fake: tuple[FakeCupti, cupti_hub._Hub]):
     f, hub = fake
     me = threading.get_native_id()
     f.now = 1_000
@@ -366,14 +368,14 @@ def test_cupti_window_over_a_fake_hub(fake: tuple[FakeCupti, cl._Hub]):
     assert w.thread_names.get(me) == threading.current_thread().name
 
 
-def test_cupti_window_figures_before_exit_raise(fake: tuple[FakeCupti, cl._Hub]):
+def test_cupti_window_figures_before_exit_raise(fake: tuple[FakeCupti, cupti_hub._Hub]):
     _, hub = fake
     w = CuptiWindow(hub_=hub)
     with pytest.raises(RuntimeError, match="after the with-block"):
         w.gpu_activity()
 
 
-def test_cupti_window_without_driver_records_drops_them(fake: tuple[FakeCupti, cl._Hub]):
+def test_cupti_window_without_driver_records_drops_them(fake: tuple[FakeCupti, cupti_hub._Hub]):
     f, hub = fake
     with CuptiWindow(hub_=hub, driver=False) as w:
         assert K_DRIVER not in f.enabled
@@ -382,7 +384,7 @@ def test_cupti_window_without_driver_records_drops_them(fake: tuple[FakeCupti, c
     assert w.records.api.name.tolist() == ["cudaStreamSynchronize"]
 
 
-def test_two_windows_share_kinds_with_reference_counts(fake: tuple[FakeCupti, cl._Hub]):
+def test_two_windows_share_kinds_with_reference_counts(fake: tuple[FakeCupti, cupti_hub._Hub]):
     f, hub = fake
     outer = CuptiWindow(hub_=hub)
     outer.__enter__()
@@ -396,7 +398,7 @@ def test_two_windows_share_kinds_with_reference_counts(fake: tuple[FakeCupti, cl
     assert len(inner.records.gpu) == 1 and len(outer.records.gpu) == 1
 
 
-def test_enable_failure_is_reported_and_rolled_back(fake: tuple[FakeCupti, cl._Hub]):
+def test_enable_failure_is_reported_and_rolled_back(fake: tuple[FakeCupti, cupti_hub._Hub]):
     f, hub = fake
     f.refuse = {K_RUNTIME}
     with pytest.raises(CuptiUnavailableError, match="only one CUPTI subscriber"):
@@ -404,7 +406,7 @@ def test_enable_failure_is_reported_and_rolled_back(fake: tuple[FakeCupti, cl._H
     assert f.enabled == set() and hub._enabled == {}
 
 
-def test_live_metrics_over_a_fake_hub(fake: tuple[FakeCupti, cl._Hub]):
+def test_live_metrics_over_a_fake_hub(fake: tuple[FakeCupti, cupti_hub._Hub]):
     f, hub = fake
     f.now = 1_000_000_000
     m = LiveGpuMetrics.start(0.2, flush_interval_s=0.02, hub_=hub)
@@ -437,7 +439,9 @@ def test_live_metrics_rejects_a_bad_window():
         LiveGpuMetrics(0)
 
 
-def test_callback_errors_do_not_escape_into_cupti(fake: tuple[FakeCupti, cl._Hub], caplog: pytest.LogCaptureFixture):
+def test_callback_errors_do_not_escape_into_cupti(
+    fake: tuple[FakeCupti, cupti_hub._Hub], caplog: pytest.LogCaptureFixture
+):
     f, hub = fake
 
     class Broken:
@@ -463,7 +467,7 @@ def test_missing_cupti_is_a_clear_error(monkeypatch: pytest.MonkeyPatch):
     with pytest.raises(CuptiUnavailableError, match="pip install cupti-python pyelftools"):
         CuptiWindow()
     with pytest.raises(CuptiUnavailableError):
-        cl.import_cupti()
+        cupti_hub.import_cupti()
 
 
 def test_importing_the_package_needs_no_gpu_libraries():
@@ -484,5 +488,5 @@ def test_dispatch_durations_group_by_correlation():
         end=[10, 20, 55, 70, 180],
         correlation=[1, 1, 0, 0, 2],
     )
-    assert sorted(act.dispatch_durations(g, 0, 1000).tolist()) == [5, 10, 20, 80]
-    assert np.array_equal(act.dispatch_durations(g, 500, 600), np.zeros(0, dtype=np.int64))
+    assert sorted(dispatch_durations(g, 0, 1000).tolist()) == [5, 10, 20, 80]
+    assert np.array_equal(dispatch_durations(g, 500, 600), np.zeros(0, dtype=np.int64))

@@ -68,7 +68,7 @@ def test_auto_compile_is_the_models_measured_choice_on_a_gpu(model: str, on_gpu:
 
 @pytest.mark.parametrize("model", ["linear_head", "stacked_head", "seqlen_head"])
 def test_engine_bench_compares_the_served_head_with_the_engine_before(model: str) -> None:
-    from inflight.bench.engine_bench import variants_for
+    from inflight.bench.config import variants_for
 
     spec = MODELS[model]
     variants = variants_for(model, "fp16")

@@ -23,7 +23,10 @@ from typer.testing import CliRunner
 
 from inflight.profiling import activity as act
 from inflight.profiling.cli import nsys_summary_main as main
-from inflight.profiling.nsys_summary import NsysDb, NsysExportError, run, split_global_id, summarize_file
+from inflight.profiling.nsys_db import NsysDb, split_global_id
+from inflight.profiling.nsys_summary import run, summarize_file
+from inflight.profiling.regime import ActivitySummary
+from inflight.tool_errors import NsysExportError
 
 ROOT = Path(__file__).resolve().parents[2]
 US = 1_000  # ns
@@ -297,7 +300,7 @@ def test_sync_bound_figures_and_verdict(tmp_path: Path):
 def test_waits_on_a_completion_thread_are_not_called_sync_bound(tmp_path: Path):
     """The pipelined shape: one thread launches, another waits; the GPU idles for host reasons."""
 
-    def launches_and_waits(waiting_tid: int, path: Path) -> act.ActivitySummary:
+    def launches_and_waits(waiting_tid: int, path: Path) -> ActivitySummary:
         """100 periods of 100 µs: a graph launch on TID, 20 µs of GPU work, an 88 µs wait on waiting_tid."""
         b = NsysBuilder()
         for i in range(100):
@@ -825,7 +828,7 @@ def test_live_gauges_absent_are_reported_with_the_servers_reason(tmp_path: Path)
 
 
 def test_live_counters_give_batches_and_items_per_batch_between_first_and_last_scrape(tmp_path: Path):
-    from inflight.profiling.nsys_summary import read_live_metrics
+    from inflight.profiling.nsys_live import read_live_metrics
 
     def page(count: int, total: int, counters: bool) -> str:
         # the histogram holds a sample (a tenth here); the counters are exact and, where present, decide

@@ -29,7 +29,7 @@ from inflight.loadtest import rategen as rg
 from inflight.loadtest import stats as st
 from inflight.loadtest.runner.ab import AbRunner
 from inflight.loadtest.runner.config import AbConfig, Endpoints
-from inflight.loadtest.runner.fleet import plan_gpu_servers
+from inflight.loadtest.runner.gpu_servers import plan_gpu_servers
 from inflight.loadtest.runner.metrics import per_server_requests, sum_counts
 from inflight.loadtest.runner.plan import rategen_command
 

@@ -145,7 +145,7 @@ def test_a_launch_runs_padded_when_padding_is_small_or_a_first_token_is_masked()
 
 
 def test_bench_error_per_sequence_compares_each_sequence_alone() -> None:
-    from inflight.bench.engine_bench import _max_error_per_sequence
+    from inflight.bench.unpadded import _max_error_per_sequence
 
     rng = np.random.default_rng(6)
     ids = [rng.integers(1, 30522, size=n) for n in (5, 9, 12)]

@@ -27,7 +27,8 @@ def bench_engine_cmd(
 ) -> None:
     """Engine-only bound vs sync vs pipelined executor on the GPU, one process; writes a JSON result."""
     setup_logging(verbose)
-    from inflight.bench.engine_bench import BenchConfig, run, write
+    from inflight.bench.config import BenchConfig
+    from inflight.bench.engine_bench import run, write
     from inflight.lab.open_loop_results import executor_rows, is_executor_row
 
     cfg = BenchConfig(

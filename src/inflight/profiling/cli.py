@@ -151,8 +151,8 @@ def nsys_summary_cmd(
 ) -> None:
     """GPU activity (union/wall), sync share, dispatches and the regime, side by side per file."""
     setup_logging(verbose)
-    from inflight.profiling.activity import Thresholds
     from inflight.profiling.nsys_summary import run, to_json, to_markdown
+    from inflight.profiling.regime import Thresholds
     from inflight.tool_errors import NsysExportError
 
     try:

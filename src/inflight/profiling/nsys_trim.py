@@ -12,21 +12,21 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from inflight.profiling import nsys_summary as ns
+from inflight.profiling import nsys_db
 
 #: Tables with ``start``/``end`` columns, filtered to the window.
 TIMED_TABLES: tuple[str, ...] = (
-    ns.KERNEL_TABLE,
-    ns.MEMCPY_TABLE,
-    ns.MEMSET_TABLE,
-    ns.GRAPH_TABLE,
-    ns.RUNTIME_TABLE,
-    ns.DRIVER_TABLE,
-    ns.NVTX_TABLE,
-    ns.OSRT_TABLE,
+    nsys_db.KERNEL_TABLE,
+    nsys_db.MEMCPY_TABLE,
+    nsys_db.MEMSET_TABLE,
+    nsys_db.GRAPH_TABLE,
+    nsys_db.RUNTIME_TABLE,
+    nsys_db.DRIVER_TABLE,
+    nsys_db.NVTX_TABLE,
+    nsys_db.OSRT_TABLE,
 )
 #: Small tables copied whole.
-WHOLE_TABLES: tuple[str, ...] = (ns.MEMCPY_ENUM, ns.GPU_INFO, "ThreadNames")
+WHOLE_TABLES: tuple[str, ...] = (nsys_db.MEMCPY_ENUM, nsys_db.GPU_INFO, "ThreadNames")
 #: Columns that hold ``StringIds`` ids.
 STRING_COLUMNS: tuple[str, ...] = ("nameId", "shortName", "demangledName", "mangledName", "textId")
 
@@ -59,7 +59,7 @@ def trim(src: Path, dst: Path, *, keep_ms: float = 200.0, skip_ms: float = 0.0) 
         have = {r[0] for r in conn.execute("SELECT name FROM src.sqlite_master WHERE type = 'table'")}
         firsts = [
             conn.execute(f'SELECT MIN(start) FROM src."{t}"').fetchone()[0]
-            for t in (ns.KERNEL_TABLE, ns.MEMCPY_TABLE, ns.GRAPH_TABLE)
+            for t in (nsys_db.KERNEL_TABLE, nsys_db.MEMCPY_TABLE, nsys_db.GRAPH_TABLE)
             if t in have
         ]
         firsts = [f for f in firsts if f is not None]

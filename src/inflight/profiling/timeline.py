@@ -15,6 +15,7 @@ import numpy as np
 
 from inflight.profiling import activity as act
 from inflight.profiling.activity import Records
+from inflight.profiling.figures import clipped_durations
 
 LOGGER = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def timeline_rows(
         sync = a.is_in(act.SYNC_APIS)
         launch = a.is_in(act.LAUNCH_APIS)
         copy = a.is_copy()
-        dur = act.clipped_durations(a.start, a.end, t0, t1)
+        dur = clipped_durations(a.start, a.end, t0, t1)
         threads, inverse = np.unique(a.thread[m], return_inverse=True)
         busy = np.bincount(inverse.reshape(-1), weights=dur[m].astype(np.float64))
         for tid in threads[np.argsort(-busy)][:max_threads]:

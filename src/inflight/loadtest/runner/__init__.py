@@ -29,6 +29,7 @@ The parts, each a module of this package:
 
 - :mod:`~inflight.loadtest.runner.config`: :class:`AbConfig` (which checks itself), the variants, the endpoints;
 - :mod:`~inflight.loadtest.runner.fleet`: the server fleet (one server or one per GPU: start, stop, load, unload);
+- :mod:`~inflight.loadtest.runner.gpu_servers`: the plan of one server per GPU (its GPU, devices, cores);
 - :mod:`~inflight.loadtest.runner.front`: the load balancer in front of the per-GPU servers (``--balancer nginx``);
 - :mod:`~inflight.loadtest.runner.plan`: the load plan (closed or open loop, Locust or the asyncio generator),
   decided once, and the load generator's command lines and runs;
