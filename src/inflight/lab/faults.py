@@ -58,7 +58,6 @@ from inflight.lab.fault_load import (
     serving,
     tally,
 )
-from inflight.lab.sections import fmt
 from inflight.lab.serve_process import RSS_FLAT_MIB, SRC, RssSampler, ServeProcess, log_lines, model_ready, rss_flat
 from inflight.server.config import port_free
 from inflight.tool_errors import ServerError
@@ -428,9 +427,13 @@ def section_rows(doc: Mapping[str, Any]) -> list[str]:
     """One line per fault of a ``faults.json`` document: sent / answered / failed / lost / dropped."""
     return [
         f"({f['fault']}) {f['name']}: sent {f['sent']}, answered {f['answered']}, failed {f['failed']}, "
-        f"lost {f['lost']}, dropped {f['dropped']}; recovered {fmt((f.get('recovery') or {}).get('recovered'))}"
+        f"lost {f['lost']}, dropped {f['dropped']}; recovered {_yes_no((f.get('recovery') or {}).get('recovered'))}"
         for f in doc.get("faults") or []
     ]
+
+
+def _yes_no(v: bool | None) -> str:
+    return "n/a" if v is None else "yes" if v else "no"
 
 
 if __name__ == "__main__":
