@@ -35,7 +35,7 @@ kit_setup() {
 ensure_built() {
   local names=""
   [ $# -gt 0 ] && names=$(printf "'%s'," "$@")
-  $PY -c "from pathlib import Path; from inflight.build import ensure_built; ensure_built(Path('model_repository'), [${names%,}] or None)" \
+  $PY -c "from pathlib import Path; from inflight.build.repository import ensure_built; ensure_built(Path('model_repository'), [${names%,}] or None)" \
     2>&1 | grep -v -i warn | tail -2
 }
 

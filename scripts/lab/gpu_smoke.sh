@@ -9,7 +9,7 @@ python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import torch, numpy, cuda.bindings; print('torch', torch.__version__, 'numpy', numpy.__version__, 'cuda-bindings', cuda.bindings.__version__)"
 export INFLIGHT_TEST_REPOSITORY=$PWD/runs/test-repo
-time python3 -c "from pathlib import Path; from inflight.build import ensure_built; ensure_built(Path('$INFLIGHT_TEST_REPOSITORY'))" \
+time python3 -c "from pathlib import Path; from inflight.build.repository import ensure_built; ensure_built(Path('$INFLIGHT_TEST_REPOSITORY'))" \
   2>&1 | grep -v Warning | tail -3
 # does cuda-python release the GIL while cudaEventSynchronize blocks?
 python3 - <<'PY' 2>&1 | tee "$OUT/gil_probe.txt"
