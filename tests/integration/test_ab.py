@@ -157,7 +157,7 @@ def test_sigterm_after_a_window_keeps_the_windows_measured_apart_from_the_result
     assert not list(out.glob("ab-*.json")), "an interrupted run was written as a result"
     (path,) = out.glob("interrupted-ab-*.json")
     doc = json.loads(path.read_text())
-    assert doc["interrupted"] == {"windows": 1, "planned_windows": 2}
-    assert not doc["valid"] and "interrupted after 1 of 2 windows" in doc["problems"]
+    assert doc["interrupted"] == {"variant_runs": 1, "planned_variant_runs": 2, "windows": 1}
+    assert not doc["valid"] and "interrupted after 1 of 2 variant runs (1 window(s))" in doc["problems"]
     (run,) = doc["runs"]
     assert run["model_name"] == "bert_tiny_null" and run["generator"]["completed"] > 0, run

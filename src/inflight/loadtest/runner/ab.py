@@ -106,7 +106,6 @@ class AbRunner:
         self.data = self.out / self.run_id
         self.fleet = ServerFleet(config, self.variants, cpu_sets_for(config), self.data)
         self.meter = WindowMeter(config, self.plan, self.fleet, self.data)
-        self._planned_windows = 0
 
     @property
     def open_loop(self) -> bool:
@@ -151,11 +150,7 @@ class AbRunner:
                 if not runs:
                     raise
                 interrupted = e
-                LOGGER.warning(
-                    "interrupted after %d of %d windows: stopping the servers, then writing the windows measured",
-                    len(runs),
-                    self._planned_windows,
-                )
+                LOGGER.warning("interrupted: stopping the servers, then writing the %d windows measured", len(runs))
             doc = document(
                 run_id=self.run_id,
                 started=self.started,
@@ -193,9 +188,15 @@ class AbRunner:
                 attach_served(doc, "\n".join(texts))
         if interrupted is not None:
             # not a result: the plan was not carried out (no report, and a name the result readers do not glob)
-            doc["interrupted"] = {"windows": len(runs), "planned_windows": self._planned_windows}
+            # a variant's run in a round is one window at each rate (or search step): count what finished in those
+            done = len({(r["variant"], r["round"]) for r in runs})
+            planned = len(round_order(self.variants, self.config.repeat))
+            doc["interrupted"] = {"variant_runs": done, "planned_variant_runs": planned, "windows": len(runs)}
             doc["valid"] = False
-            doc["problems"] = [*doc["problems"], f"interrupted after {len(runs)} of {self._planned_windows} windows"]
+            doc["problems"] = [
+                *doc["problems"],
+                f"interrupted after {done} of {planned} variant runs ({len(runs)} window(s))",
+            ]
             path = self.json_path.with_name(f"interrupted-{self.json_path.name}")
             path.write_text(json.dumps(finite(doc), indent=1, allow_nan=False) + "\n")
             LOGGER.warning("wrote the windows measured before the interruption to %s", path)
@@ -234,7 +235,6 @@ class AbRunner:
         order = round_order(self.variants, self.config.repeat)
         self.meter.planned_total = self.plan.planned_per_variant_s() * len(order)
         self.meter.t0 = time.monotonic()
-        self._planned_windows = len(order)
         done = 0
         for group in load_groups(order, self.config):
             runs.extend(self._run_group(group, done, len(order), endpoints, pools))
