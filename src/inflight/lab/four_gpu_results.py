@@ -15,11 +15,11 @@ is read from those files (RESULTS' section: ``sections.four_gpu``).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab.entries import Entry, entries, generator_verified, sittings
+from inflight.lab.entries import Entry, best_entry, entries, generator_verified, sittings
 
 FOUR_GPU_DIR = "four-gpu"
 #: The issue's targets: four GPUs' capacity over one GPU's, and every GPU's activity at that capacity.
@@ -75,19 +75,14 @@ def _ref(e: Entry | None, root: Path) -> dict[str, Any] | None:
     }
 
 
-def _best(es: Sequence[Entry]) -> Entry | None:
-    measured = [e for e in es if e.capacity is not None]
-    return max(measured, key=lambda e: e.capacity or 0.0) if measured else None
-
-
 def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
     """One sitting's block (None when it measured no one-GPU or no four-GPU capacity)."""
     es = entries(root / "results", sitting)
     models = [e for e in es if e.kind != "null"]
-    one = _best([e for e in models if route(e).startswith("gpu")])
+    one = best_entry([e for e in models if route(e).startswith("gpu")])
     layouts = {
-        "per-gpu servers behind nginx": _best([e for e in models if route(e) == "balancer"]),
-        "one server over the GPUs": _best([e for e in models if layout(e) == "one-server"]),
+        "per-gpu servers behind nginx": best_entry([e for e in models if route(e) == "balancer"]),
+        "one server over the GPUs": best_entry([e for e in models if layout(e) == "one-server"]),
     }
     four_name, four = max(
         ((name, e) for name, e in layouts.items() if e is not None and e.capacity is not None),

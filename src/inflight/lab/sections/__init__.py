@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,17 @@ def fmt(v: Any, spec: str = ",.0f", suffix: str = "") -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
     return f"{format(v, spec)}{suffix}"
+
+
+def capacity_cell(ref: Mapping[str, Any] | None) -> str:
+    """A variant's capacity at the SLO as a cell: ``(lower bound)`` when every rate met it, the generator's caveat.
+
+    ``ref`` holds ``capacity_rps``, ``capacity_bounded`` and ``comparable``; "not run" when it is None.
+    """
+    if ref is None:
+        return "not run"
+    cap = fmt(ref["capacity_rps"]) + ("" if ref["capacity_bounded"] else " (lower bound)")
+    return cap + ("" if ref["comparable"] else " (generator behind at or below it)")
 
 
 def pct(v: Any) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from inflight.lab.entries import GENERATOR_MARGIN
 from inflight.lab.four_gpu_results import summary
-from inflight.lab.sections import Section, fmt, markdown_table, pct
+from inflight.lab.sections import Section, capacity_cell, fmt, markdown_table, pct
 
 TITLE = "Four GPUs against one"
 
@@ -21,10 +21,8 @@ def _activity(ref: Mapping[str, Any] | None) -> str:
 
 
 def _cap(ref: Mapping[str, Any] | None) -> str:
-    if ref is None or ref.get("capacity_rps") is None:
-        return "not run"
-    cap = fmt(ref["capacity_rps"]) + ("" if ref["capacity_bounded"] else " (lower bound)")
-    return cap + ("" if ref["comparable"] else " (generator behind at or below it)")
+    """``capacity_cell``, "not run" also for a variant that met the SLO at none of its rates."""
+    return capacity_cell(None if ref is None or ref.get("capacity_rps") is None else ref)
 
 
 def collect(root: Path) -> dict[str, Any] | None:

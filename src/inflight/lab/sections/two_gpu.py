@@ -7,17 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from inflight.lab.entries import GENERATOR_MARGIN
-from inflight.lab.sections import Section, fmt, markdown_table
+from inflight.lab.sections import Section, capacity_cell, fmt, markdown_table
 from inflight.lab.two_gpu_results import TARGET_RATIO, sitting_rows, summary
 
 TITLE = "Two GPUs against one"
-
-
-def _cap(ref: Mapping[str, Any] | None) -> str:
-    if ref is None:
-        return "not run"
-    cap = fmt(ref["capacity_rps"]) + ("" if ref["capacity_bounded"] else " (lower bound)")
-    return cap + ("" if ref["comparable"] else " (generator behind at or below it)")
 
 
 def collect(root: Path) -> dict[str, Any] | None:
@@ -40,8 +33,8 @@ def render(data: Mapping[str, Any]) -> list[str]:
                 str(any_ref["server_cpus"]),
                 str(any_ref["client_cpus"]),
                 f"{any_ref['cores_per_gpu']:g}" if any_ref["cores_per_gpu"] is not None else "n/a",
-                _cap(modes["sync"]),
-                _cap(modes["pipelined"]),
+                capacity_cell(modes["sync"]),
+                capacity_cell(modes["pipelined"]),
             ]
         )
     gen = block["generator_verified_rps"]
@@ -120,9 +113,9 @@ def render(data: Mapping[str, Any]) -> list[str]:
                     [
                         f"`{b['sitting']}`",
                         str(b["one_server_cpus"] or "n/a"),
-                        _cap(b["one"]["sync"]),
-                        _cap(b["one"]["pipelined"]),
-                        _cap(b["two"]),
+                        capacity_cell(b["one"]["sync"]),
+                        capacity_cell(b["one"]["pipelined"]),
+                        capacity_cell(b["two"]),
                         "n/a" if b["two_over_one"] is None else fmt(b["two_over_one"], ".2f"),
                         "not run"
                         if b["null_model"] is None

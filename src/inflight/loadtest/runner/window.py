@@ -87,10 +87,9 @@ class WindowMeter:
         what = f"{v.name} at {rate:,.0f} req/s offered" if rate is not None else v.name
 
         def tick(elapsed: float) -> None:
-            texts = [scrape(e.metrics) for e in endpoints]
-            text = joined(texts)
-            if text is not None:
-                samples.append({"t": round(elapsed, 1), **st.gpu_gauges(text, v.name), **_by_gpu(texts, v.name)})
+            sample = _gauge_sample(elapsed, [scrape(e.metrics) for e in endpoints], v.name)
+            if sample is not None:
+                samples.append(sample)
             rps = st.current_rps(Path(f"{prefix}_stats_history.csv"))
             overall_left = self.planned_total - (time.monotonic() - self.t0)
             LOGGER.info(
@@ -124,12 +123,9 @@ class WindowMeter:
         if len(endpoints) > 1:
             record["per_server_requests"] = per_server_requests(befores, afters)
         texts = [scrape(e.metrics) for e in endpoints]
-        text = joined(texts)
-        if text is not None:
-            # the gauges are means over instances: every server's instances together (and per GPU, _by_gpu)
-            samples.append(
-                {"t": round(time.monotonic() - started, 1), **st.gpu_gauges(text, v.name), **_by_gpu(texts, v.name)}
-            )
+        sample = _gauge_sample(time.monotonic() - started, texts, v.name)
+        if sample is not None:
+            samples.append(sample)
         if all(t is not None for t in texts):
             # Locust has stopped: every request it sent should have left Triton's queue by now. The counters are
             # read per server and summed (one server's series must not be merged with another's)
@@ -371,6 +367,17 @@ def _tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def _gauge_sample(elapsed_s: float, texts: Sequence[str | None], model: str) -> dict[str, Any] | None:
+    """The GPU gauges ``elapsed_s`` into a window, from each server's metrics text (None when none could be read).
+
+    The gauges are means over instances, every server's instances together, and each GPU's own (:func:`_by_gpu`).
+    """
+    text = joined(texts)
+    if text is None:
+        return None
+    return {"t": round(elapsed_s, 1), **st.gpu_gauges(text, model), **_by_gpu(texts, model)}
 
 
 def _by_gpu(texts: Sequence[str | None], model: str) -> dict[str, Any]:

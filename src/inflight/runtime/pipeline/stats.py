@@ -47,7 +47,7 @@ def stat_field(
 
 
 class Counters:
-    """A dataclass of counters whose fields each carry their one description (``_stat``/``_meta`` metadata).
+    """A dataclass of counters whose fields each carry their one description (``stat_field`` metadata).
 
     ``published()`` lists the fields a metrics publisher loops over, ``aggregations()`` how each number
     combines over instances, ``snapshot()`` the values for the ``finalized`` record.
