@@ -105,6 +105,22 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
     assert md.read_text() == text
 
 
+def _sigterm_at(cmd: list[str], marker: str, what: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``cmd``, send it SIGTERM once it prints ``marker``; the process (ended) and all it printed."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if marker in line:
+            break
+    else:
+        pytest.fail(f"the A/B run ended before {what}:\n" + "".join(lines))
+    os.kill(proc.pid, signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    return proc, "".join(lines) + rest
+
+
 def test_sigterm_stops_the_server_and_keeps_its_log(repository: Path, tmp_path: Path) -> None:
     """`timeout` sends SIGTERM: the runner stops its server and copies the server log before exiting."""
     out = tmp_path / "results"
@@ -112,18 +128,7 @@ def test_sigterm_stops_the_server_and_keeps_its_log(repository: Path, tmp_path: 
         "bert_tiny_sync", "--preset", "smoke", "--users", "5",
         repository=repository, out=out, window=60, items=2, seq_len=8, processes=0,
     )  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:  # wait until the window's load is running
-        lines.append(line)
-        if "warming up" in line:
-            break
-    else:
-        pytest.fail("the A/B run ended before its warm-up:\n" + "".join(lines))
-    os.kill(proc.pid, signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=120)
-    text = "".join(lines) + rest
+    proc, text = _sigterm_at(cmd, "warming up", "its warm-up")  # the window's load is running
     assert proc.returncode == 128 + signal.SIGTERM, text
     assert "SIGTERM: stopping the A/B run" in text and "tritonserver stopped" in text
     (log,) = out.glob("ab-*/tritonserver.log")
@@ -141,18 +146,8 @@ def test_sigterm_after_a_window_keeps_the_windows_measured_apart_from_the_result
         "bert_tiny_null", "bert_tiny_sync", "--rate", "20",
         repository=repository, out=out, window=2, items=2, seq_len=8,
     )  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    lines = []
-    for line in proc.stdout:  # the second variant's window begins: the first one's record is in
-        lines.append(line)
-        if "run 2/2" in line:
-            break
-    else:
-        pytest.fail("the A/B run ended before its second window:\n" + "".join(lines))
-    os.kill(proc.pid, signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=120)
-    text = "".join(lines) + rest
+    # the second variant's run begins: the first one's record is in
+    proc, text = _sigterm_at(cmd, "run 2/2", "its second window")
     assert proc.returncode == 128 + signal.SIGTERM, text
     assert not list(out.glob("ab-*.json")), "an interrupted run was written as a result"
     (path,) = out.glob("interrupted-ab-*.json")
