@@ -27,23 +27,33 @@ def test_the_block_reads_one_gpu_four_gpus_the_layouts_and_the_null_model_by_rou
     assert set(block["per_layout"]) == {"per-gpu servers behind nginx", "one server over the GPUs"}
     assert block["per_layout"]["one server over the GPUs"]["layout"] == "one-server"
     assert set(block["null_model"]) == {"balancer", "direct"} and block["generator_verified_rps"] == 40.0
-    assert block["gpu_activity_min"] is None  # no CUPTI on the CPU: no per-GPU activity, and none is made up
+    assert block["gpu_activity_min"] is None and block["instance_gauge_min"] is None  # no CUPTI on the CPU
+    assert block["per_layout"]["per-gpu servers behind nginx"]["nginx_cores"] is not None
+    assert block["one_gpu"]["nginx_cores"] is None and block["null_model"]["direct"]["nginx_cores"] is None
     text = "\n".join(four_gpu.SECTION.lines(FIXTURE))
     assert text.startswith("## Four GPUs against one") and "**missed**" in text and "not measured" in text
 
 
-def test_the_least_busy_gpu_at_the_four_gpu_capacity_is_the_activity_reported(tmp_path: Path) -> None:
+def test_the_instances_gauge_is_reported_as_such_and_never_as_the_gpus_activity(tmp_path: Path) -> None:
     shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
     (path,) = tmp_path.rglob("perserver/ab-*.json")
     doc = json.loads(path.read_text())
-    label = next(v["label"] for v in doc["variants"] if v["spec"].endswith("rates=8"))
-    for r in doc["runs"]:
-        if r["variant"] == label:  # what a window of the GPU host records with cupti=true
+    four = next(v["label"] for v in doc["variants"] if v["spec"].endswith("rates=8"))
+    one = next(v["label"] for v in doc["variants"] if "via=gpu0" in v["spec"])
+    for r in doc["runs"]:  # what a window of the GPU host records with cupti=true
+        if r["variant"] == four:
             r["gpu_activity_by_gpu"] = {"0:0": {"mean": 0.95}, "1:0": {"mean": 0.85}}
+        if r["variant"] == one:  # server 1 idled under via=gpu0 and kept its last value
+            r["gpu_activity_by_gpu"] = {"0:0": {"mean": 0.5}, "1:0": {"mean": 0.85}}
     path.write_text(json.dumps(doc))
     block = summary(tmp_path)
-    assert block is not None and block["gpu_activity_min"] == pytest.approx(0.85)
-    assert block["per_layout"]["per-gpu servers behind nginx"]["activity_by_gpu"] == {"0:0": 0.95, "1:0": 0.85}
+    assert block is not None and block["instance_gauge_min"] == pytest.approx(0.85)
+    assert block["gpu_activity_min"] is None  # eight processes' gauges on a GPU are not its activity
+    assert block["per_layout"]["per-gpu servers behind nginx"]["instance_gauge_by_gpu"] == {"0:0": 0.95, "1:0": 0.85}
+    assert block["one_gpu"]["instance_gauge_by_gpu"] == {"0:0": 0.5}
+    assert block["one_gpu"]["server_cpus"] == doc["server"]["per_gpu_servers"][0]["cpus"]
+    text = "\n".join(four_gpu.SECTION.lines(tmp_path))
+    assert "**not measured**" in text and "0:0 95.0%, 1:0 85.0%" in text
 
 
 def test_no_sitting_no_block(tmp_path: Path) -> None:
