@@ -32,3 +32,30 @@ def test_a_named_nginx_that_is_not_executable_is_refused(tmp_path: Path, monkeyp
     monkeypatch.setenv(NGINX_ENV, str(tmp_path / "no-nginx"))
     with pytest.raises(ServerError, match="not an executable file"):
         find_nginx()
+
+
+def test_balancer_config_prints_what_nginx_accepts_listening_where_asked(tmp_path: Path) -> None:
+    import subprocess
+
+    from typer.testing import CliRunner
+
+    from inflight.cli import app
+
+    work = tmp_path / "nginx"
+    args = ["balancer-config", "10.0.0.1:8000", "10.0.0.2:8000", "--listen", "0.0.0.0:18080", "--workers", "2"]
+    res = CliRunner().invoke(app, [*args, "--workdir", str(work)])
+    assert res.exit_code == 0, res.output
+    assert "listen 0.0.0.0:18080" in res.output and "server 10.0.0.2:8000;" in res.output
+    assert work.is_dir()
+    try:
+        nginx = find_nginx()
+    except ServerError as e:
+        pytest.skip(f"nginx -t needs nginx (scripts/setup.sh unpacks it into .venv/nginx): {e}")
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(res.output)
+    checked = subprocess.run([str(nginx), "-t", "-c", str(conf)], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
+    bad = CliRunner().invoke(app, ["balancer-config", "10.0.0.1", "--workdir", str(work)])
+    assert bad.exit_code == 2 and "host:port" in bad.output
+    bad = CliRunner().invoke(app, ["balancer-config", "10.0.0.1:8000", "--listen", "8080", "--workdir", str(work)])
+    assert bad.exit_code == 2 and "--listen" in bad.output

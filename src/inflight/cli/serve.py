@@ -149,6 +149,37 @@ def _exit_for(server: Any, code: int | None) -> None:
     raise typer.Exit(1)
 
 
+def balancer_config_cmd(
+    upstream: Annotated[
+        list[str], typer.Argument(help="The servers' HTTP endpoints, host:port each: one server per GPU, every host's.")
+    ],
+    listen: Annotated[
+        str, typer.Option(help="Where nginx listens, host:port (0.0.0.0:8080 takes requests from other hosts).")
+    ] = "127.0.0.1:8080",
+    workers: Annotated[int, typer.Option(help="nginx worker processes (each one event loop on one core).")] = 1,
+    workdir: Annotated[
+        Path, typer.Option(help="Where nginx keeps its pid, error log and temporary files (made here).")
+    ] = Path("runs/nginx"),
+) -> None:
+    """Print the nginx configuration `inflight ab --balancer nginx` runs: round robin over the servers, keep-alive.
+
+    Run it with ``nginx -c "$PWD/nginx.conf"`` (``inflight balancer-config ... > nginx.conf``); clients then send
+    Triton's HTTP requests to ``--listen``. Exits 2 on a malformed endpoint.
+    """
+    from inflight.server.balancer import nginx_config
+
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        fail(ValueError(f"--listen {listen!r}: give host:port, e.g. 0.0.0.0:8080"))
+    try:
+        conf = nginx_config(upstream, int(port), workdir.resolve(), workers=workers, host=host)
+    except InflightError as e:
+        fail(e)
+    workdir.mkdir(parents=True, exist_ok=True)
+    typer.echo(conf, nl=False)
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``serve`` to ``app`` (the ``inflight`` command line)."""
+    """Add ``serve`` and ``balancer-config`` to ``app`` (the ``inflight`` command line)."""
     app.command("serve")(serve_cmd)
+    app.command("balancer-config")(balancer_config_cmd)

@@ -68,14 +68,15 @@ def nginx_version(binary: Path) -> str | None:
     return text.split(":", 1)[1].strip() if text.startswith("nginx version:") else text or None
 
 
-def nginx_config(upstreams: Sequence[str], port: int, workdir: Path, workers: int = 1) -> str:
-    """The configuration of a balancer on ``127.0.0.1:port`` over ``upstreams`` (``host:port`` HTTP endpoints).
+def nginx_config(upstreams: Sequence[str], port: int, workdir: Path, workers: int = 1, host: str = "127.0.0.1") -> str:
+    """The configuration of a balancer on ``host:port`` over ``upstreams`` (``host:port`` HTTP endpoints).
 
     Args:
         upstreams: The servers' HTTP endpoints.
         port: The balancer's port.
         workdir: Where nginx keeps its pid, error log and temporary files.
         workers: nginx worker processes (each one event loop on one core).
+        host: The address it listens on (``0.0.0.0``: every interface, for clients on other hosts).
 
     Raises:
         ServerError: for no upstream, a malformed one, or fewer than one worker.
@@ -83,8 +84,8 @@ def nginx_config(upstreams: Sequence[str], port: int, workdir: Path, workers: in
     if not upstreams:
         raise ServerError("a balancer needs at least one upstream server (host:port)")
     for u in upstreams:
-        host, sep, p = u.rpartition(":")
-        if not sep or not host or not p.isdigit():
+        name, sep, p = u.rpartition(":")
+        if not sep or not name or not p.isdigit():
             raise ServerError(f"upstream {u!r}: give host:port, e.g. 127.0.0.1:8000")
     if workers < 1:
         raise ServerError(f"workers={workers}: give at least one nginx worker")
@@ -108,7 +109,7 @@ http {{
         keepalive {KEEPALIVE};
     }}
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen {host}:{port} backlog=4096;
         location / {{
             proxy_pass http://triton;
             proxy_http_version 1.1;
