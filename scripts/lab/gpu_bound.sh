@@ -32,10 +32,14 @@ if [ "${ENGINE:-1}" = 1 ]; then
     2>&1 | grep -v -i warn | tail -n 12
 fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+# AB_TIMEOUT stops the run itself, not this script: `inflight ab` then stops its servers and keeps the windows it
+# finished (interrupted-ab-*.json). A timeout around this script would leave the run and its servers going.
 # shellcheck disable=SC2086  # VARIANTS is a list of words
-inflight ab $VARIANTS --rate "$RATES" --repeat "$ROUNDS" --slo 100 --items 32 --seq-len 128 --token-dist uniform \
-  --length-dist real --window "${WINDOW:-4}" --warmup "${WARMUP:-2}" --generator asyncio --processes 7 \
-  --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" --out /tmp/ab-gpu-bound 2>&1 \
-  | grep -E "capacity at|offered .*achieved|sizing|one instance" | tail -n "${TAIL:-40}"
+timeout "${AB_TIMEOUT:-540}" inflight ab $VARIANTS --rate "$RATES" --repeat "$ROUNDS" --slo 100 --items 32 \
+  --seq-len 128 --token-dist uniform --length-dist real --window "${WINDOW:-4}" --warmup "${WARMUP:-2}" \
+  --generator asyncio --processes 7 --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" \
+  --out /tmp/ab-gpu-bound 2>&1 | grep --line-buffered -E "capacity at|offered .*achieved|sizing|one instance" \
+  | tail -n "${TAIL:-40}"
 # at most 8 files come back from a call: the run's JSON holds every figure
-for f in /tmp/ab-gpu-bound/ab-*.json; do cp "$f" "$OUT/"; done
+shopt -s nullglob
+for f in /tmp/ab-gpu-bound/ab-*.json /tmp/ab-gpu-bound/interrupted-ab-*.json; do cp "$f" "$OUT/"; done

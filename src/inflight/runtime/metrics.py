@@ -174,11 +174,15 @@ class MetricsPublisher:
             self.m_gpu = {
                 "gpu_activity": family(
                     "inflight_gpu_activity",
-                    "GPU temporal activity (union of kernel+copy time / wall), CUPTI window",
+                    "This instance's GPU temporal activity (union of its own kernel+copy intervals / wall), CUPTI "
+                    "window; set at an execute (an idle instance keeps its last value); instances sharing a GPU "
+                    "time-slice it, so theirs do not add up to the GPU's activity (nsys of the server measures that)",
                     mf.GAUGE,
                 ).Metric(labels=labels),
                 "sync_share": family(
-                    "inflight_sync_share", "Share of CUDA API time in *Synchronize calls, CUPTI window", mf.GAUGE
+                    "inflight_sync_share",
+                    "Share of this instance's CUDA API time in *Synchronize calls, CUPTI window",
+                    mf.GAUGE,
                 ).Metric(labels=labels),
             }
 
