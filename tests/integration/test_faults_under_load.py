@@ -30,14 +30,20 @@ pytestmark = pytest.mark.integration
 D_SECONDS = 40.0
 
 
-def _config(repository: Path, workdir: Path) -> faults.FaultConfig:
-    return faults.FaultConfig(
+def _config(repository: Path, workdir: Path, key: str) -> faults.FaultConfig:
+    cfg = faults.FaultConfig(
         repository=repository, workdir=workdir, load_s={"a": 10.0, "b": 16.0, "c": 16.0, "d": D_SECONDS}
     )
+    if key == "b":
+        # Triton 2.51 never finishes unloading a model whose stub was killed (every committed sitting waited the
+        # full 60 s, then replaced the server, whose stop then waited Triton's 30 s exit timeout for that unload):
+        # the test waits 15 s and 5 s for the same outcome
+        cfg.reload_timeout_s, cfg.serve_args = 15.0, ("--exit-timeout", "5")
+    return cfg
 
 
 def _run(key: str, repository: Path, workdir: Path) -> dict[str, Any]:
-    result = faults.run_fault(key, _config(repository, workdir))
+    result = faults.run_fault(key, _config(repository, workdir, key))
     print("\n" + faults.section_rows({"faults": [result]})[0] + f"; {result['rate_rps']:.0f} req/s offered")
     print(json.dumps({k: v for k, v in result.items() if k not in ("rss",)}, indent=1)[:4000])
     return result

@@ -45,7 +45,7 @@ def test_capacity_search_of_sync_default_and_plain_writes_the_modes_keys(reposit
         str(cores[1]),
         repository=repository,
         out=out,
-        window=4,
+        window=2,
     )
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     assert r.returncode == 0, f"inflight ab failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"

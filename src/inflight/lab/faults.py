@@ -112,6 +112,7 @@ class FaultConfig:
     capacity_clients: int = 8
     server_cpus: str | None = None
     serve_args: tuple[str, ...] = ()
+    reload_timeout_s: float = RELOAD_TIMEOUT_S
 
     @property
     def spec(self) -> str:
@@ -138,6 +139,7 @@ class FaultConfig:
             "rss_flat_mib": RSS_FLAT_MIB,
             "request": f"input_ids and attention_mask [1, {SEQ}] INT64; answer: cls [1, 128] FP32",
             "server_cpus": self.server_cpus,
+            "reload_timeout_s": self.reload_timeout_s,
         }
 
 
@@ -250,7 +252,7 @@ def run_fault(key: str, cfg: FaultConfig, log: Callable[[str], None] = print) ->
                 # Triton 2.51 does not restart the stub: the instance fails every request it gets until the model
                 # is loaded again; the recovery tried first is an unload and reload
                 result["busy_before_recovery"] = busy_after(s.http, s.metrics, cfg.model, rounds=1)
-                recovery["reload"] = _reload(cfg, s.http, timeout_s=RELOAD_TIMEOUT_S)
+                recovery["reload"] = _reload(cfg, s.http, timeout_s=cfg.reload_timeout_s)
                 recovery["how"] = "unload and reload of the model"
                 if recovery["reload"]["ok"]:
                     recovery["check_after_reload"] = check = check_answers(s.http, cfg.model, reference)
