@@ -36,8 +36,8 @@ def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:
         "0",
         repository=repository,
         out=out,
-        window=10,
-        warmup=2,
+        window=5,
+        warmup=1,
     )
     # Locust's default master port is taken, as by an A/B run beside this one: the runner must not need it
     with contextlib.ExitStack() as stack:
