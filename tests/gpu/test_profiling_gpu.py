@@ -169,6 +169,29 @@ def test_live_metrics_follow_a_busy_then_idle_gpu(torch: Any, cupti: Any):
         m.stop()
 
 
+def test_nvidia_smi_utilization_of_a_busy_then_idle_gpu(torch: Any) -> None:
+    """The A/B runner's device-level figure (inflight.loadtest.gpu_util): high while kernels run back to back."""
+    from inflight.loadtest import gpu_util
+
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi is not on PATH")
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    with gpu_util.UtilizationSampler() as busy:
+        t_end = time.monotonic() + 3.0
+        while time.monotonic() < t_end:
+            for _ in range(50):
+                x = (x @ x).clamp_(-1, 1)
+            torch.cuda.synchronize()
+    time.sleep(1.5)  # the driver's sample period (up to 1 s) passes
+    with gpu_util.UtilizationSampler() as idle:
+        time.sleep(2.0)
+    b, i = busy.result(), idle.result()
+    assert b is not None and i is not None, "nvidia-smi sampled nothing"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+    assert b[visible]["n"] >= 5 and b[visible]["max"] >= 0.9, b
+    assert i[visible]["mean"] <= 0.2, i
+
+
 def test_trace_of_a_window(torch: Any, cupti: Any, tmp_path: Path):
     from inflight.profiling.cupti_live import collect
     from inflight.profiling.trace import write_trace

@@ -56,6 +56,24 @@ def test_the_instances_gauge_is_reported_as_such_and_never_as_the_gpus_activity(
     assert "**not measured**" in text and "0:0 95.0%, 1:0 85.0%" in text
 
 
+def test_the_gpus_activity_is_nvidia_smis_utilization_where_the_windows_sampled_it(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    (path,) = tmp_path.rglob("perserver/ab-*.json")
+    doc = json.loads(path.read_text())
+    four = next(v["label"] for v in doc["variants"] if v["spec"].endswith("rates=8"))
+    one = next(v["label"] for v in doc["variants"] if "via=gpu0" in v["spec"])
+    for r in doc["runs"]:  # what a window records on a host with nvidia-smi (inflight.loadtest.gpu_util)
+        if r["variant"] in (four, one):
+            busy = {"0": 0.97, "1": 0.93} if r["variant"] == four else {"0": 0.96, "1": 0.0}
+            r["gpu_util"] = {"source": "nvidia-smi", "by_gpu": {g: {"mean": m} for g, m in busy.items()}}
+    path.write_text(json.dumps(doc))
+    block = summary(tmp_path)
+    assert block is not None and block["gpu_activity_min"] == pytest.approx(0.93)
+    assert block["one_gpu"]["util_by_gpu"] == {"0": 0.96}  # its own GPU, not the idle one
+    text = "\n".join(four_gpu.SECTION.lines(tmp_path))
+    assert "the least busy GPU 93.0% by nvidia-smi (met)" in text and "GPU 0 97.0%, GPU 1 93.0%" in text
+
+
 def test_no_sitting_no_block(tmp_path: Path) -> None:
     assert summary(tmp_path) is None
     assert four_gpu.SECTION.lines(tmp_path) == []

@@ -15,9 +15,9 @@ GPU activity: the windows record the backend's live CUPTI gauge of every instanc
 mean over a GPU's instances of each stub's own kernel time over wall time). That is not the GPU's activity when
 several processes share a GPU: their kernels' intervals overlap in wall time under time-slicing (on 2026-11-28
 one server's eight instances on a GPU averaged 0.36, eight times that is 2.9), and an idle server's gauge keeps
-its last value (it is published from ``execute()``). So the block reports the gauge as ``instance_gauge_min``
-and ``gpu_activity_min`` stays None until a sitting measures the union of each GPU's kernels (nsys of the whole
-server, ``scripts/lab/gpu_bound_nsys.sh``).
+its last value (it is published from ``execute()``). So the block reports the gauge as ``instance_gauge_min``,
+and ``gpu_activity_min`` is the driver's figure for the whole GPU where the windows have it (``gpu_util``,
+:mod:`inflight.loadtest.gpu_util`: nvidia-smi's utilization.gpu, sampled in the window), else None.
 """
 
 from __future__ import annotations
@@ -74,6 +74,21 @@ def instance_gauge_by_gpu(e: Entry, rate: float) -> dict[str, float] | None:
     return {k: statistics.median(v) for k, v in sorted(per.items())} or None
 
 
+def util_by_gpu(e: Entry, rate: float) -> dict[str, float] | None:
+    """Each GPU's utilization at ``rate`` (nvidia-smi, physical index): the median over the windows there.
+
+    Only the addressed GPU for a ``via=gpu<N>`` variant; None when no window sampled it.
+    """
+    r = route(e)
+    own = r[3:] if r.startswith("gpu") else None
+    per: dict[str, list[float]] = {}
+    for w in _windows_at(e, rate):
+        for gpu, fig in ((w.get("gpu_util") or {}).get("by_gpu") or {}).items():
+            if own is None or gpu == own:
+                per.setdefault(gpu, []).append(float(fig["mean"]))
+    return {k: statistics.median(v) for k, v in sorted(per.items())} or None
+
+
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -126,6 +141,7 @@ def _ref(e: Entry | None, root: Path) -> dict[str, Any] | None:
         "server_cpus": server_cpus,
         "client_cpus": cpus.get("client"),
         **(_at_capacity(e, cap) if cap else {}),
+        "util_by_gpu": util_by_gpu(e, cap) if cap else None,
         "instance_gauge_by_gpu": instance_gauge_by_gpu(e, cap) if cap else None,
         "file": str(e.path.relative_to(root)),
     }
@@ -150,6 +166,7 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
     nulls = [e for e in es if e.kind == "null"]
     gen = generator_verified([e for e in nulls if route(e) in ("direct", "server")] or nulls)
     gauge = instance_gauge_by_gpu(four, four.capacity)
+    util = util_by_gpu(four, four.capacity)
     ratio = four.capacity / one.capacity
     null_by_route = {route(e): _ref(e, root) for e in nulls}
     return {
@@ -164,7 +181,7 @@ def sitting_summary(root: Path, sitting: Path) -> dict[str, Any] | None:
         "four_over_one_floor": four.capacity / nxt if (nxt := next_rate(one)) else None,
         "target_ratio": TARGET_RATIO,
         "target_met": ratio >= TARGET_RATIO,
-        "gpu_activity_min": None,  # the union of each GPU's kernels: not in these files (module docstring)
+        "gpu_activity_min": min(util.values()) if util else None,  # nvidia-smi's, where sampled (docstring)
         "target_activity": TARGET_ACTIVITY,
         "instance_gauge_min": min(gauge.values()) if gauge else None,
         "generator_verified_rps": gen[0] if gen else None,

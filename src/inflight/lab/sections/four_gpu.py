@@ -20,6 +20,13 @@ def _gauge(ref: Mapping[str, Any] | None) -> str:
     return ", ".join(f"{k} {pct(v)}" for k, v in act.items())
 
 
+def _util(ref: Mapping[str, Any] | None) -> str:
+    util = None if ref is None else ref.get("util_by_gpu")
+    if not util:
+        return "not sampled"
+    return ", ".join(f"GPU {k} {pct(v)}" for k, v in util.items())
+
+
 def _ms(ref: Mapping[str, Any], key: str) -> str:
     v = ref.get(key)
     return "n/a" if v is None else f"{v:.1f}"
@@ -60,6 +67,7 @@ def render(block: Mapping[str, Any]) -> list[str]:
                 "server cores busy there",
                 "late (max)",
                 "nginx there",
+                "GPU utilization there (nvidia-smi)",
                 "instances' CUPTI gauge",
             ],
             rows,
@@ -75,12 +83,13 @@ def render(block: Mapping[str, Any]) -> list[str]:
         + ". GPU activity at that "
         f"capacity (target >= {pct(block['target_activity'])} on every GPU): "
         + (
-            pct(block["gpu_activity_min"])
+            f"the least busy GPU {pct(block['gpu_activity_min'])} by nvidia-smi "
+            f"({'met' if block['gpu_activity_min'] >= block['target_activity'] else '**missed**'})"
             if block["gpu_activity_min"] is not None
-            else "**not measured**: the last column is the mean over a GPU's instances of each process's own "
-            "kernel time over wall time, which is not the GPU's activity when eight processes share it (their "
-            "intervals overlap under time-slicing; an idle server's gauge keeps its last value). The union of each "
-            "GPU's kernels needs nsys of the whole server (`scripts/lab/gpu_bound_nsys.sh`)"
+            else "**not measured**: this sitting's windows did not sample nvidia-smi, and the last column is the mean "
+            "over a GPU's instances of each process's own kernel time over wall time, which is not the GPU's "
+            "activity when eight processes share it (their intervals overlap under time-slicing; an idle server's "
+            "gauge keeps its last value)"
         )
         + ".",
     ]
@@ -106,7 +115,7 @@ def render(block: Mapping[str, Any]) -> list[str]:
 
 def _row(ref: Mapping[str, Any] | None) -> list[str]:
     if ref is None:
-        return ["n/a", "n/a", "not run", "n/a", "n/a", "n/a", "n/a", "n/a"]
+        return ["n/a", "n/a", "not run", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"]
     late = ref.get("late_fraction_max")
     nginx = (
         f"{ref['nginx_cores']:.2f} cores, {ref['nginx_us_per_request']:.0f} µs/request"
@@ -121,6 +130,7 @@ def _row(ref: Mapping[str, Any] | None) -> list[str]:
         _ms(ref, "server_cores_busy"),
         "n/a" if late is None else pct(late),
         nginx,
+        _util(ref),
         _gauge(ref),
     ]
 

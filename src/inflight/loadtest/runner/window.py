@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from inflight.loadtest import cpu, rategen
+from inflight.loadtest import cpu, gpu_util, rategen
 from inflight.loadtest import openloop as ol
 from inflight.loadtest import stats as st
 from inflight.loadtest.prometheus import means_by_label
@@ -109,13 +109,20 @@ class WindowMeter:
                 _fmt_s(overall_left),
             )
 
-        res = run_locust(
-            self.plan.command(v, s, self.fleet.targets(v, endpoints), pool, window, csv_prefix=prefix, raw_dir=raw_dir),
-            log=self.data / f"{tag}.log",
-            planned_s=window,
-            tick=tick,
-            tick_interval_s=self.config.progress_interval_s,
-        )
+        started_wall = time.time()
+        with gpu_util.UtilizationSampler() as util:  # each GPU's own utilization (nothing without nvidia-smi)
+            res = run_locust(
+                self.plan.command(
+                    v, s, self.fleet.targets(v, endpoints), pool, window, csv_prefix=prefix, raw_dir=raw_dir
+                ),
+                log=self.data / f"{tag}.log",
+                planned_s=window,
+                tick=tick,
+                tick_interval_s=self.config.progress_interval_s,
+            )
+        util_by_gpu = util.result(since=started_wall + s.ramp_s)
+        if util_by_gpu is not None:  # after the warm-up; keys: the GPUs' physical indices
+            record["gpu_util"] = {"source": gpu_util.SOURCE, "by_gpu": util_by_gpu}
         cpu_after = self.fleet.cpu_snapshot()
         front_after = self.fleet.front.snapshot() if self.fleet.front is not None else None
         afters = [control.inference_stats(e.http, v.name) for e in endpoints]
