@@ -17,7 +17,8 @@
 #          on one load (one variant: nothing to interleave it with)
 #
 #   OUT=... RATES1=3000,4500 RATES4=12000,18000 NULL_RATES=36000 bash scripts/lab/four_gpu.sh
-#   PART=perserver | PART=oneserver: one run alone (two calls, if one does not fit); IMPORT=0: the repository as it is
+#   PART=perserver | PART=oneserver: one run alone (two calls, if one does not fit); IMPORT=0: the repository as it is;
+#   TOKEN_DIST=text: the same requests' token ids from real text (the issue's second workload), uniform by default
 #
 # The MiniLM variants run with cupti=true: every window records each GPU's own activity (gpu_activity_by_gpu).
 #
@@ -99,7 +100,7 @@ if [ "${IMPORT:-1}" = 1 ]; then
 fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader | tee -a "$log"
 
-common=(--slo "${SLO:-100}" --items 32 --seq-len 128 --token-dist uniform --length-dist real --window "${WINDOW:-4}"
+common=(--slo "${SLO:-100}" --items 32 --seq-len 128 --token-dist "${TOKEN_DIST:-uniform}" --length-dist real --window "${WINDOW:-4}"
   --warmup "${WARMUP:-2}" --generator asyncio --processes "$PROCS" --repository "$REPO")
 if [ -n "$CLIENT_CPUS" ]; then common+=(--client-cpus "$CLIENT_CPUS"); else common+=(--no-isolate); fi
 rc=0
