@@ -46,8 +46,9 @@ def _depth_histogram(metrics_url: str, model: str) -> dict[float, float]:
 @pytest.mark.parametrize("mode", ["pipelined", "overlap", "auto"])
 def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any, repository: Any, mode: str) -> None:
     name = "bert_tiny_inflight"
-    # one instance, so that its batches queue behind each other (the built variant has one per core)
-    overrides = {"kind": "gpu", "instances": "1", "slots": "4", "mode": mode}
+    # one instance, so that its batches queue behind each other (the built variant has one per core), on GPU 0:
+    # without gpus= Triton puts the count on every visible GPU (four instances, four records on a 4-GPU host)
+    overrides = {"kind": "gpu", "instances": "1", "gpus": "0", "slots": "4", "mode": mode}
     if mode == "overlap":
         overrides["chunk_items"] = "128"  # batches of a few hundred items run as several chunks
         # and batches that large must form: at the default 500 us the batcher's batches sometimes all stayed
