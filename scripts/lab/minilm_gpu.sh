@@ -12,6 +12,7 @@
 #   PART=load  OUT=... bash scripts/lab/minilm_gpu.sh     # import + open loop, JSON in $OUT/<tokens>-ab-*.json
 #   PART=bench OUT=... bash scripts/lab/minilm_gpu.sh     # import + `inflight bench-engine --model minilm`
 #   PART=import OUT=... bash scripts/lab/minilm_gpu.sh    # the import alone (scripts/lab/gpu_bound.sh)
+#   NAME=minilm2k MAX_BATCH=2048 PART=import ...           # a second import beside it: another name, larger batches
 #
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
 set -uo pipefail
@@ -56,7 +57,8 @@ for f in ("tokenizer.json", "modules.json", "sentence_bert_config.json", "1_Pool
     shutil.copy(src / f, dst / f)
 print("random-weight checkpoint of all-MiniLM-L6-v2's shape in", dst)
 EOF
-inflight import-hf "$ckpt" --name minilm --server-cpus "$SERVER_CPUS" --gpus 1 --no-onnx | tail -c 400
+inflight import-hf "$ckpt" --name "${NAME:-minilm}" --server-cpus "$SERVER_CPUS" --gpus 1 --no-onnx \
+  ${MAX_BATCH:+--max-batch-size "$MAX_BATCH"} | tail -c 400
 [ "$PART" = import ] && exit 0
 if [ "$PART" = bench ]; then
   inflight bench-engine --model minilm --batch 32 --batch 512 --seq-len "${SEQ:-128}" --iters "${ITERS:-50}" \
