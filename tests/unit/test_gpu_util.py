@@ -9,7 +9,7 @@ import pytest
 
 from inflight.loadtest import gpu_util
 
-#: What ``nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader,nounits -lms=200`` prints
+#: What ``nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader,nounits --loop-ms=200`` prints
 #: (two GPUs), with a cut-off last line and a GPU the driver could not read.
 LINES = """2026/11/28 05:00:00.100, 0, 20
 2026/11/28 05:00:00.100, 1, 90
@@ -34,3 +34,11 @@ def test_without_nvidia_smi_nothing_is_sampled_and_nothing_is_made_up() -> None:
     with gpu_util.UtilizationSampler() as sampler:
         pass
     assert sampler.result() is None
+
+
+def test_an_error_from_nvidia_smi_is_said_not_swallowed(caplog: pytest.LogCaptureFixture) -> None:
+    sampler = gpu_util.UtilizationSampler()
+    sampler._text = "Failed to initialize NVML: Driver/library version mismatch\n"  # what it prints then
+    with caplog.at_level("WARNING"):
+        assert sampler.result() is None
+    assert "Driver/library version mismatch" in caplog.text

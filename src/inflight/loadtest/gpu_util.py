@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import shutil
 import subprocess
 import tempfile
@@ -19,7 +20,8 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import IO, Any
 
-#: Milliseconds between two samples (``nvidia-smi -lms``).
+LOGGER = logging.getLogger(__name__)
+#: Milliseconds between two samples (``nvidia-smi --loop-ms``).
 INTERVAL_MS = 200
 #: What the figure is, for the run's JSON.
 SOURCE = "nvidia-smi utilization.gpu: the share of the driver's sample period in which a kernel ran"
@@ -62,7 +64,7 @@ def summarize(samples: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
 
 
 class UtilizationSampler:
-    """``nvidia-smi -lms`` running for the length of a ``with`` block; :meth:`result` then has each GPU's figures.
+    """``nvidia-smi --loop-ms`` running for the length of a ``with`` block; :meth:`result` then has each GPU's figures.
 
     Where ``nvidia-smi`` is missing (a CPU host) it samples nothing and :meth:`result` is None.
     """
@@ -79,9 +81,9 @@ class UtilizationSampler:
         """Start sampling (nothing without ``nvidia-smi``)."""
         if self.smi is not None:
             self._file = tempfile.TemporaryFile()
-            cmd: Sequence[str] = [self.smi, _QUERY, "--format=csv,noheader,nounits", f"-lms={self.interval_ms}"]
+            cmd: Sequence[str] = [self.smi, _QUERY, "--format=csv,noheader,nounits", f"--loop-ms={self.interval_ms}"]
             try:
-                self._proc = subprocess.Popen(cmd, stdout=self._file, stderr=subprocess.DEVNULL)
+                self._proc = subprocess.Popen(cmd, stdout=self._file, stderr=subprocess.STDOUT)
             except OSError:
                 self._file.close()
                 self._file = None
@@ -108,4 +110,6 @@ class UtilizationSampler:
     def result(self, since: float | None = None) -> dict[str, dict[str, Any]] | None:
         """Each GPU's figures (:func:`summarize`) from samples at or after ``since``; None when nothing was sampled."""
         figures = summarize(parse(self._text, since))
+        if not figures and self._text.strip() and not parse(self._text):  # it printed something else: say what
+            LOGGER.warning("nvidia-smi sampled no utilization: %s", self._text.strip().splitlines()[0][:200])
         return figures or None
