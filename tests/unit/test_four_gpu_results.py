@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,17 @@ from inflight.lab.four_gpu_results import summary
 from inflight.lab.sections import four_gpu
 
 FIXTURE = Path(__file__).parent / "fixtures" / "four-gpu-dry"
+
+
+def _fixture_copy(tmp_path: Path) -> tuple[Path, dict[str, Any], str, str]:
+    """The fixture copied to ``tmp_path``: its per-GPU servers' file, that file's document, and the labels of the
+    four-GPU variant and of the one-GPU one (``via=gpu0``)."""
+    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
+    (path,) = tmp_path.rglob("perserver/ab-*.json")
+    doc = json.loads(path.read_text())
+    four = next(v["label"] for v in doc["variants"] if v["spec"].endswith("rates=8"))
+    one = next(v["label"] for v in doc["variants"] if "via=gpu0" in v["spec"])
+    return path, doc, four, one
 
 
 def test_the_block_reads_one_gpu_four_gpus_the_layouts_and_the_null_model_by_route() -> None:
@@ -35,11 +47,7 @@ def test_the_block_reads_one_gpu_four_gpus_the_layouts_and_the_null_model_by_rou
 
 
 def test_the_instances_gauge_is_reported_as_such_and_never_as_the_gpus_activity(tmp_path: Path) -> None:
-    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
-    (path,) = tmp_path.rglob("perserver/ab-*.json")
-    doc = json.loads(path.read_text())
-    four = next(v["label"] for v in doc["variants"] if v["spec"].endswith("rates=8"))
-    one = next(v["label"] for v in doc["variants"] if "via=gpu0" in v["spec"])
+    path, doc, four, one = _fixture_copy(tmp_path)
     for r in doc["runs"]:  # what a window of the GPU host records with cupti=true
         if r["variant"] == four:
             r["gpu_activity_by_gpu"] = {"0:0": {"mean": 0.95}, "1:0": {"mean": 0.85}}
@@ -57,11 +65,7 @@ def test_the_instances_gauge_is_reported_as_such_and_never_as_the_gpus_activity(
 
 
 def test_the_gpus_activity_is_nvidia_smis_utilization_where_the_windows_sampled_it(tmp_path: Path) -> None:
-    shutil.copytree(FIXTURE, tmp_path, dirs_exist_ok=True)
-    (path,) = tmp_path.rglob("perserver/ab-*.json")
-    doc = json.loads(path.read_text())
-    four = next(v["label"] for v in doc["variants"] if v["spec"].endswith("rates=8"))
-    one = next(v["label"] for v in doc["variants"] if "via=gpu0" in v["spec"])
+    path, doc, four, one = _fixture_copy(tmp_path)
     for r in doc["runs"]:  # what a window records on a host with nvidia-smi (inflight.loadtest.gpu_util)
         if r["variant"] in (four, one):
             busy = {"0": 0.97, "1": 0.93} if r["variant"] == four else {"0": 0.96, "1": 0.0}

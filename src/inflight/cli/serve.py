@@ -166,13 +166,11 @@ def balancer_config_cmd(
     Run it with ``nginx -c "$PWD/nginx.conf"`` (``inflight balancer-config ... > nginx.conf``); clients then send
     Triton's HTTP requests to ``--listen``. Exits 2 on a malformed endpoint.
     """
-    from inflight.server.balancer import nginx_config
+    from inflight.server.balancer import nginx_config, split_endpoint
 
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        fail(ValueError(f"--listen {listen!r}: give host:port, e.g. 0.0.0.0:8080"))
     try:
-        conf = nginx_config(upstream, int(port), workdir.resolve(), workers=workers, host=host)
+        host, port = split_endpoint(listen, "--listen", "0.0.0.0:8080")
+        conf = nginx_config(upstream, port, workdir.resolve(), workers=workers, host=host)
     except InflightError as e:
         fail(e)
     workdir.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ and ``gpu_activity_min`` is the driver's figure for the whole GPU where the wind
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,21 @@ def _server_index(e: Entry) -> int | None:
     return next((i for i, s in enumerate(servers) if str(s.get("gpu")) == r[3:]), None)
 
 
+def _medians(
+    e: Entry, rate: float, figures: Callable[[Mapping[str, Any]], Mapping[str, Any]], keep: Callable[[str], bool]
+) -> dict[str, float] | None:
+    """Each kept key's median over the variant's windows at ``rate`` of ``figures(window)[key]["mean"]``.
+
+    None when no window has any.
+    """
+    per: dict[str, list[float]] = {}
+    for w in _windows_at(e, rate):
+        for key, fig in figures(w).items():
+            if isinstance(fig, Mapping) and keep(key):
+                per.setdefault(key, []).append(float(fig["mean"]))
+    return {k: statistics.median(v) for k, v in sorted(per.items())} or None
+
+
 def instance_gauge_by_gpu(e: Entry, rate: float) -> dict[str, float] | None:
     """Each GPU's instance gauge at ``rate``: the median over the variant's windows there of the window mean.
 
@@ -66,12 +81,9 @@ def instance_gauge_by_gpu(e: Entry, rate: float) -> dict[str, float] | None:
     CUPTI gauges were off). What the gauge is, and is not: the module's docstring.
     """
     own = _server_index(e)
-    per: dict[str, list[float]] = {}
-    for r in _windows_at(e, rate):
-        for key, gauge in (r.get("gpu_activity_by_gpu") or {}).items():
-            if isinstance(gauge, Mapping) and (own is None or key.startswith(f"{own}:")):
-                per.setdefault(key, []).append(float(gauge["mean"]))
-    return {k: statistics.median(v) for k, v in sorted(per.items())} or None
+    return _medians(
+        e, rate, lambda w: w.get("gpu_activity_by_gpu") or {}, lambda k: own is None or k.startswith(f"{own}:")
+    )
 
 
 def util_by_gpu(e: Entry, rate: float) -> dict[str, float] | None:
@@ -81,12 +93,7 @@ def util_by_gpu(e: Entry, rate: float) -> dict[str, float] | None:
     """
     r = route(e)
     own = r[3:] if r.startswith("gpu") else None
-    per: dict[str, list[float]] = {}
-    for w in _windows_at(e, rate):
-        for gpu, fig in ((w.get("gpu_util") or {}).get("by_gpu") or {}).items():
-            if own is None or gpu == own:
-                per.setdefault(gpu, []).append(float(fig["mean"]))
-    return {k: statistics.median(v) for k, v in sorted(per.items())} or None
+    return _medians(e, rate, lambda w: (w.get("gpu_util") or {}).get("by_gpu") or {}, lambda k: own is None or k == own)
 
 
 def _median(values: list[float]) -> float | None:

@@ -5,7 +5,8 @@ kernels ran on the GPU: the whole device's temporal activity, every process's ke
 (copies not counted). The backend's live CUPTI gauges are each instance's own kernels instead, and several
 instances on one GPU overlap there (``inflight.runtime.metrics``); nsys of the whole server gives the exact union
 (``inflight nsys-summary``). The A/B runner samples this beside them in every window on a host with
-``nvidia-smi`` (``gpu_util_by_gpu``: keys are the GPUs' physical indices, values fractions of 1).
+``nvidia-smi`` (a window's ``gpu_util``: ``source`` and ``by_gpu``, keyed by the GPUs' physical indices, each GPU's
+mean/min/max/n as fractions of 1).
 """
 
 from __future__ import annotations

@@ -68,6 +68,18 @@ def nginx_version(binary: Path) -> str | None:
     return text.split(":", 1)[1].strip() if text.startswith("nginx version:") else text or None
 
 
+def split_endpoint(endpoint: str, what: str, example: str) -> tuple[str, int]:
+    """``host:port`` as ``(host, port)``.
+
+    Raises:
+        ServerError: naming ``what`` and giving ``example`` when ``endpoint`` is not host:port.
+    """
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ServerError(f"{what} {endpoint!r}: give host:port, e.g. {example}")
+    return host, int(port)
+
+
 def nginx_config(upstreams: Sequence[str], port: int, workdir: Path, workers: int = 1, host: str = "127.0.0.1") -> str:
     """The configuration of a balancer on ``host:port`` over ``upstreams`` (``host:port`` HTTP endpoints).
 
@@ -84,9 +96,7 @@ def nginx_config(upstreams: Sequence[str], port: int, workdir: Path, workers: in
     if not upstreams:
         raise ServerError("a balancer needs at least one upstream server (host:port)")
     for u in upstreams:
-        name, sep, p = u.rpartition(":")
-        if not sep or not name or not p.isdigit():
-            raise ServerError(f"upstream {u!r}: give host:port, e.g. 127.0.0.1:8000")
+        split_endpoint(u, "upstream", "127.0.0.1:8000")
     if workers < 1:
         raise ServerError(f"workers={workers}: give at least one nginx worker")
     servers = "\n".join(f"        server {u};" for u in upstreams)

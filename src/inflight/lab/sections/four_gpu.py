@@ -27,11 +27,6 @@ def _util(ref: Mapping[str, Any] | None) -> str:
     return ", ".join(f"GPU {k} {pct(v)}" for k, v in util.items())
 
 
-def _ms(ref: Mapping[str, Any], key: str) -> str:
-    v = ref.get(key)
-    return "n/a" if v is None else f"{v:.1f}"
-
-
 def _cap(ref: Mapping[str, Any] | None) -> str:
     """``capacity_cell``, "not run" also for a variant that met the SLO at none of its rates."""
     return capacity_cell(None if ref is None or ref.get("capacity_rps") is None else ref)
@@ -116,7 +111,6 @@ def render(block: Mapping[str, Any]) -> list[str]:
 def _row(ref: Mapping[str, Any] | None) -> list[str]:
     if ref is None:
         return ["n/a", "n/a", "not run", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"]
-    late = ref.get("late_fraction_max")
     nginx = (
         f"{ref['nginx_cores']:.2f} cores, {ref['nginx_us_per_request']:.0f} µs/request"
         if ref.get("nginx_cores") is not None
@@ -126,9 +120,9 @@ def _row(ref: Mapping[str, Any] | None) -> list[str]:
         str(ref["server_cpus"]),
         str(ref["client_cpus"]),
         _cap(ref),
-        f"{_ms(ref, 'p50_ms')} / {_ms(ref, 'p99_ms')}",
-        _ms(ref, "server_cores_busy"),
-        "n/a" if late is None else pct(late),
+        f"{fmt(ref.get('p50_ms'), '.1f')} / {fmt(ref.get('p99_ms'), '.1f')}",
+        fmt(ref.get("server_cores_busy"), ".1f"),
+        pct(ref.get("late_fraction_max")),
         nginx,
         _util(ref),
         _gauge(ref),
