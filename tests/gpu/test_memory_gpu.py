@@ -7,6 +7,7 @@ written on this GPU, so its instance count comes from :mod:`inflight.sizing`'s r
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Any
@@ -76,9 +77,12 @@ def test_the_built_deployment_serves_its_largest_batches_back_to_back_without_ru
             t.join(600)
         unload(server.http_url, name)
     total = gpu_memory_mib()[1]
+    torch = sys.modules.get("torch")
+    own = torch.cuda.memory_reserved() >> 20 if torch is not None and torch.cuda.is_initialized() else 0
     print(
         f"{name} as built: {instances} instance(s), requests of {per_request} x {seq} tokens: {outcomes}, "
-        f"GPU memory peak {peak[0]} of {total} MiB; errors: {sorted(set(e[:160] for e in errors))[:3]}"
+        f"GPU memory peak {peak[0]} of {total} MiB ({own} MiB of it reserved by this test process); "
+        f"errors: {sorted(set(e[:160] for e in errors))[:3]}"
     )
     assert not any(t.is_alive() for t in threads), "a client hung"
     assert not [e for e in errors if "memory" in e.lower()], "a request failed for GPU memory"

@@ -48,7 +48,8 @@ def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any,
     name = "bert_tiny_inflight"
     # one instance, so that its batches queue behind each other (the built variant has one per core), on GPU 0:
     # without gpus= Triton puts the count on every visible GPU (four instances, four records on a 4-GPU host)
-    overrides = {"kind": "gpu", "instances": "1", "gpus": "0", "slots": "4", "mode": mode}
+    # Triton's usual batcher delay (the build's measured one is longer on a GPU, inflight.sizing.batcher_delay_us)
+    overrides = {"kind": "gpu", "instances": "1", "gpus": "0", "slots": "4", "mode": mode, "delay_us": "500"}
     if mode == "overlap":
         overrides["chunk_items"] = "128"  # batches of a few hundred items run as several chunks
         # and batches that large must form: at the default 500 us the batcher's batches sometimes all stayed
@@ -59,18 +60,21 @@ def test_thousands_of_concurrent_requests_each_get_their_own_result(server: Any,
         # at Triton's usual batcher delay: with the longer one the build measures on a GPU
         # (inflight.sizing.batcher_delay_us), one batch took every outstanding request of these 64 clients and
         # none was left to overlap (an H100, 2026-11-27: depths {1: 890})
-        overrides.update(auto_bound_min="1", auto_gain_min="0", delay_us="500")
+        overrides.update(auto_bound_min="1", auto_gain_min="0")
     log_start = len(server.log_path.read_text(errors="replace"))
     load_variant(server.http_url, variant_config(repository, name, overrides))
     try:
         spec = MODELS["bert_tiny"]
         rng = np.random.default_rng(11)
-        # distinct inputs, batch sizes 1..64 per request; two sequence lengths (Triton batches equal shapes)
+        # distinct inputs, batch sizes 1..64 per request; two sequence lengths (Triton batches equal shapes).
+        # 256 clients keep ~8,300 items outstanding, four times max_batch_size (2,048): a full batch is always
+        # waiting while one runs. With 64 (~2,080 items, one batch's worth) one batch could take every outstanding
+        # request, leaving none to launch behind it (an H100, 2026-11-28, pipelined: depths {1: 1037}).
         work = [
             spec.example_inputs(int(rng.integers(1, 65)), seq_len=int(rng.choice([32, 64])), rng=rng)
             for _ in range(3000)
         ]
-        with cf.ThreadPoolExecutor(64) as pool:
+        with cf.ThreadPoolExecutor(256) as pool:
             results = list(pool.map(lambda x: _infer(server.http_url, name, x), work))
         worst = 0.0
         for x, y in zip(work, results, strict=True):

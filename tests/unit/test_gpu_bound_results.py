@@ -42,13 +42,18 @@ def test_the_committed_sittings_give_the_summary_block_from_their_files() -> Non
     assert "\n".join(rows) in readme, "README's GPU-bound rows are stale: run `inflight results-report`"
 
 
-def test_the_default_as_built_is_the_newest_sittings_marked_variant_and_its_capture_gives_the_activity() -> None:
+def test_the_default_as_built_is_the_newest_sittings_unchanged_variant_and_its_capture_gives_the_activity() -> None:
     vs = g.variants(ROOT)
     default = g.default_as_built(vs)
-    assert default is not None and "cupti=true" in default["spec"]
-    # the newest sitting with a marked variant, by the time it ran (not by file name)
-    marked = [v for v in vs if v["kind"] == "inflight" and "cupti" in v["spec"]]
-    assert len(marked) > 1 and default is marked[-1]
+    assert default is not None and set(default["overrides"]) <= g.AS_BUILT_KEYS
+    # the newest sitting with an as-built variant, by the time it ran (not by file name); instances=1 and
+    # delay_us= variants are configurations beside it, not the default
+    built = [v for v in vs if v["kind"] == "inflight" and set(v["overrides"]) <= g.AS_BUILT_KEYS]
+    assert len(built) > 1 and default is built[-1]
+    assert not [v for v in built if "instances" in v["overrides"] or "delay_us" in v["overrides"]]
+    pair = g.one_instance_pair(vs)
+    assert pair is not None and pair[0]["path"] == pair[1]["path"]
+    assert pair[0]["kind"] == "inflight" and pair[1]["kind"] == "sync"
     assert default["delay_us"] > 500  # the build's measured batcher delay, not Triton's usual
     caps = g.nsys_captures(ROOT)
     assert {"sync1", "auto1"} <= {c["name"] for c in caps}

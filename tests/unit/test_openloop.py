@@ -129,6 +129,25 @@ def test_capacity_is_where_the_curve_first_crosses_the_slo() -> None:
     assert ol.capacity_of([], 50) is None
 
 
+def test_capacity_over_rounds_is_the_median_rounds_not_the_luckiest_window() -> None:
+    # an H100, 2026-11-28: 5,250 req/s met in round 1 (p99 98.7 ms) and missed in rounds 2 and 3 (107 ms)
+    rounds = [
+        [_point(5000, 33.9), _point(5250, 98.7)],
+        [_point(5000, 33.8), _point(5250, 107.0)],
+        [_point(5000, 33.8), _point(5250, 107.4)],
+    ]
+    assert ol.capacity_of([p for r in rounds for p in r], 100) == 5250  # pooled: the first 5,250 window decides
+    assert ol.capacity_over_rounds(rounds, 100) == (5000, 5250)
+    # two rounds of three meeting it carry the rate; none missing above: unbounded
+    assert ol.capacity_over_rounds([[_point(100, 5)], [_point(100, 500)], [_point(100, 7)]], 50) == (100, None)
+    # the median round met nothing: no capacity, the lowest rate that missed is the bound
+    assert ol.capacity_over_rounds([[_point(100, 60)], [_point(100, 70)], [_point(100, 7)]], 50) == (None, 100)
+    # one round is capacity_of
+    one = [_point(1000, 5), _point(2000, 8), _point(3000, 70)]
+    assert ol.capacity_over_rounds([one], 50) == (ol.capacity_of(one, 50), 3000)
+    assert ol.capacity_over_rounds([], 50) == (None, None)
+
+
 def _knee(capacity: float) -> tuple[list[float], object]:
     """A synthetic server: p99 rises like 1/(1 - rho) and passes the SLO just above ``capacity``."""
     measured: list[float] = []

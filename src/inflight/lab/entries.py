@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inflight.loadtest.runner.document import capacity_fields
 from inflight.runtime import record
 
 OPEN_LOOP_DIR = "open-loop"
@@ -81,6 +82,20 @@ class Entry:
         return bool(self.summary.get("comparable"))
 
 
+def load_ab(path: Path) -> dict[str, Any]:
+    """An A/B file, each open-loop variant's capacity keys computed by the runner's current rule.
+
+    Files written before 2026-11-28 pooled the rounds' windows into one curve, so a rate one round met and the
+    others missed could stand as the capacity (:func:`inflight.loadtest.openloop.capacity_over_rounds`); their
+    sweep rows hold every window, so the keys are recomputed here from them.
+    """
+    doc = json.loads(path.read_text())
+    if is_open_loop(doc):
+        slo = float(doc["load"]["open_loop"]["slo_p99_ms"])
+        doc["summary"] = [{**s, **capacity_fields(s["sweep"], slo)} if s.get("sweep") else s for s in doc["summary"]]
+    return doc
+
+
 def sittings(results: Path, folder: str = OPEN_LOOP_DIR) -> list[Path]:
     """The sittings under ``results/<folder>`` (first-level folders holding A/B runs), oldest first."""
     root = results / folder
@@ -102,7 +117,7 @@ def entries(results: Path, sitting: Path | None = None) -> list[Entry]:
         return []
     out = []
     for path in sorted(sitting.rglob("ab-*.json")):
-        doc = json.loads(path.read_text())
+        doc = load_ab(path)
         if not is_open_loop(doc):
             continue
         variants = {v["label"]: v for v in doc.get("variants", [])}

@@ -7,8 +7,10 @@ ms) and ``results/gpu-bound/*/nsys/*/summary.json`` (``scripts/lab/gpu_bound_nsy
 under Nsight Systems at a fixed offered rate). :func:`summary` is ``summary.json["gpu_bound"]``;
 RESULTS' section is ``inflight.lab.sections.gpu_bound``, the README's row ``inflight.lab.sections.decision``.
 
-The default as built is the variant a sitting marks with the ``cupti=true`` override (the gauges on,
-nothing else changed), from the newest sitting that has one: the build's rule changed between sittings.
+The default as built is the ``inflight`` variant whose overrides change nothing the build wrote
+(:data:`AS_BUILT_KEYS` only: how it is measured, not what it serves), from the newest sitting that has one:
+the build's rule changed between sittings. The one-instance ratio is taken in the newest file that ran both
+one-instance variants.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from inflight.models.bert import BertShape
 
 #: The H100's own 8192^3 fp16 GEMM (issue 53's measurement, the same host kind): the dense roof of a token's FLOPs.
 H100_DENSE_FLOPS = 749e12
+#: Overrides that leave a variant as built: the gauges, capture at load or later, its rates, where the load goes.
+AS_BUILT_KEYS = frozenset({"cupti", "capture_at_load", "rates", "via"})
 #: Sequences a request of the served workload carries.
 ITEMS = 32
 
@@ -141,6 +145,7 @@ def variants(root: Path) -> list[dict[str, Any]]:
                     ),
                     "device": doc["device"]["name"],
                     "spec": v["spec"],
+                    "overrides": dict(v.get("overrides") or {}),
                     "kind": v["variant"],
                     "instances": v["config"]["instance_group"][0]["count"],
                     "delay_us": int(v["config"].get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0)),
@@ -163,9 +168,20 @@ def pick(vs: Sequence[Mapping[str, Any]], kind: str, spec_has: str = "") -> Mapp
 
 
 def default_as_built(vs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The ``cupti=true`` variant of the newest sitting that has one (see the module's docstring)."""
-    marked = [v for v in vs if v["kind"] == "inflight" and "cupti" in v["spec"]]
-    return marked[-1] if marked else None
+    """The as-built ``inflight`` variant of the newest sitting that has one (see the module's docstring)."""
+    built = [v for v in vs if v["kind"] == "inflight" and set(v["overrides"]) <= AS_BUILT_KEYS]
+    return built[-1] if built else None
+
+
+def one_instance_pair(vs: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+    """``(inflight, sync)`` at one instance each, from the newest file that ran both (None: none did)."""
+    for path in reversed(list(dict.fromkeys(v["path"] for v in vs))):
+        mine = [v for v in vs if v["path"] == path and v["overrides"].get("instances") == "1"]
+        auto = pick(mine, "inflight")
+        sync = pick(mine, "sync")
+        if auto and sync:
+            return auto, sync
+    return None
 
 
 def _default_capture(root: Path) -> Mapping[str, Any] | None:
@@ -183,8 +199,7 @@ def summary(root: Path) -> dict[str, Any] | None:
     per_request = ITEMS * served["unpadded"]["real_tokens"] / served["doc"]["rows"]
     bound = served["unpadded"]["tokens_per_s"] / per_request
     default = default_as_built(vs)
-    one_auto = pick(vs, "inflight", "instances=1")
-    one_sync = pick(vs, "sync", "instances=1")
+    pair = one_instance_pair(vs)
     plain = pick(vs, "plain")
     best = max((v for v in vs if v["kind"] in ("inflight", "sync")), key=lambda v: v["capacity"])
     capture = _default_capture(root)
@@ -198,9 +213,9 @@ def summary(root: Path) -> dict[str, Any] | None:
         "engine_bound_rps": bound,
         "gpu_activity": capture["gpu_activity"] if capture else None,
         "gpu_activity_at_rps": capture["rate"] if capture else None,
-        "one_instance_pipelined_over_sync": (
-            one_auto["capacity"] / one_sync["capacity"] if one_auto and one_sync and one_sync["capacity"] else None
-        ),
+        "one_instance_pipelined_over_sync": pair[0]["capacity"] / pair[1]["capacity"]
+        if pair and pair[1]["capacity"]
+        else None,
         "default_over_best": default["capacity"] / best["capacity"] if default and best["capacity"] else None,
         "default_oom_failures": default["memory_failures"] if default else None,
         "plain_rps": plain["capacity"] if plain else None,

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from inflight.lab.entries import load_ab
+
 DIR = "models"
 TEXTS = [
     "A man is eating food.",
@@ -118,7 +120,7 @@ def collect(root: Path) -> dict[str, Any]:
             cpu = {**json.loads((sitting / "cpu-minilm.json").read_text()), "path": sitting / "cpu-minilm.json"}
         for f in sorted(sitting.glob("*fp16*.jsonl")):
             fp16 += [{**json.loads(line), "path": f} for line in f.read_text().splitlines() if line.strip()]
-        runs += [(f, json.loads(f.read_text())) for f in sorted(sitting.glob("*ab-*.json"))]
+        runs += [(f, load_ab(f)) for f in sorted(sitting.glob("*ab-*.json"))]
     return {"cpu": cpu, "fp16": fp16, "runs": runs}
 
 

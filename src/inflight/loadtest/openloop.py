@@ -12,10 +12,10 @@ holds the parts of the open-loop test that do not need a server:
 * :class:`Lateness`: how late each request left against its schedule. Latency is always counted
   from the *scheduled* send time, so a generator that falls behind adds its lateness to the
   latency instead of hiding it (no coordinated omission); the lateness says whether it fell behind;
-* :class:`RatePoint`, :func:`meets_slo`, :func:`capacity_of` and :func:`bisect_capacity`: the
-  highest offered rate whose p99 is within the SLO with no failure and the achieved rate within 2%
-  of the offered one (perf_analyzer's ``--request-rate-range`` with ``--latency-threshold``, with a
-  bisection instead of a fixed step);
+* :class:`RatePoint`, :func:`meets_slo`, :func:`capacity_of` (:func:`capacity_over_rounds` for rates
+  repeated over rounds) and :func:`bisect_capacity`: the highest offered rate whose p99 is within the
+  SLO with no failure and the achieved rate within 2% of the offered one (perf_analyzer's
+  ``--request-rate-range`` with ``--latency-threshold``, with a bisection instead of a fixed step);
 * :func:`split_cpus`: disjoint CPU sets for the server and the load generator; :func:`share_cpus`: the
   server's cores cut into one contiguous share per server (one server per GPU).
 
@@ -246,6 +246,33 @@ def capacity_of(points: Sequence[RatePoint], slo_ms: float, tolerance: float = R
             break
         best = p.offered_rps
     return best
+
+
+def capacity_over_rounds(
+    rounds: Sequence[Sequence[RatePoint]], slo_ms: float, tolerance: float = RATE_TOLERANCE
+) -> tuple[float | None, float | None]:
+    """Capacity at the SLO of the same rates measured in several rounds, and the lowest rate that missed above it.
+
+    Each round's capacity is :func:`capacity_of` its own windows; the capacity is their median (the lower middle
+    one of an even count; a round that met no rate counts lowest). Pooling the rounds' windows into one curve
+    instead lets one lucky window carry a rate the other rounds missed (an H100, 2026-11-28: 5,250 req/s passed
+    in the first of three rounds at p99 98.7 ms and missed in the other two at 107 ms).
+
+    Returns:
+        ``(capacity, upper)``: capacity None when the median round met no rate; upper the lowest rate above the
+        capacity that missed in any round (None: every rate above it met the SLO in every round, or none was tried).
+    """
+    caps = sorted((capacity_of(r, slo_ms, tolerance) for r in rounds if r), key=lambda c: -math.inf if c is None else c)
+    if not caps:
+        return None, None
+    cap = caps[(len(caps) - 1) // 2]
+    missed = [
+        p.offered_rps
+        for r in rounds
+        for p in r
+        if not meets_slo(p, slo_ms, tolerance) and (cap is None or p.offered_rps > cap)
+    ]
+    return cap, min(missed) if missed else None
 
 
 @dataclass(kw_only=True)

@@ -6,11 +6,11 @@ Python-backend request path, so its req/s bounds what any executor can serve in 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from inflight.lab.entries import load_ab
 from inflight.lab.sections import Section, fmt, markdown_table, span
 
 TITLE = "One instance: the request path's ceiling"
@@ -19,9 +19,7 @@ CEILING_DIR = "per-instance-ceiling"
 
 def read_runs(root: Path, folder: str) -> list[tuple[Path, dict[str, Any]]]:
     """Every A/B file under ``results/<folder>`` in path order: its path from ``root`` and its document."""
-    return [
-        (p.relative_to(root), json.loads(p.read_text())) for p in sorted((root / "results" / folder).rglob("ab-*.json"))
-    ]
+    return [(p.relative_to(root), load_ab(p)) for p in sorted((root / "results" / folder).rglob("ab-*.json"))]
 
 
 PER_INSTANCE_TARGET = 2.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import importlib.metadata
 import json
@@ -171,24 +172,39 @@ def document(
 def open_loop_summary(records: Sequence[Mapping[str, Any]], config: AbConfig) -> dict[str, Any]:
     """Sweep, capacity at the SLO and whether the generator kept up, for one variant's windows."""
     rows = open_loop_points(records)
-    points = [rate_point(r) for r in records if r.get("rate") is not None]
-    capacity = ol.capacity_of(points, config.slo_ms)
-    missed = sorted(p.offered_rps for p in points if not ol.meets_slo(p, config.slo_ms))
-    upper = next((x for x in missed if capacity is None or x > capacity), None)
-    at = [row for row in rows if capacity is not None and row["offered_rps"] == capacity]
-    limited = [row["offered_rps"] for row in rows if row["generator_limited"]]
     return {
         "sweep": rows,
         "soak": soak_summary(records) if config.rate_repeat > 1 else None,
+        **capacity_fields(rows, config.slo_ms),
+    }
+
+
+def capacity_fields(rows: Sequence[Mapping[str, Any]], slo_ms: float) -> dict[str, Any]:
+    """A variant summary's capacity keys, from its sweep rows (:func:`open_loop_points`).
+
+    ``capacity_rps`` and ``capacity_upper_rps`` are :func:`capacity_of_rows`'; ``capacity_point`` (and ``rps``,
+    ``latency_ms``) the window at the capacity of the median p99 over the rounds. The lab recomputes these keys
+    with this function for files written before the rounds were taken apart.
+    """
+    capacity, upper = capacity_of_rows(rows, slo_ms)
+
+    def p99(row: Mapping[str, Any]) -> float:
+        v = float(row.get("p99_ms", math.nan))
+        return v if math.isfinite(v) else math.inf
+
+    at = sorted((row for row in rows if capacity is not None and row["offered_rps"] == capacity), key=p99)
+    point = at[(len(at) - 1) // 2] if at else None
+    limited = [row["offered_rps"] for row in rows if row["generator_limited"]]
+    return {
         "capacity_rps": capacity,
         "capacity_upper_rps": upper,
         "capacity_bounded": upper is not None,
-        "capacity_point": at[-1] if at else None,
+        "capacity_point": point,
         "generator_limited_rates": limited,
         # a ratio between variants is valid only where the generator kept its schedule up to the capacity
         "comparable": capacity is not None and not any(x <= capacity for x in limited),
-        "rps": at[-1]["achieved_rps"] if at else math.nan,
-        "latency_ms": ({"p50": at[-1]["p50_ms"], "p95": at[-1]["p95_ms"], "p99": at[-1]["p99_ms"]} if at else {}),
+        "rps": point["achieved_rps"] if point else math.nan,
+        "latency_ms": ({"p50": point["p50_ms"], "p95": point["p95_ms"], "p99": point["p99_ms"]} if point else {}),
     }
 
 
@@ -307,6 +323,19 @@ def attach_served(doc: dict[str, Any], log: str) -> None:
             served[m.group(1)].append(line)
     for v in doc.get("variants", []):
         v["served"] = served.get(v["model_name"], [])
+
+
+def capacity_of_rows(rows: Sequence[Mapping[str, Any]], slo_ms: float) -> tuple[float | None, float | None]:
+    """Capacity at the SLO and the lowest rate missed above it, from a variant's sweep rows (each round apart).
+
+    The rows are :func:`open_loop_points`' (a window's :class:`~inflight.loadtest.openloop.RatePoint` and its
+    round), as written in the run document's ``sweep``: :func:`~inflight.loadtest.openloop.capacity_over_rounds`.
+    """
+    names = [f.name for f in dataclasses.fields(ol.RatePoint)]
+    rounds: dict[Any, list[ol.RatePoint]] = {}
+    for row in rows:
+        rounds.setdefault(row.get("round"), []).append(ol.RatePoint(**{k: row[k] for k in names if k in row}))
+    return ol.capacity_over_rounds(list(rounds.values()), slo_ms)
 
 
 def open_loop_points(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
