@@ -5,6 +5,7 @@ GPU tests (marker ``gpu``) skip with the reason when no CUDA device is visible.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from collections.abc import Iterator
@@ -65,7 +66,10 @@ def repository() -> Path:
 
     repo = Path(os.environ.get("INFLIGHT_TEST_REPOSITORY", ROOT / "runs" / "test-repo"))
     repo.mkdir(parents=True, exist_ok=True)
-    ensure_built(repo)
+    # pytest-xdist's workers each run this fixture: one builds, the others wait and find it current
+    with open(repo.parent / f".{repo.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_built(repo)
     return repo
 
 

@@ -26,7 +26,8 @@ from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
 from inflight.server.control import http_client, inference_stats, unload
 
-pytestmark = pytest.mark.integration
+# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_execute_failures")]
 
 PARSE_FAULT = 777
 EXECUTE_FAULT = 778

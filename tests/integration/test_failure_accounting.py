@@ -23,7 +23,8 @@ import pytest
 
 from inflight.loadtest.prometheus import metric_samples
 
-pytestmark = pytest.mark.integration
+# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_failure_accounting")]
 
 NULL, SYNC = "bert_tiny_null", "bert_tiny_sync"
 

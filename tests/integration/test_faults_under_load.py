@@ -25,7 +25,8 @@ import pytest
 
 from inflight.lab import faults
 
-pytestmark = pytest.mark.integration
+# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_faults_under_load")]
 
 D_SECONDS = 40.0
 

@@ -26,7 +26,7 @@ from inflight.server.control import load_variant, variant_config, wait_unloaded
 from inflight.server.launcher import TritonServer
 from inflight.server.reply_buffer import WMEM_DEFAULT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 BURST = 600
 KERNEL_DEFAULT = 212992

@@ -21,7 +21,8 @@ import pytest
 
 from inflight.loadtest.prometheus import metric_samples
 
-pytestmark = pytest.mark.integration
+# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_idle_metrics")]
 
 MODELS = ["bert_tiny_sync", "bert_tiny_inflight"]
 

@@ -72,8 +72,9 @@ def test_rate_sweep_against_the_null_model_and_a_sync_variant(repository: Path, 
 
 def test_capacity_search_by_bisection(repository: Path, tmp_path: Path) -> None:
     # Rates far from the 2-core CPU host's capacity on both sides: at 10 req/s its p99 is about
-    # 50 ms (so the SLO is 150 ms), and 3,000 req/s already answers well under 98% of the requests
-    # due, so the high end (6,000) and the one midpoint (3,005) miss whatever the host's day
+    # 50 ms alone and missed 150 ms beside another test (scripts/test.sh runs two at a time), so the SLO
+    # is 1 s; 3,000 req/s already answers well under 98% of the requests due, so the high end (6,000)
+    # and the one midpoint (3,005) miss whatever the host's day and the SLO
     doc = _ab(
         repository,
         tmp_path / "search",
@@ -83,7 +84,7 @@ def test_capacity_search_by_bisection(repository: Path, tmp_path: Path) -> None:
         "--search-steps",
         "1",
         "--slo",
-        "150",
+        "1000",
     )
     assert doc["valid"], doc["problems"]
     (s,) = doc["summary"]

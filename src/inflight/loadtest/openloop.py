@@ -251,28 +251,21 @@ def capacity_of(points: Sequence[RatePoint], slo_ms: float, tolerance: float = R
 def capacity_over_rounds(
     rounds: Sequence[Sequence[RatePoint]], slo_ms: float, tolerance: float = RATE_TOLERANCE
 ) -> tuple[float | None, float | None]:
-    """Capacity at the SLO of the same rates measured in several rounds, and the lowest rate that missed above it.
+    """Capacity at the SLO over rounds of the same rates: the median of each round's :func:`capacity_of`.
 
-    Each round's capacity is :func:`capacity_of` its own windows; the capacity is their median (the lower middle
-    one of an even count; a round that met no rate counts lowest). Pooling the rounds' windows into one curve
-    instead lets one lucky window carry a rate the other rounds missed (an H100, 2026-11-28: 5,250 req/s passed
-    in the first of three rounds at p99 98.7 ms and missed in the other two at 107 ms).
+    The lower middle one of an even count; a round that met no rate counts lowest. One curve of all the windows
+    let one lucky window carry a rate (an H100, 2026-11-28: 5,250 req/s met in one round of three, p99 98.7 ms).
 
     Returns:
-        ``(capacity, upper)``: capacity None when the median round met no rate; upper the lowest rate above the
-        capacity that missed in any round (None: every rate above it met the SLO in every round, or none was tried).
+        ``(capacity, upper)``: capacity None when the median round met no rate; upper the lowest rate above it
+        that missed in any round (None: none did).
     """
     caps = sorted((capacity_of(r, slo_ms, tolerance) for r in rounds if r), key=lambda c: -math.inf if c is None else c)
     if not caps:
         return None, None
     cap = caps[(len(caps) - 1) // 2]
-    missed = [
-        p.offered_rps
-        for r in rounds
-        for p in r
-        if not meets_slo(p, slo_ms, tolerance) and (cap is None or p.offered_rps > cap)
-    ]
-    return cap, min(missed) if missed else None
+    missed = [p.offered_rps for r in rounds for p in r if not meets_slo(p, slo_ms, tolerance)]
+    return cap, min((x for x in missed if cap is None or x > cap), default=None)
 
 
 @dataclass(kw_only=True)

@@ -70,10 +70,11 @@ def render(data: Mapping[str, Any]) -> list[str]:
         lines += [
             "Served on the same kind of host (server cores 0-7, asyncio open-loop generator on 8-15), 32 sequences "
             "a request of lengths 16-128, each variant at each rate in each of three interleaved rounds; capacity "
-            "= the highest rate whose p99 <= 100 ms, median over rounds. The default as built is the `cupti=true` "
-            "variant (gauges on, nothing else overridden); the build's rule changed between sittings: the batcher "
-            "delay was 500 µs until the 2026-11-27 22:39 sitting (10 ms: a full batch at the longest length), then "
-            "3,272 µs (a full batch at the typical length, `inflight.sizing.batcher_delay_us`). The CUPTI gauge is "
+            "= the highest rate whose p99 <= 100 ms, median over rounds. The default as built is the newest sitting's "
+            "`inflight` variant that overrides only how it is measured (`cupti`, `capture_at_load`, `rates`, `via`); "
+            "the build's rule changed between sittings: the batcher delay was 500 µs until the 2026-11-27 22:39 "
+            "sitting (10 ms: a full batch at the longest length), then a full batch at the typical length "
+            "(`inflight.sizing.batcher_delay_us`: 3,272 µs, then 4,667 µs on 2026-11-28). The CUPTI gauge is "
             "each instance's own kernel time over wall time, averaged over instances; the GPU's activity is the "
             "nsys captures' below.",
             "",
