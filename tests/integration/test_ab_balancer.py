@@ -54,7 +54,8 @@ def _started_under(pid: int) -> dict[int, str]:
     found: dict[int, tuple[str, int]] = {}
     for c in children:
         with contextlib.suppress(psutil.Error):
-            if c.name() in ("tritonserver", "nginx"):
+            # not the runner's `nginx -v` (its version, read before the start): caught alive on a busy host
+            if c.name() in ("tritonserver", "nginx") and "-v" not in c.cmdline()[1:]:
                 found[c.pid] = (c.name(), c.ppid())
     # a stub is forked by its server and named tritonserver until it execs; nginx's workers are its master's children
     return {p: name for p, (name, parent) in found.items() if parent not in found}

@@ -26,8 +26,7 @@ from inflight.models import MODELS
 from inflight.models.reference import error_bound, reference_outputs, relative_error
 from inflight.server.control import http_client, inference_stats, unload
 
-# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_execute_failures")]
+pytestmark = pytest.mark.integration
 
 PARSE_FAULT = 777
 EXECUTE_FAULT = 778

@@ -23,8 +23,7 @@ import pytest
 
 from inflight.loadtest.prometheus import metric_samples
 
-# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_failure_accounting")]
+pytestmark = pytest.mark.integration
 
 NULL, SYNC = "bert_tiny_null", "bert_tiny_sync"
 

@@ -25,8 +25,7 @@ import pytest
 
 from inflight.lab import faults
 
-# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_faults_under_load")]
+pytestmark = pytest.mark.integration
 
 D_SECONDS = 40.0
 

@@ -13,6 +13,7 @@ and the model unloads. Needs root (to set the sysctl), as on the project's hosts
 from __future__ import annotations
 
 import contextlib
+import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,25 +25,40 @@ import tritonclient.http as httpclient
 from inflight.server.config import ServerConfig
 from inflight.server.control import load_variant, variant_config, wait_unloaded
 from inflight.server.launcher import TritonServer
-from inflight.server.reply_buffer import WMEM_DEFAULT
+from inflight.server.reply_buffer import WMEM_DEFAULT, WMEM_LOCK
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = pytest.mark.integration
 
 BURST = 600
 KERNEL_DEFAULT = 212992
 
 
 @contextlib.contextmanager
+def launchers_held() -> Iterator[None]:
+    """Hold the lock every launcher takes to raise, start and restore (other tests' servers wait to start)."""
+    with open(WMEM_LOCK, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@contextlib.contextmanager
 def wmem_default(value: int) -> Iterator[None]:
+    """Set the sysctl to ``value`` for the block, and back, each while no launcher is between raise and restore.
+
+    The tests run beside others (scripts/test.sh: pytest-xdist), whose servers raise the value under the lock
+    while they start: writing it outside the lock could shrink another server's buffer as it is made.
+    """
     try:
-        old = WMEM_DEFAULT.read_text().strip()
-        WMEM_DEFAULT.write_text(str(value))
+        with launchers_held():
+            old = WMEM_DEFAULT.read_text().strip()
+            WMEM_DEFAULT.write_text(str(value))
     except OSError as e:
         pytest.skip(f"cannot set net.core.wmem_default here ({e.strerror}): needs root on Linux")
     try:
         yield
     finally:
-        WMEM_DEFAULT.write_text(old)
+        with launchers_held():
+            WMEM_DEFAULT.write_text(old)
 
 
 def _burst(repository: Path, workdir: Path, reply_buffer: int | None) -> tuple[int, int, bool, str]:
@@ -92,7 +108,8 @@ def _burst(repository: Path, workdir: Path, reply_buffer: int | None) -> tuple[i
 
 def test_the_default_socket_buffer_loses_replies_and_the_unload(repository: Path, tmp_path: Path) -> None:
     """The defect itself, without our code and without the launcher's fix (characterizes Triton 2.51)."""
-    with wmem_default(KERNEL_DEFAULT):
+    # no launcher may raise the value while this server makes its sockets: they wait for the lock
+    with wmem_default(KERNEL_DEFAULT), launchers_held():
         answered, lost, unloaded, log = _burst(repository, tmp_path, reply_buffer=None)
     assert lost > 0, f"all {BURST} replies arrived: the frontend no longer drops replies (a fixed Triton?)"
     assert not unloaded and "bert_tiny_null (bert_tiny_null_0_0) finalized" not in log
@@ -102,6 +119,8 @@ def test_the_default_socket_buffer_loses_replies_and_the_unload(repository: Path
 def test_the_launcher_raises_the_buffer_and_every_request_is_answered(repository: Path, tmp_path: Path) -> None:
     with wmem_default(KERNEL_DEFAULT):
         answered, lost, unloaded, log = _burst(repository, tmp_path, reply_buffer=8 << 20)
-        assert WMEM_DEFAULT.read_text().strip() == str(KERNEL_DEFAULT), "the launcher did not restore the sysctl"
+        with launchers_held():  # not while another test's launcher holds it raised
+            restored = WMEM_DEFAULT.read_text().strip()
+        assert restored == str(KERNEL_DEFAULT), "the launcher did not restore the sysctl"
     assert (answered, lost) == (BURST, 0)
     assert unloaded and "bert_tiny_null (bert_tiny_null_0_0) finalized (drained)" in log

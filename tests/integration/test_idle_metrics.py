@@ -21,8 +21,7 @@ import pytest
 
 from inflight.loadtest.prometheus import metric_samples
 
-# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_idle_metrics")]
+pytestmark = pytest.mark.integration
 
 MODELS = ["bert_tiny_sync", "bert_tiny_inflight"]
 

