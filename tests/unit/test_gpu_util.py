@@ -24,6 +24,8 @@ def test_the_lines_become_each_gpus_fractions_after_the_warm_up() -> None:
     assert gpu_util.parse(LINES) == {"0": [0.2, 1.0, 0.8], "1": [0.9, 0.7]}
     since = dt.datetime(2026, 11, 28, 5, 0, 0, 300000).timestamp()
     assert gpu_util.parse(LINES, since=since) == {"0": [1.0, 0.8], "1": [0.7]}
+    until = dt.datetime(2026, 11, 28, 5, 0, 0, 500000).timestamp()  # the window's end: the stop after it is idle
+    assert gpu_util.parse(LINES, since=since, until=until) == {"0": [1.0]}
     figures = gpu_util.summarize(gpu_util.parse(LINES))
     assert list(figures) == ["0", "1"]
     assert figures["0"] == {"mean": pytest.approx(2.0 / 3), "min": 0.2, "max": 1.0, "n": 3}

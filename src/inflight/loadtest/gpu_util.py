@@ -30,12 +30,14 @@ _QUERY = "--query-gpu=timestamp,index,utilization.gpu"
 _TIME_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 
 
-def parse(text: str, since: float | None = None) -> dict[str, list[float]]:
+def parse(text: str, since: float | None = None, until: float | None = None) -> dict[str, list[float]]:
     """Each GPU's samples (fractions of 1) from ``nvidia-smi`` CSV lines ``timestamp, index, utilization``.
 
     Args:
         text: The lines (``--format=csv,noheader,nounits``).
         since: Keep only samples taken at or after this ``time.time()`` (the warm-up's end); None: all.
+        until: And before this one (the window's planned end: the generator's stop and its answers' collection
+            follow with the GPU idle); None: to the last.
 
     Lines that do not parse (a header, a partial last line, ``[N/A]``) are skipped.
     """
@@ -50,7 +52,7 @@ def parse(text: str, since: float | None = None) -> dict[str, list[float]]:
             taken = dt.datetime.strptime(stamp, _TIME_FORMAT).timestamp()
         except ValueError:
             continue
-        if since is None or taken >= since:
+        if (since is None or taken >= since) and (until is None or taken < until):
             out.setdefault(index, []).append(value)
     return out
 
@@ -108,9 +110,9 @@ class UtilizationSampler:
                 self._text = self._file.read().decode(errors="replace")
             self._file = None
 
-    def result(self, since: float | None = None) -> dict[str, dict[str, Any]] | None:
-        """Each GPU's figures (:func:`summarize`) from samples at or after ``since``; None when nothing was sampled."""
-        figures = summarize(parse(self._text, since))
+    def result(self, since: float | None = None, until: float | None = None) -> dict[str, dict[str, Any]] | None:
+        """Each GPU's figures (:func:`summarize`) from samples in ``[since, until)``; None when nothing was sampled."""
+        figures = summarize(parse(self._text, since, until))
         if not figures and self._text.strip() and not parse(self._text):  # it printed something else: say what
             LOGGER.warning("nvidia-smi sampled no utilization: %s", self._text.strip().splitlines()[0][:200])
         return figures or None

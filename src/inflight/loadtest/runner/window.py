@@ -120,8 +120,9 @@ class WindowMeter:
                 tick=tick,
                 tick_interval_s=self.config.progress_interval_s,
             )
-        util_by_gpu = util.result(since=started_wall + s.ramp_s)
-        if util_by_gpu is not None:  # after the warm-up; keys: the GPUs' physical indices
+        # the measured window only: an H100 sitting (2026-11-28) kept ~3 s of the idle stop in every window's mean
+        util_by_gpu = util.result(since=started_wall + s.ramp_s, until=started_wall + s.ramp_s + s.window_s)
+        if util_by_gpu is not None:  # keys: the GPUs' physical indices
             record["gpu_util"] = {"source": gpu_util.SOURCE, "by_gpu": util_by_gpu}
         cpu_after = self.fleet.cpu_snapshot()
         front_after = self.fleet.front.snapshot() if self.fleet.front is not None else None
