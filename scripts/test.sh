@@ -10,8 +10,5 @@ cd "$(dirname "$0")/.."
 PY=$(scripts/setup.sh | tail -n 1)
 echo "== ruff"; "$PY" -m ruff check .
 echo "== mypy"; "$PY" scripts/trt_stubs.py; "$PY" -m mypy
-if [ $# -gt 0 ]; then
-  echo "== pytest"; exec "$PY" -m pytest "$@"
-fi
-echo "== pytest"
-exec "$PY" -m pytest -n "${INFLIGHT_TEST_WORKERS:-2}" --dist loadfile
+[ $# -gt 0 ] || set -- -n "${INFLIGHT_TEST_WORKERS:-2}" --dist loadfile
+echo "== pytest"; exec "$PY" -m pytest "$@"

@@ -161,9 +161,9 @@ def variants(root: Path) -> list[dict[str, Any]]:
     return out
 
 
-def pick(vs: Sequence[Mapping[str, Any]], kind: str, spec_has: str = "") -> Mapping[str, Any] | None:
-    """The variant of ``kind`` (its spec holding ``spec_has``) with the highest capacity, or None."""
-    cands = [v for v in vs if v["kind"] == kind and spec_has in v["spec"]]
+def pick(vs: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
+    """The variant of ``kind`` with the highest capacity, or None."""
+    cands = [v for v in vs if v["kind"] == kind]
     return max(cands, key=lambda v: v["capacity"]) if cands else None
 
 
