@@ -10,6 +10,7 @@
 #      100 ms. The null model is among them: the host's steadiness beside each sitting.
 #
 #   OUT=... VARIANTS="minilm_sync@instances=1 minilm_inflight@instances=1 minilm_null" bash scripts/lab/gpu_bound.sh
+#   IMPORTS="minilm minilm2k:2048" ...: import each NAME[:MAX_BATCH] (default: minilm at the importer's batch)
 #   IMPORT=0 ENGINE=0 ...: another run on the repository the first one imported
 #
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
@@ -24,8 +25,13 @@ ROUNDS=${ROUNDS:-3}
 VARIANTS=${VARIANTS:-minilm_sync@instances=1 minilm_inflight@instances=1 minilm_null}
 
 if [ "${IMPORT:-1}" = 1 ]; then
-  PART=import OUT="$OUT" SERVER_CPUS="$SERVER_CPUS" bash scripts/lab/minilm_gpu.sh 2>&1 | grep -E "one instance|imported|rror" | cut -c1-400
-  grep -h "instance_group" -A2 model_repository/minilm_inflight/config.pbtxt | tr '\n' ' '; echo
+  for spec in ${IMPORTS:-minilm}; do  # NAME[:MAX_BATCH] each, e.g. IMPORTS="minilm minilm2k:2048"
+    name=${spec%%:*} batch=${spec#*:}
+    [ "$batch" = "$spec" ] && batch=
+    NAME=$name MAX_BATCH=$batch PART=import OUT="$OUT" SERVER_CPUS="$SERVER_CPUS" bash scripts/lab/minilm_gpu.sh 2>&1 \
+      | grep -E "one instance|imported|rror" | cut -c1-400
+    grep -h -E "max_batch_size|count" "model_repository/${name}_inflight/config.pbtxt" | tr '\n' ' '; echo
+  done
 fi
 if [ "${ENGINE:-1}" = 1 ]; then
   timeout "${ENGINE_TIMEOUT:-150}" $PY scripts/lab/encoder_engine.py --variant served --varlen --out "$OUT/engine.json" \

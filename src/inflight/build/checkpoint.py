@@ -20,6 +20,7 @@ from inflight.model_config import BackendParameters
 from inflight.models.registry import MODELS
 from inflight.models.spec import ModelSpec
 from inflight.variants import (
+    DEFAULT_MAX_BATCH_SIZE,
     VARIANTS,
     base_name,
     text_pipeline,
@@ -59,7 +60,7 @@ def import_checkpoint(
     name: str,
     *,
     allow_pickle: bool = False,
-    max_batch_size: int = 512,
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
     onnx: bool = True,
     server_cpus: int | None = None,
     gpus: int | None = None,

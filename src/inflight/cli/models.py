@@ -10,7 +10,7 @@ import typer
 
 from inflight.cli_util import REPO_DEFAULT, fail, setup_logging
 from inflight.errors import InflightError
-from inflight.variants import Kind
+from inflight.variants import DEFAULT_MAX_BATCH_SIZE, Kind
 
 
 def add_variant_cmd(
@@ -92,7 +92,9 @@ def import_hf_cmd(
     ],
     name: Annotated[str, typer.Option(help="The model's name: NAME_inflight, NAME_sync, NAME_plain, NAME_trt.")],
     repository: Annotated[Path, typer.Option(help="Model repository to write.")] = REPO_DEFAULT,
-    max_batch_size: Annotated[int, typer.Option(help="Largest batch (sequences) of the configs.")] = 512,
+    max_batch_size: Annotated[
+        int, typer.Option(help="Largest batch (sequences) of the configs.")
+    ] = DEFAULT_MAX_BATCH_SIZE,
     server_cpus: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Cores the server will run on (8 or 0-7): NAME_inflight gets one instance per core."),

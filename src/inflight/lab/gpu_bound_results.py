@@ -8,9 +8,11 @@ under Nsight Systems at a fixed offered rate). :func:`summary` is ``summary.json
 RESULTS' section is ``inflight.lab.sections.gpu_bound``, the README's row ``inflight.lab.sections.decision``.
 
 The default as built is the ``inflight`` variant whose overrides change nothing the build wrote
-(:data:`AS_BUILT_KEYS` only: how it is measured, not what it serves), from the newest sitting that has one:
-the build's rule changed between sittings. The one-instance ratio is taken in the newest file that ran both
-one-instance variants.
+(:data:`AS_BUILT_KEYS` only: how it is measured, not what it serves) and whose ``max_batch_size`` is the
+importer's default (another import of the same checkpoint is a configuration beside it), from the newest
+sitting that has one: the build's rule changed between sittings. The one-instance ratio is taken in the
+newest file that ran both one-instance variants. Figures of different GPUs are never pooled: the summary and
+the decision row are the newest sitting's device's (:func:`on_device`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from inflight.models.architecture import Architecture
 from inflight.models.bert import BertShape
+from inflight.variants import DEFAULT_MAX_BATCH_SIZE
 
 #: The H100's own 8192^3 fp16 GEMM (issue 53's measurement, the same host kind): the dense roof of a token's FLOPs.
 H100_DENSE_FLOPS = 749e12
@@ -37,8 +40,13 @@ def _engine_files(root: Path) -> list[Path]:
 
 
 def ab_docs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """The served sittings' files and their documents (each read once), in the order they ran (``started``)."""
-    docs = [(p, json.loads(p.read_text())) for p in (root / "results").glob("gpu-bound/*/ab-*.json")]
+    """The served sittings' files and their documents (each read once), in the order they ran (``started``).
+
+    A run stopped by its time limit (``interrupted-ab-*.json``) counts with the rounds it finished.
+    """
+    base = root / "results" / "gpu-bound"
+    paths = [*base.glob("*/ab-*.json"), *base.glob("*/interrupted-ab-*.json")]
+    docs = [(p, json.loads(p.read_text())) for p in paths]
     return sorted(docs, key=lambda pd: str(pd[1].get("started", "")))
 
 
@@ -48,7 +56,7 @@ def nsys_files(root: Path) -> list[Path]:
 
 
 def nsys_captures(root: Path) -> list[dict[str, Any]]:
-    """Each capture: its name, the rate the generator offered, what it achieved, GPU activity and sync share."""
+    """Each capture: its name, GPU, the rate the generator offered, what it achieved, GPU activity and sync share."""
     out = []
     for p in nsys_files(root):
         files = json.loads(p.read_text()).get("files", [])
@@ -66,6 +74,7 @@ def nsys_captures(root: Path) -> list[dict[str, Any]]:
                 {
                     "path": p,
                     "name": p.parent.name,
+                    "device": (f.get("gpu_names") or [None])[0],
                     "rate": rate,
                     "achieved_rps": achieved,
                     "gpu_activity": f["summary"].get("gpu_activity"),
@@ -81,11 +90,18 @@ def token_flops(shape: Mapping[str, int], length: int = 64) -> float:
     return Architecture(shape=s).token_flops() + 4 * length * s.hidden * s.layers
 
 
-def engine(root: Path) -> dict[str, Any] | None:
-    """The newest ``served`` engine row with an unpadded figure, and the before (``opaque_ffn``) beside it."""
+def engine(root: Path, device: str | None = None) -> dict[str, Any] | None:
+    """The newest ``served`` engine row with an unpadded figure, and the before (``opaque_ffn``) beside it.
+
+    Args:
+        root: The repository.
+        device: Only files of this GPU (its name as the files give it); None: any.
+    """
     served = before = None
     for f in _engine_files(root):
         doc = json.loads(f.read_text())
+        if device is not None and doc["device"] != device:
+            continue
         for v in doc["variants"]:
             if "error" in v:
                 continue
@@ -122,9 +138,9 @@ def variants(root: Path) -> list[dict[str, Any]]:
     out = []
     for f, doc in ab_docs(root):
         slo = doc["load"]["open_loop"]["slo_p99_ms"]
-        top = max(r["rate"] for r in doc["runs"])
         for v in doc["variants"]:
             own = [r for r in doc["runs"] if r["variant"] == v["label"]]
+            top = max((r["rate"] for r in own), default=0.0)  # its own highest rate: above it, not tried
             caps = capacity_per_round(doc, v["label"], slo)
             cap = statistics.median(caps) if caps else 0.0
             act = [
@@ -147,6 +163,7 @@ def variants(root: Path) -> list[dict[str, Any]]:
                     "spec": v["spec"],
                     "overrides": dict(v.get("overrides") or {}),
                     "kind": v["variant"],
+                    "max_batch": int(v["config"].get("max_batch_size", 0)),
                     "instances": v["config"]["instance_group"][0]["count"],
                     "delay_us": int(v["config"].get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0)),
                     "capacities": caps,
@@ -167,9 +184,19 @@ def pick(vs: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None
     return max(cands, key=lambda v: v["capacity"]) if cands else None
 
 
+def on_device(vs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The variants measured on the newest sitting's GPU (``vs`` in the order the sittings ran)."""
+    return [v for v in vs if v["device"] == vs[-1]["device"]] if vs else []
+
+
+def as_built(v: Mapping[str, Any]) -> bool:
+    """Whether ``v`` is the ``inflight`` variant as the importer's defaults build it (see the module's docstring)."""
+    return v["kind"] == "inflight" and set(v["overrides"]) <= AS_BUILT_KEYS and v["max_batch"] == DEFAULT_MAX_BATCH_SIZE
+
+
 def default_as_built(vs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The as-built ``inflight`` variant of the newest sitting that has one (see the module's docstring)."""
-    built = [v for v in vs if v["kind"] == "inflight" and set(v["overrides"]) <= AS_BUILT_KEYS]
+    built = [v for v in vs if as_built(v)]
     return built[-1] if built else None
 
 
@@ -184,16 +211,26 @@ def one_instance_pair(vs: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any
     return None
 
 
-def _default_capture(root: Path) -> Mapping[str, Any] | None:
-    caps = [c for c in nsys_captures(root) if c["name"].startswith("default") and c["gpu_activity"] is not None]
+def _default_capture(root: Path, device: str) -> Mapping[str, Any] | None:
+    caps = [
+        c
+        for c in nsys_captures(root)
+        if c["name"].startswith("default") and c["gpu_activity"] is not None and c["device"] in (device, None)
+    ]
     return caps[-1] if caps else None
 
 
 def summary(root: Path) -> dict[str, Any] | None:
-    """``summary.json["gpu_bound"]`` (issue 53's keys; ``gpu_activity``: the default's newest nsys capture)."""
-    e = engine(root)
-    vs = variants(root)
-    if e is None or not vs:
+    """``summary.json["gpu_bound"]`` (issue 53's keys; ``gpu_activity``: the default's newest nsys capture).
+
+    Every figure is the newest sitting's GPU's: the engine bound, the capacities and the capture of one kind of card.
+    """
+    vs = on_device(variants(root))
+    if not vs:
+        return None
+    device = vs[-1]["device"]
+    e = engine(root, device)
+    if e is None:
         return None
     served = e["served"]
     per_request = ITEMS * served["unpadded"]["real_tokens"] / served["doc"]["rows"]
@@ -202,7 +239,7 @@ def summary(root: Path) -> dict[str, Any] | None:
     pair = one_instance_pair(vs)
     plain = pick(vs, "plain")
     best = max((v for v in vs if v["kind"] in ("inflight", "sync")), key=lambda v: v["capacity"])
-    capture = _default_capture(root)
+    capture = _default_capture(root, device)
     block = {
         "model": "all-MiniLM-L6-v2 (seeded random weights of its shape)",
         "device": served["doc"]["device"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inflight.lab.entries import Entry, device, model, server_cores
-from inflight.lab.gpu_bound_results import default_as_built, pick, variants
+from inflight.lab.gpu_bound_results import default_as_built, on_device, pick, variants
 from inflight.lab.modes_results import searches_of
 from inflight.lab.modes_select import (
     best_capacity,
@@ -145,7 +145,7 @@ ROWS_END = "<!-- gpu-bound-rows end -->"
 
 def decision_rows(root: Path) -> list[str]:
     """The README's rows for the GPU-bound model, between :data:`ROWS_BEGIN` and :data:`ROWS_END`."""
-    vs = variants(root)
+    vs = on_device(variants(root))
     if not vs:
         return []
     default = default_as_built(vs)

@@ -119,11 +119,19 @@ def gpu_bound_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
     plain = best_over_plain * default if best_over_plain is not None and default is not None else None
     at = block.get("gpu_activity_at_rps")
     return [
-        row("engine, fp16, [2048, 64] (tokens/s)", tokens, "{:,.0f}", ">= 16M", at_least(tokens, 16e6)),
+        row(
+            f"engine, fp16, [2048, 64] (tokens/s, {block.get('device', 'n/a')})",
+            tokens,
+            "{:,.0f}",
+            ">= 16M",
+            at_least(tokens, 16e6),
+        ),
         row("engine, unpadded lengths 16-128 / uniform", mixed, "{:.2f}", ">= 0.9", at_least(mixed, 0.9)),
         row("best served capacity at p99 <= 100 ms / engine bound", served, "{:.0%}", ">= 85%", at_least(served, 0.85)),
         row(
-            f"GPU activity of the default as built (nsys, {at or 0:,.0f} req/s)",
+            f"GPU activity of the default as built (nsys, {at:,.0f} req/s)"
+            if at
+            else "GPU activity of the default as built (nsys: no capture on this GPU)",
             activity,
             "{:.1%}",
             ">= 95%",
