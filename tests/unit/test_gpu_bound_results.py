@@ -11,8 +11,9 @@ from inflight.lab.sections import decision, glance
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(label: str, rnd: int, rate: float, p99: float) -> dict[str, object]:
-    return {"variant": label, "round": rnd, "rate": rate, "latency_ms": {"p99": p99}, "valid": True}
+def _run(label: str, rnd: int, rate: float, p99: float, answered: float = 1.0) -> dict[str, object]:
+    gen = {"achieved_rps": answered * rate, "answered_fraction": answered, "late_fraction": 0.0}
+    return {"variant": label, "round": rnd, "rate": rate, "latency_ms": {"p99": p99}, "valid": True, "generator": gen}
 
 
 def test_a_rounds_capacity_is_the_highest_rate_up_to_which_every_window_met_the_slo() -> None:
@@ -28,6 +29,12 @@ def test_a_rounds_capacity_is_the_highest_rate_up_to_which_every_window_met_the_
         ]
     }
     assert g.capacity_per_round(doc, "A", 100.0) == [3000, 1000, 0]
+
+
+def test_a_window_whose_backlog_grew_misses_the_slo_whatever_its_p99_as_the_runner_judges_it() -> None:
+    # 5,000 answered 80% of the requests due: the runner's rule (openloop.slo_failures) misses it, so the lab does
+    doc = {"runs": [_run("A", r, 3000, 20) for r in (1, 2, 3)] + [_run("A", r, 5000, 60, 0.8) for r in (1, 2, 3)]}
+    assert g.capacity_per_round(doc, "A", 100.0) == [3000, 3000, 3000]
 
 
 def test_the_committed_sittings_give_the_summary_block_from_their_files() -> None:

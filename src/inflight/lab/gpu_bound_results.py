@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from inflight.loadtest import openloop as ol
+from inflight.loadtest.runner.window import rate_point
 from inflight.models.architecture import Architecture
 from inflight.models.bert import BertShape
 from inflight.variants import DEFAULT_MAX_BATCH_SIZE
@@ -114,23 +116,18 @@ def engine(root: Path, device: str | None = None) -> dict[str, Any] | None:
     return {"served": served, "before": before}
 
 
-def capacity_per_round(doc: Mapping[str, Any], label: str, slo_ms: float) -> list[float]:
-    """Per round, the highest offered rate whose window (and every lower one's) met the p99 SLO without failures."""
-    rounds: dict[int, list[Mapping[str, Any]]] = {}
+def _rounds(doc: Mapping[str, Any], label: str) -> list[list[ol.RatePoint]]:
+    """A variant's windows as the runner reads them (:func:`rate_point`), a list per round in round order."""
+    rounds: dict[int, list[ol.RatePoint]] = {}
     for r in doc["runs"]:
-        if r["variant"] == label:
-            rounds.setdefault(r["round"], []).append(r)
-    caps = []
-    for _, rs in sorted(rounds.items()):
-        cap = 0.0
-        for r in sorted(rs, key=lambda r: r["rate"]):
-            lat = r["latency_ms"]
-            ok = isinstance(lat, Mapping) and lat["p99"] <= slo_ms and not r.get("failures_by_status") and r["valid"]
-            if not ok:
-                break
-            cap = r["rate"]
-        caps.append(cap)
-    return caps
+        if r["variant"] == label and r.get("rate") is not None:
+            rounds.setdefault(r["round"], []).append(rate_point(r))
+    return [pts for _, pts in sorted(rounds.items())]
+
+
+def capacity_per_round(doc: Mapping[str, Any], label: str, slo_ms: float) -> list[float]:
+    """Per round, the runner's capacity (:func:`~inflight.loadtest.openloop.capacity_of`; 0: no rate met the SLO)."""
+    return [ol.capacity_of(pts, slo_ms) or 0.0 for pts in _rounds(doc, label)]
 
 
 def variants(root: Path) -> list[dict[str, Any]]:
@@ -142,7 +139,7 @@ def variants(root: Path) -> list[dict[str, Any]]:
             own = [r for r in doc["runs"] if r["variant"] == v["label"]]
             top = max((r["rate"] for r in own), default=0.0)  # its own highest rate: above it, not tried
             caps = capacity_per_round(doc, v["label"], slo)
-            cap = statistics.median(caps) if caps else 0.0
+            cap = ol.capacity_over_rounds(_rounds(doc, v["label"]), slo)[0] or 0.0  # the runner's own rule
             act = [
                 r["gpu_activity"]["mean"]
                 for r in own
