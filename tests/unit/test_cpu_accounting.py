@@ -85,6 +85,18 @@ def test_window_arithmetic() -> None:
     assert math.isnan(cpu.window(before, after, requests=0)["server_us_per_request"])
 
 
+def test_a_saturated_window_reads_all_of_the_host_not_a_tick_over() -> None:
+    # two cores busy all of a 5 s window, counted in 10 ms ticks: the kernel's count can run a tick past the clock
+    before = cpu.CpuSnapshot(t=0.0, host_busy_s=100.0, host_total_s=200.0, server_s=1.0, stub_s=0.5, cores=2)
+    after = cpu.CpuSnapshot(t=5.0, host_busy_s=110.01, host_total_s=210.01, server_s=6.0, stub_s=3.0, cores=2)
+    w = cpu.window(before, after, requests=100)
+    assert w["host_busy"] == 1.0 and w["host_busy_cores"] == 2.0
+    # under it, the figures are the counters' own
+    after = cpu.CpuSnapshot(t=5.0, host_busy_s=105.0, host_total_s=210.0, server_s=6.0, stub_s=3.0, cores=2)
+    w = cpu.window(before, after, requests=100)
+    assert w["host_busy"] == pytest.approx(0.5) and w["host_busy_cores"] == pytest.approx(1.0)
+
+
 def test_combine_weights_by_wall_time_and_requests() -> None:
     a = {
         "wall_s": 10.0,

@@ -238,13 +238,14 @@ def snapshot(server_pids: ServerPids, cores: Sequence[int] | None = None) -> Cpu
     lane per GPU, ``taskset``) each see their own cores only.
     """
     per_cpu = psutil.cpu_times(percpu=True)
+    t = time.monotonic()  # the instant of the host's counters: the process trees are walked after it
     busy = total = steal = 0.0
     cores = [c for c in (run_cores() if cores is None else cores) if c < len(per_cpu)]
     for c in cores:
         ct = per_cpu[c]
-        t = float(sum(ct))
-        total += t
-        busy += t - ct.idle - getattr(ct, "iowait", 0.0)
+        all_s = float(sum(ct))
+        total += all_s
+        busy += all_s - ct.idle - getattr(ct, "iowait", 0.0)
         steal += getattr(ct, "steal", 0.0)
     pids = _pids(server_pids)
     trees = [t for t in (_tree_times(pid) for pid in pids) if t is not None]
@@ -252,7 +253,7 @@ def snapshot(server_pids: ServerPids, cores: Sequence[int] | None = None) -> Cpu
     for pid in pids:
         threads.update(_thread_times(pid))  # thread ids are unique on the host
     return CpuSnapshot(
-        t=time.monotonic(),
+        t=t,
         host_busy_s=busy,
         host_total_s=total,
         server_s=sum(t[0] for t in trees) if trees else None,
@@ -277,8 +278,9 @@ def window(before: CpuSnapshot, after: CpuSnapshot, requests: int | None) -> dic
     out: dict[str, Any] = {
         "wall_s": round(wall, 3),
         "host_cores": after.cores,
-        "host_busy": busy / total if total > 0 else math.nan,
-        "host_busy_cores": busy / wall if wall > 0 else math.nan,
+        # at most all of it: the kernel counts in ticks (10 ms a core), so a saturated window can read a tick over
+        "host_busy": min(busy / total, 1.0) if total > 0 else math.nan,
+        "host_busy_cores": min(busy / wall, float(after.cores)) if wall > 0 else math.nan,
         "host_steal": (after.host_steal_s - before.host_steal_s) / total if total > 0 else math.nan,
         "server_cores": math.nan,
         "stub_cores": math.nan,
