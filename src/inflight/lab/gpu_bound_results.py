@@ -125,9 +125,13 @@ def _rounds(doc: Mapping[str, Any], label: str) -> list[list[ol.RatePoint]]:
     return [pts for _, pts in sorted(rounds.items())]
 
 
+def _capacities(rounds: Sequence[Sequence[ol.RatePoint]], slo_ms: float) -> list[float]:
+    return [ol.capacity_of(pts, slo_ms) or 0.0 for pts in rounds]
+
+
 def capacity_per_round(doc: Mapping[str, Any], label: str, slo_ms: float) -> list[float]:
     """Per round, the runner's capacity (:func:`~inflight.loadtest.openloop.capacity_of`; 0: no rate met the SLO)."""
-    return [ol.capacity_of(pts, slo_ms) or 0.0 for pts in _rounds(doc, label)]
+    return _capacities(_rounds(doc, label), slo_ms)
 
 
 def variants(root: Path) -> list[dict[str, Any]]:
@@ -138,8 +142,9 @@ def variants(root: Path) -> list[dict[str, Any]]:
         for v in doc["variants"]:
             own = [r for r in doc["runs"] if r["variant"] == v["label"]]
             top = max((r["rate"] for r in own), default=0.0)  # its own highest rate: above it, not tried
-            caps = capacity_per_round(doc, v["label"], slo)
-            cap = ol.capacity_over_rounds(_rounds(doc, v["label"]), slo)[0] or 0.0  # the runner's own rule
+            rounds = _rounds(doc, v["label"])
+            caps = _capacities(rounds, slo)
+            cap = ol.capacity_over_rounds(rounds, slo)[0] or 0.0  # the runner's own rule
             act = [
                 r["gpu_activity"]["mean"]
                 for r in own

@@ -68,7 +68,7 @@ def render(data: Mapping[str, Any]) -> list[str]:
         ]
     if vs:
         lines += [
-            "Served on one-GPU hosts (an H100 up to the 2026-11-28 08:01 sitting, an H200 from 10:31: the file's "
+            f"Served on one-GPU hosts ({', then '.join(dict.fromkeys(v['device'] for v in vs))}: each file's "
             "folder names the card; server cores 0-7, asyncio open-loop generator on 8-15), 32 sequences "
             "a request of lengths 16-128, each variant at each rate in each of three interleaved rounds; capacity "
             "= the highest rate whose p99 <= 100 ms, median over rounds. The default as built is the newest sitting's "
