@@ -12,6 +12,9 @@
 #   OUT=... VARIANTS="minilm_sync@instances=1 minilm_inflight@instances=1 minilm_null" bash scripts/lab/gpu_bound.sh
 #   IMPORTS="minilm minilm2k:2048" ...: import each NAME[:MAX_BATCH] (default: minilm at the importer's batch)
 #   IMPORT=0 ENGINE=0 ...: another run on the repository the first one imported
+#   TOKENS=text VARIANTS="minilm_text@tokenizer_instances=4 minilm_inflight minilm_null" ...: the same requests as
+#      text (`--token-dist text`; NAME_text is the ensemble users deploy for text), after the tokenizer's own bound
+#      on the server's cores (scripts/lab/tokenizer_bound.py: $OUT/tokenizer.json)
 #
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
 set -uo pipefail
@@ -37,12 +40,17 @@ if [ "${ENGINE:-1}" = 1 ]; then
   timeout "${ENGINE_TIMEOUT:-150}" $PY scripts/lab/encoder_engine.py --variant served --varlen --out "$OUT/engine.json" \
     2>&1 | grep -v -i warn | tail -n 12
 fi
+TOKENS=${TOKENS:-uniform}
+if [ "$TOKENS" = text ]; then
+  timeout 120 $PY scripts/lab/tokenizer_bound.py --repository model_repository --model minilm_inflight \
+    --cpus "$SERVER_CPUS" --out "$OUT/tokenizer.json" 2>&1 | tail -n 6
+fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 # AB_TIMEOUT stops the run itself, not this script: `inflight ab` then stops its servers and keeps the windows it
 # finished (interrupted-ab-*.json). A timeout around this script would leave the run and its servers going.
 # shellcheck disable=SC2086  # VARIANTS is a list of words
 timeout "${AB_TIMEOUT:-540}" inflight ab $VARIANTS --rate "$RATES" --repeat "$ROUNDS" --slo 100 --items 32 \
-  --seq-len 128 --token-dist uniform --length-dist real --window "${WINDOW:-4}" --warmup "${WARMUP:-2}" \
+  --seq-len 128 --token-dist "$TOKENS" --length-dist real --window "${WINDOW:-4}" --warmup "${WARMUP:-2}" \
   --generator asyncio --processes 7 --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" \
   --out /tmp/ab-gpu-bound 2>&1 | grep --line-buffered -E "capacity at|offered .*achieved|sizing|one instance" \
   | tail -n "${TAIL:-40}"

@@ -126,8 +126,9 @@ class VariantConfig:
         # batcher may put requests of different lengths into one batch (without it, it batches
         # only equal shapes, and a mix of lengths fragments into small batches)
         ragged = self.variant in ("inflight", "sync")
-        # a text input is an alternative to the token inputs: each of them is optional then
-        text = spec.text_input if self.variant in ("inflight", "sync", "plain") else None
+        # a text input is an alternative to the token inputs: each of them is optional then (the null model takes
+        # it too, and answers zeros: Triton's request path for a text workload)
+        text = spec.text_input if self.variant in ("inflight", "sync", "plain", "null") else None
         for t in spec.inputs:
             cfg.input.add(
                 name=t.name,
@@ -165,7 +166,9 @@ class VariantConfig:
                 p = dataclasses.replace(p, compile="none")
             for k, v in p.to_parameters(full=False).items():
                 cfg.parameters[k].string_value = v
-        if self.variant in ("inflight", "sync", "plain"):  # the backends that read the model's own keys
+        # the backends that read the model's own keys; the null model carries them with a text input, which its
+        # config names only with them (``spec_of``)
+        if self.variant in ("inflight", "sync", "plain") or (self.variant == "null" and text is not None):
             for k, v in self.model_parameters().to_parameters().items():
                 if not (k == "tokenizer" and text is None):
                     cfg.parameters[k].string_value = v

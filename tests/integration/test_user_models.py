@@ -225,16 +225,22 @@ def test_a_config_that_does_not_match_its_artifact_fails_the_load_saying_so(serv
 def test_the_load_test_draws_a_repository_models_inputs_from_its_config(
     repository: Path, minilm_repo: str, tmp_path: Path, tokens: str
 ) -> None:
-    """``inflight ab`` open loop against ``minilm_inflight`` and ``_plain``: texts, or token ids of real lengths."""
+    """``inflight ab`` open loop against ``minilm_inflight`` and ``_plain``: texts, or token ids of real lengths.
+
+    Texts go to the text ensemble ``minilm_text`` too (the runner loads its encoder with the spec's keys, its
+    tokenizer with ``tokenizer_instances``, then the ensemble, and unloads all three).
+    """
     import json
     import subprocess
 
     from tests.helpers import ab_command
 
     out = tmp_path / tokens
+    ensemble = ["minilm_text@kind=cpu,instances=1,tokenizer_instances=2"] if tokens == "text" else []
     cmd = ab_command(
         "minilm_inflight@kind=cpu,instances=1",
         "minilm_plain@kind=cpu",
+        *ensemble,
         "--rate",
         "5",
         "--token-dist",
@@ -257,3 +263,11 @@ def test_the_load_test_draws_a_repository_models_inputs_from_its_config(
     assert doc["load"]["token_dist"] == tokens and doc["load"]["length_dist"] == "real"
     for run in doc["runs"]:
         assert run["locust"]["failures"] == 0 and run["generator"]["completed"] > 0, run
+    if ensemble:
+        (entry,) = [v for v in doc["variants"] if v["spec"] == ensemble[0]]
+        assert entry["model_name"] == "minilm_text" and entry["ensemble"]["encoder"] == "minilm_inflight"
+        assert entry["ensemble"]["steps"]["minilm_tokenizer"]["instance_group"][0]["count"] == 2
+        (run,) = [r for r in doc["runs"] if r["variant"] == entry["label"]]
+        # the ensemble answered (Triton's own counts of it), and the encoder's instance logged its counters
+        assert run["server"]["requests"] > 0 and run["server"]["failures"] == 0, run["server"]
+        assert run["executor"] is not None and run["executor"]["instances"] == 1, run["executor"]

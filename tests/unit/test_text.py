@@ -247,17 +247,15 @@ def test_the_module_imports_tokenizers_only_when_an_encoder_is_built() -> None:
 
 def test_a_request_that_breaks_the_tokenizer_fails_alone(small: Path) -> None:
     enc = TextEncoder(small, max_len=16)
-    real = enc._tok
+    real = enc._encode
 
-    class _Breaks:
+    def breaks(texts: list[str], add_special_tokens: bool) -> Any:
         """The real tokenizer, except that it raises on any batch holding 'boom'."""
+        if any("boom" in t for t in texts):
+            raise Exception("boom")
+        return real(texts, add_special_tokens=add_special_tokens)
 
-        def encode_batch(self, texts: list[str], add_special_tokens: bool) -> Any:
-            if any("boom" in t for t in texts):
-                raise Exception("boom")
-            return real.encode_batch(texts, add_special_tokens=add_special_tokens)
-
-    enc._tok = _Breaks()
+    enc._encode = breaks
     ok, bad, ok2 = enc.encode_batch([_texts(b"hello"), _texts(b"a boom"), _texts(b"the cat")])
     assert isinstance(bad, ValidationError) and bad.reason == "text_tokenize"
     assert _ok(ok)[0].tolist() == [[CLS, VOCAB.index("hello"), SEP]]

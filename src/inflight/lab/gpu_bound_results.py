@@ -6,6 +6,9 @@ workload, 32 sequences a request of lengths 16-128, variants interleaved over ro
 ms) and ``results/gpu-bound/*/nsys/*/summary.json`` (``scripts/lab/gpu_bound_nsys.sh``: the whole server
 under Nsight Systems at a fixed offered rate). :func:`summary` is ``summary.json["gpu_bound"]``;
 RESULTS' section is ``inflight.lab.sections.gpu_bound``, the README's row ``inflight.lab.sections.decision``.
+The same requests as text are other sittings, in ``results/gpu-bound-text/*/`` (``TOKENS=text bash
+scripts/lab/gpu_bound.sh``: the ensemble ``NAME_text`` and the tokenizer's own bound on the server's cores,
+``tokenizer.json``); :func:`text_summary` is the block's ``text``.
 
 The default as built is the ``inflight`` variant whose overrides change nothing the build wrote
 (:data:`AS_BUILT_KEYS` only: how it is measured, not what it serves) and whose ``max_batch_size`` is the
@@ -35,18 +38,21 @@ H100_DENSE_FLOPS = 749e12
 AS_BUILT_KEYS = frozenset({"cupti", "capture_at_load", "rates", "via"})
 #: Sequences a request of the served workload carries.
 ITEMS = 32
+#: The folders of ``results/`` the served sittings are in: token ids, and the same requests as text.
+IDS_FOLDER = "gpu-bound"
+TEXT_FOLDER = "gpu-bound-text"
 
 
 def _engine_files(root: Path) -> list[Path]:
     return sorted((root / "results").glob("engine-minilm-*/encoder-engine-*.json"))
 
 
-def ab_docs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+def ab_docs(root: Path, folder: str = IDS_FOLDER) -> list[tuple[Path, dict[str, Any]]]:
     """The served sittings' files and their documents (each read once), in the order they ran (``started``).
 
     A run stopped by its time limit (``interrupted-ab-*.json``) counts with the rounds it finished.
     """
-    base = root / "results" / "gpu-bound"
+    base = root / "results" / folder
     paths = [*base.glob("*/ab-*.json"), *base.glob("*/interrupted-ab-*.json")]
     docs = [(p, json.loads(p.read_text())) for p in paths]
     return sorted(docs, key=lambda pd: str(pd[1].get("started", "")))
@@ -134,10 +140,10 @@ def capacity_per_round(doc: Mapping[str, Any], label: str, slo_ms: float) -> lis
     return _capacities(_rounds(doc, label), slo_ms)
 
 
-def variants(root: Path) -> list[dict[str, Any]]:
+def variants(root: Path, folder: str = IDS_FOLDER) -> list[dict[str, Any]]:
     """Each variant of each served file: its spec, instances, capacity per round and median, and gauges at it."""
     out = []
-    for f, doc in ab_docs(root):
+    for f, doc in ab_docs(root, folder):
         slo = doc["load"]["open_loop"]["slo_p99_ms"]
         for v in doc["variants"]:
             own = [r for r in doc["runs"] if r["variant"] == v["label"]]
@@ -167,6 +173,10 @@ def variants(root: Path) -> list[dict[str, Any]]:
                     "kind": v["variant"],
                     "max_batch": int(v["config"].get("max_batch_size", 0)),
                     "instances": v["config"]["instance_group"][0]["count"],
+                    "tokenizer_instances": next(
+                        (c["instance_group"][0]["count"] for c in v.get("ensemble", {}).get("steps", {}).values()),
+                        None,
+                    ),
                     "delay_us": int(v["config"].get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0)),
                     "capacities": caps,
                     "capacity": cap,
@@ -222,6 +232,36 @@ def _default_capture(root: Path, device: str) -> Mapping[str, Any] | None:
     return caps[-1] if caps else None
 
 
+def tokenizer_bounds(root: Path) -> list[dict[str, Any]]:
+    """Each text sitting's tokenizer bound (``scripts/lab/tokenizer_bound.py``), oldest first, with its path."""
+    paths = sorted((root / "results" / TEXT_FOLDER).glob("*/tokenizer.json"))
+    return [{**json.loads(p.read_text()), "path": p} for p in paths]
+
+
+def text_summary(root: Path) -> dict[str, Any] | None:
+    """The newest text sitting: the ensemble as built against the tokenizer's bound measured in the same call.
+
+    ``capacity_rps``: the as-built ``NAME_text`` (no key but how it is measured, :data:`AS_BUILT_KEYS`); ``best_rps``:
+    the sitting's best variant; ``tokenizer_bound_rps``: requests a second the server's cores tokenize
+    (one single-threaded process a core, the layout that tokenized most).
+    """
+    vs = variants(root, TEXT_FOLDER)
+    if not vs:
+        return None
+    newest = [v for v in vs if v["path"].parent == vs[-1]["path"].parent]
+    texts = [v for v in newest if v["spec"].split("@")[0].endswith("_text")]
+    built = [v for v in texts if set(v["overrides"]) <= AS_BUILT_KEYS]
+    bounds = [b for b in tokenizer_bounds(root) if b["path"].parent == newest[0]["path"].parent]
+    best = max(texts or newest, key=lambda v: v["capacity"])
+    return {
+        "device": newest[0]["device"],
+        "capacity_rps": built[-1]["capacity"] if built else None,
+        "best_rps": best["capacity"],
+        "tokenizer_bound_rps": bounds[0]["bound_requests_per_s"] if bounds else None,
+        "tokenizer_cores": bounds[0]["cores"] if bounds else None,
+    }
+
+
 def summary(root: Path) -> dict[str, Any] | None:
     """``summary.json["gpu_bound"]`` (issue 53's keys; ``gpu_activity``: the default's newest nsys capture).
 
@@ -258,5 +298,6 @@ def summary(root: Path) -> dict[str, Any] | None:
         "default_over_best": default["capacity"] / best["capacity"] if default and best["capacity"] else None,
         "default_oom_failures": default["memory_failures"] if default else None,
         "plain_rps": plain["capacity"] if plain else None,
+        "text": text_summary(root),
     }
     return block

@@ -25,7 +25,8 @@ def ab_cmd(
             help="Variants to compare, first = A: name[@key=value,...], e.g. "
             "bert_tiny_sync@instances=4,delay_us=500 bert_tiny_inflight@slots=4. Keys: instances, kind, delay_us, "
             "preferred (512/1024), graphs, name, or any backend parameter; with --server-per-gpu also via= "
-            "(balancer, direct or gpu<N>: where the load goes) and rates= (its own --rate, e.g. 20k/40k).",
+            "(balancer, direct or gpu<N>: where the load goes) and rates= (its own --rate, e.g. 20k/40k). "
+            "A text ensemble (NAME_text, with --token-dist text) takes its encoder's keys and tokenizer_instances.",
         ),
     ],
     preset: Annotated[

@@ -423,16 +423,19 @@ def attach_executor_stats(doc: dict[str, Any], log_text: str | Sequence[str]) ->
     logs = [executor_stats_from_log(t) for t in texts]
     # instances per variant and server, from the config it was loaded with (overrides already applied)
     instances = {v["label"]: config_instances(v.get("config", {})) for v in doc.get("variants", [])}
+    # the model whose instances log the records: the variant's own, or an ensemble's encoder step
+    served = {v["label"]: v.get("config", {}).get("name") for v in doc.get("variants", [])}
     got = 0
     by_variant: dict[str, list[dict[str, Any]]] = {}
     for load in _loads(doc.get("runs", [])):
         first = load[0]
         n = instances.get(first["variant"], 1)
+        name = served.get(first["variant"]) or first["model_name"]
         taken = []
         for records in logs:
             mine = []
             for i, r in enumerate(records):
-                if r["model"] == first["model_name"]:
+                if r["model"] == name:
                     mine.append(i)
                     if len(mine) == n:
                         break

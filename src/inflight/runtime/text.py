@@ -3,9 +3,10 @@
 A model that declares a ``text`` input takes raw strings instead of ``input_ids`` and
 ``attention_mask``; :class:`TextEncoder` turns each request's strings into those two arrays with
 the checkpoint's own Hugging Face ``tokenizer.json``. It is used once per gathered batch: every valid
-item of every request is tokenized in one ``Tokenizer.encode_batch`` call (Rust, parallel, without
-the GIL), and a bad request gets its own :class:`~inflight.errors.ValidationError` while the others
-are still answered.
+item of every request is tokenized in one ``Tokenizer.encode_batch_fast`` call (Rust, parallel, without
+the GIL; ``encode_batch`` on tokenizers older than 0.21, which lack it: the fast one skips the character
+offsets, which nothing here reads), and a bad request gets its own :class:`~inflight.errors.ValidationError`
+while the others are still answered.
 
 This module imports no Triton code, and ``tokenizers`` only when an encoder is built, so the runtime
 imports without it when no model takes text. Timing the encoding is the caller's job.
@@ -75,6 +76,8 @@ class TextEncoder:
         tok.no_padding()
         tok.enable_truncation(max_length=max_len)
         self._tok: Any = tok
+        # the same ids without the per-token character offsets (tokenizers >= 0.21)
+        self._encode: Any = getattr(tok, "encode_batch_fast", tok.encode_batch)
         self._path = path
         self._max_len = max_len
         self._max_bytes = max_bytes
@@ -131,7 +134,7 @@ class TextEncoder:
                 out.append(None)
         if texts:
             try:
-                encodings = self._tok.encode_batch(texts, add_special_tokens=True)
+                encodings = self._encode(texts, add_special_tokens=True)
             except Exception:  # one request's text broke the tokenizer: find it, answer the others
                 encodings = None
             done = iter(spans)
@@ -147,7 +150,7 @@ class TextEncoder:
 
     def _encode_alone(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray] | ValidationError:
         try:
-            encodings = self._tok.encode_batch(texts, add_special_tokens=True)
+            encodings = self._encode(texts, add_special_tokens=True)
         except Exception as e:
             return ValidationError(
                 f"the tokenizer failed on the {TEXT_INPUT!r} input ({e}); send plain UTF-8 text", "text_tokenize"

@@ -42,14 +42,23 @@ def load_variant(url: str, vc: VariantConfig, timeout_s: float = 600.0) -> float
     Raises:
         ServerError: with the server's message when loading fails.
     """
+    return load_config(url, vc.model_name, vc.to_json(), timeout_s)
+
+
+def load_config(url: str, name: str, config_json: str, timeout_s: float = 600.0) -> float:
+    """Load (or reload) ``name`` with ``config_json`` (Triton's JSON form) as its config; return seconds taken.
+
+    Raises:
+        ServerError: with the server's message when loading fails.
+    """
     from tritonclient.utils import InferenceServerException
 
     client = http_client(url, network_timeout=timeout_s, connection_timeout=timeout_s)
     t0 = time.perf_counter()
     try:
-        client.load_model(vc.model_name, config=vc.to_json())
+        client.load_model(name, config=config_json)
     except InferenceServerException as e:
-        raise ServerError(f"loading {vc.model_name} failed: {e.message()}") from None
+        raise ServerError(f"loading {name} failed: {e.message()}") from None
     finally:
         client.close()
     return time.perf_counter() - t0

@@ -8,11 +8,13 @@ from typing import Any
 
 from inflight.lab.gpu_bound_results import (
     H100_DENSE_FLOPS,
+    TEXT_FOLDER,
     ab_docs,
     engine,
     nsys_captures,
     summary,
     token_flops,
+    tokenizer_bounds,
     variants,
 )
 from inflight.lab.sections import Section
@@ -33,7 +35,16 @@ def collect(root: Path) -> dict[str, Any] | None:
     e, vs = engine(root), variants(root)
     if e is None and not vs:
         return None
-    return {"root": root, "engine": e, "variants": vs, "captures": nsys_captures(root), "docs": ab_docs(root)}
+    return {
+        "root": root,
+        "engine": e,
+        "variants": vs,
+        "captures": nsys_captures(root),
+        "docs": ab_docs(root),
+        "text_variants": variants(root, TEXT_FOLDER),
+        "text_docs": ab_docs(root, TEXT_FOLDER),
+        "tokenizer": tokenizer_bounds(root),
+    }
 
 
 def render(data: Mapping[str, Any]) -> list[str]:
@@ -109,7 +120,8 @@ def render(data: Mapping[str, Any]) -> list[str]:
             act = "" if c["gpu_activity"] is None else f"{c['gpu_activity']:.1%}"
             sync = "" if c["sync_share"] is None else f"{c['sync_share']:.1%}"
             lines.append(f"| [`{c['name']}`]({rel}) | {c['rate'] or 0:,.0f} | {ach} | {act} | {sync} |")
-    for f, doc in data["docs"]:
+    lines += _text(root, data)
+    for f, doc in [*data["docs"], *data["text_docs"]]:
         low = min(r["rate"] for r in doc["runs"])
         null = [r for r in doc["runs"] if r["model_name"].endswith("_null") and r["rate"] == low]
         p99 = ", ".join(f"{r['latency_ms']['p99']:.1f}" for r in null if isinstance(r["latency_ms"], Mapping))
@@ -119,6 +131,52 @@ def render(data: Mapping[str, Any]) -> list[str]:
                 f"Host steadiness in `{f.name}`: the null model's p99 at {low:,.0f} req/s, by round: {p99} ms.",
             ]
     return [*lines, ""]
+
+
+def _text(root: Path, data: Mapping[str, Any]) -> list[str]:
+    """The same requests as text: the tokenizer's bound on the server's cores, then the served variants."""
+    bounds, vs = data["tokenizer"], data["text_variants"]
+    if not vs and not bounds:
+        return []
+    lines = [
+        "",
+        "### The same requests as text",
+        "",
+        "The same 32 sequences a request, sent as text (`--token-dist text`: common words, one token each, so a "
+        "text's tokens are its words + 2): `NAME_text` is the ensemble users deploy for text (`NAME_tokenizer`'s CPU "
+        "instances, then the encoder as built); `minilm_inflight` takes the text itself (tokenized in its "
+        "`execute()`). First what the server's cores tokenize at most, with the backend's own `TextEncoder` on the "
+        "workload's texts (`scripts/lab/tokenizer_bound.py`, each sitting's `tokenizer.json`):",
+        "",
+        "| file | CPU | tokenizers | one process, all cores (req/s) | one process a core (req/s) | µs a text a core |",
+        "|---|---|---|---|---|---|",
+    ]
+    for b in bounds:
+        rel = b["path"].relative_to(root)
+        rows = {r["layout"]: r for r in b["rows"] if r["call"] == "encode_batch_fast"}
+        one, per = rows.get("one process"), rows.get("per core")
+        lines.append(
+            f"| [`{rel.parent.name}`]({rel}) | {b['cpu_model']}, {b['cores']} cores ({b['cpus']}) | {b['tokenizers']} "
+            f"| {one['requests_per_s']:,.0f} | {per['requests_per_s']:,.0f} | {per['us_per_text_per_core']} |"
+            if one and per
+            else f"| [`{rel.parent.name}`]({rel}) | | | | | |"
+        )
+    if vs:
+        lines += [
+            "",
+            "| file | variant | encoder instances | tokenizer instances | capacity per round | median | "
+            "achieved at the top rate (median) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for v in vs:
+            rel = v["path"].relative_to(root)
+            ach = "" if v["achieved_at_top"] is None else f"{v['achieved_at_top']:,.0f} of {v['top']:,.0f}"
+            tok = "" if v["tokenizer_instances"] is None else str(v["tokenizer_instances"])
+            lines.append(
+                f"| [`{rel.parent.name}`]({rel}) | `{v['spec']}` | {v['instances']} | {tok} | "
+                f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {capacity_cell(v).split(' (')[0]} | {ach} |"
+            )
+    return lines
 
 
 SECTION = Section(title=TITLE, collect=collect, render=render, summary_key="gpu_bound", summarize=summary)

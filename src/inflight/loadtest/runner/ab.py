@@ -98,6 +98,12 @@ class AbRunner:
                 f"--check compares responses with the model, but {', '.join(nulls)} is the null control model "
                 "(it answers zeros); drop --check or the null variant"
             )
+        ensembles = [v.spec for v in self.variants if v.ensemble is not None]
+        if ensembles and self.shape.token_dist != "text":
+            raise ConfigError(
+                f"{', '.join(ensembles)} is an ensemble that takes text (its tokenizer makes the token ids); add "
+                "--token-dist text"
+            )
         self.plan = LoadPlan(config)
         now = dt.datetime.now()
         self.run_id = f"ab-{now:%Y%m%d-%H%M%S}"
@@ -259,7 +265,7 @@ class AbRunner:
         stalls: list[str] = []
         records: list[dict[str, Any]] = []
         unload: dict[str, Any] = {}
-        load_s = self.fleet.load(endpoints, head.config)
+        load_s = self.fleet.load(endpoints, head)
         try:
             for k, (r, v) in enumerate(group):
                 LOGGER.info(

@@ -11,6 +11,7 @@ from inflight.errors import ConfigError
 from inflight.loadtest import openloop as ol
 from inflight.loadtest.list_options import parse_rates
 from inflight.loadtest.presets import LoadShape
+from inflight.loadtest.runner import ensemble as ens
 from inflight.server import control
 from inflight.variants import VariantConfig, parse_variant_arg
 
@@ -219,6 +220,8 @@ class Variant:
         via: Where its load goes (the spec's ``via=``): ``balancer``, ``direct`` (spread over every server), or
             ``gpu<N>`` (the server of GPU N alone); None: the run's default (:func:`route_of`).
         rates: Its own open-loop rates (the spec's ``rates=``, ``/``-separated); empty: the run's ``--rate``.
+        ensemble: When the spec names an ensemble (``NAME_text``): its other steps and itself, loaded after
+            ``config`` (then the ensemble's encoder step) and sent the load; None: ``config`` is sent the load.
     """
 
     label: str
@@ -227,11 +230,12 @@ class Variant:
     overrides: dict[str, str] = field(default_factory=dict)
     via: str | None = None
     rates: tuple[float, ...] = ()
+    ensemble: ens.Ensemble | None = None
 
     @property
     def name(self) -> str:
-        """The name the server serves it under."""
-        return self.config.model_name
+        """The name the load is sent to: the ensemble's, else the one the server serves ``config`` under."""
+        return self.ensemble.name if self.ensemble is not None else self.config.model_name
 
 
 @dataclass(kw_only=True)
@@ -278,6 +282,7 @@ def load_groups(order: Sequence[tuple[int, Variant]], config: AbConfig) -> list[
             and last[0][0] == r
             and last[0][1].name == v.name
             and last[0][1].config.to_json() == v.config.to_json()
+            and last[0][1].ensemble == v.ensemble
             and route_of(v, config) not in {route_of(w, config) for _, w in last}
         ):
             last.append((r, v))
@@ -300,10 +305,16 @@ def resolve_variants(specs: Sequence[str], repository: Path) -> list[Variant]:
         name, overrides = parse_variant_arg(spec)
         via = overrides.pop("via", None)
         rates = overrides.pop("rates", None)
-        vc = control.variant_config(repository, name, overrides)
+        pipeline = None
+        if ens.is_ensemble(repository, name):
+            vc, pipeline = ens.resolve(repository, name, overrides)
+        else:
+            vc = control.variant_config(repository, name, overrides)
         label = chr(ord("A") + i) if i < 26 else f"V{i + 1}"
         own = tuple(parse_rates(rates.replace("/", ","))) if rates is not None else ()
-        out.append(Variant(label=label, spec=spec, config=vc, overrides=overrides, via=via, rates=own))
+        out.append(
+            Variant(label=label, spec=spec, config=vc, overrides=overrides, via=via, rates=own, ensemble=pipeline)
+        )
     return out
 
 

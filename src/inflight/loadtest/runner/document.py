@@ -152,6 +152,16 @@ def document(
                 "config": json.loads(v.config.to_json()),
                 **({"route": route_of(v, config)} if fleet.plans else {}),
                 **({"rates": list(v.rates)} if v.rates else {}),
+                **(
+                    {
+                        "ensemble": {
+                            "encoder": v.config.model_name,
+                            "steps": {name: json.loads(c) for name, c in v.ensemble.steps},
+                        }
+                    }
+                    if v.ensemble is not None
+                    else {}
+                ),
             }
             for v in variants
         ],

@@ -44,12 +44,18 @@ from inflight.loadtest.runner.gpu_servers import GpuServerPlan, plan_gpu_servers
 from inflight.loadtest.runner.metrics import scrape, sum_counts
 from inflight.log import DIAGNOSTICS_GROUP, plugin
 from inflight.server import control
-from inflight.variants import VariantConfig
 
 LOGGER = logging.getLogger(LOGGER_NAME)
 
 #: Seconds to wait after an open-loop window for the server to finish the requests it still holds.
 DRAIN_TIMEOUT_S = 120.0
+
+
+def unload_order(v: Variant) -> list[str]:
+    """The models to unload for ``v``: an ensemble first, then its other steps, then the encoder."""
+    if v.ensemble is None:
+        return [v.config.model_name]
+    return [v.ensemble.name, *(name for name, _ in reversed(v.ensemble.steps)), v.config.model_name]
 
 
 class ServerFleet:
@@ -273,13 +279,26 @@ class ServerFleet:
 
     # -- variants ---------------------------------------------------------------------------
 
-    def load(self, endpoints: Sequence[Endpoints], vc: VariantConfig) -> float:
-        """Load ``vc`` on every server (side by side when several); the seconds until all had it."""
-        if len(endpoints) == 1:
-            return control.load_variant(endpoints[0].http, vc)
+    def load(self, endpoints: Sequence[Endpoints], v: Variant) -> float:
+        """Load ``v`` on every server (side by side when several); the seconds until all had it.
+
+        An ensemble's encoder loads first, then its other steps, then the ensemble (each step must be
+        loaded before the ensemble that names it).
+        """
+        order = [(v.config.model_name, v.config.to_json())]
+        if v.ensemble is not None:
+            order += v.ensemble.load_order()
+
+        def load_all(http: str) -> None:
+            for name, config_json in order:
+                control.load_config(http, name, config_json)
+
         t0 = time.perf_counter()
+        if len(endpoints) == 1:
+            load_all(endpoints[0].http)
+            return time.perf_counter() - t0
         with ThreadPoolExecutor(len(endpoints), thread_name_prefix="load") as pool:
-            futures = [pool.submit(control.load_variant, e.http, vc) for e in endpoints]
+            futures = [pool.submit(load_all, e.http) for e in endpoints]
         for f in futures:
             f.result()  # the first server's failure, with its message
         return time.perf_counter() - t0
@@ -329,48 +348,50 @@ class ServerFleet:
         on = f" on the GPU {plan.gpu} server" if plan is not None else ""
         log_name = plan.log_name if plan is not None else "tritonserver.log"
         t_unload = time.monotonic()
-        try:
-            control.unload(endpoints.http, v.name, timeout_s=self.config.unload_timeout_s)
-        except InflightError as e:
-            # the window was measured in full; what follows it is either a slow unload (Triton
-            # finalizes instances one at a time) or a stalled one, a server defect reported with the run
+        for name in unload_order(v):
             try:
-                control.wait_unloaded(endpoints.http, v.name, self.config.unload_grace_s)
-                record["unload_slow"] = True
-                LOGGER.warning(
-                    "%s: unloading %s%s took %.1f s (more than --unload-timeout %.0f s; completed)",
-                    tag,
-                    v.name,
-                    on,
-                    time.monotonic() - t_unload,
-                    self.config.unload_timeout_s,
-                )
-            except InflightError:
-                stuck = self.data / (f"{tag}-gpu{plan.gpu}-stuck" if plan is not None else f"{tag}-stuck")
-                text = scrape(endpoints.metrics)
-                if text is not None:
-                    # where the requests that hold the unload are: Triton's queue (pending > 0) or not
-                    counts = st.request_state(text, v.name)
-                    lines = counts.pop("lines")
-                    record["requests_at_stall"] = counts
-                    stuck.mkdir(parents=True, exist_ok=True)
-                    (stuck / "request-metrics.txt").write_text("\n".join(lines) + "\n")
-                dumps = dump_stuck_stubs(v.name, stuck, pid)
-                record["unload_stalled"] = True
-                waited = time.monotonic() - t_unload
-                stalls.append(
-                    f"unloading {v.name}{on} stalled: {e}, still not unloaded {waited:.0f} s after the request "
-                    f"(see {log_name} next to the results"
-                    + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
-                    + (
-                        "; Triton 2.51's HTTP frontend does this when more replies finish at once than its socket "
-                        "buffer holds, with a plain Python model too (README, Known limits): raise "
-                        "net.core.wmem_default before the server starts (the runner's own server does, as root) "
-                        "or run with --protocol grpc"
-                        if self.config.shape.protocol == "http"
-                        else ""
+                control.unload(endpoints.http, name, timeout_s=self.config.unload_timeout_s)
+            except InflightError as e:
+                # the window was measured in full; what follows it is either a slow unload (Triton
+                # finalizes instances one at a time) or a stalled one, a server defect reported with the run
+                try:
+                    control.wait_unloaded(endpoints.http, name, self.config.unload_grace_s)
+                    record["unload_slow"] = True
+                    LOGGER.warning(
+                        "%s: unloading %s%s took %.1f s (more than --unload-timeout %.0f s; completed)",
+                        tag,
+                        name,
+                        on,
+                        time.monotonic() - t_unload,
+                        self.config.unload_timeout_s,
                     )
-                )
+                except InflightError:
+                    stuck = self.data / (f"{tag}-gpu{plan.gpu}-stuck" if plan is not None else f"{tag}-stuck")
+                    text = scrape(endpoints.metrics)
+                    if text is not None:
+                        # where the requests that hold the unload are: Triton's queue (pending > 0) or not
+                        counts = st.request_state(text, name)
+                        lines = counts.pop("lines")
+                        record["requests_at_stall"] = counts
+                        stuck.mkdir(parents=True, exist_ok=True)
+                        (stuck / "request-metrics.txt").write_text("\n".join(lines) + "\n")
+                    dumps = dump_stuck_stubs(name, stuck, pid)
+                    record["unload_stalled"] = True
+                    waited = time.monotonic() - t_unload
+                    stalls.append(
+                        f"unloading {name}{on} stalled: {e}, still not unloaded {waited:.0f} s after the request "
+                        f"(see {log_name} next to the results"
+                        + (f"; what its {len(dumps)} running stub(s) were doing: {dumps[0].parent})" if dumps else ")")
+                        + (
+                            "; Triton 2.51's HTTP frontend does this when more replies finish at once than its socket "
+                            "buffer holds, with a plain Python model too (README, Known limits): raise "
+                            "net.core.wmem_default before the server starts (the runner's own server does, as root) "
+                            "or run with --protocol grpc"
+                            if self.config.shape.protocol == "http"
+                            else ""
+                        )
+                    )
+                    break  # an ensemble's steps stay loaded while it does
         record["unload_s"] = round(time.monotonic() - t_unload, 2)
         return record
 

@@ -87,7 +87,7 @@ class WindowMeter:
         what = f"{v.name} at {rate:,.0f} req/s offered" if rate is not None else v.name
 
         def tick(elapsed: float) -> None:
-            sample = _gauge_sample(elapsed, [scrape(e.metrics) for e in endpoints], v.name)
+            sample = _gauge_sample(elapsed, [scrape(e.metrics) for e in endpoints], v.config.model_name)
             if sample is not None:
                 samples.append(sample)
             rps = st.current_rps(Path(f"{prefix}_stats_history.csv"))
@@ -131,7 +131,7 @@ class WindowMeter:
         if len(endpoints) > 1:
             record["per_server_requests"] = per_server_requests(befores, afters)
         texts = [scrape(e.metrics) for e in endpoints]
-        sample = _gauge_sample(time.monotonic() - started, texts, v.name)
+        sample = _gauge_sample(time.monotonic() - started, texts, v.config.model_name)
         if sample is not None:
             samples.append(sample)
         if all(t is not None for t in texts):

@@ -1,0 +1,107 @@
+"""A variant served through an ensemble: ``NAME_text`` (tokenizer instances, then the encoder) as users deploy text.
+
+``inflight ab minilm_text@instances=8,tokenizer_instances=4`` measures the ensemble a user sends text to.
+The spec's keys go to the ensemble's encoder step (the model the runner knows how to override:
+``instances``, ``delay_us``, ``slots``...), except ``tokenizer_instances``, the count of every other step's
+instances (the CPU tokenizer). The runner loads the steps in order (encoder, tokenizer, then the ensemble,
+each with its configuration as the load's override, as ``tests/integration/test_text_pipeline.py``
+does) and unloads them in reverse, so nothing the repository says about instance counts is rewritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from inflight.errors import ConfigError
+from inflight.server import control
+from inflight.variants import VariantConfig, parse_pbtxt
+
+#: The spec key that sets the instance count of the ensemble's steps other than the encoder.
+TOKENIZER_INSTANCES = "tokenizer_instances"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ensemble:
+    """What the runner loads besides the encoder: the other steps, then the ensemble itself.
+
+    Attributes:
+        name: The ensemble's name (the model the load is sent to).
+        config_json: The ensemble's configuration (Triton's JSON form).
+        steps: ``(name, configuration JSON)`` of each step other than the encoder, in the ensemble's order.
+    """
+
+    name: str
+    config_json: str
+    steps: tuple[tuple[str, str], ...]
+
+    def load_order(self) -> list[tuple[str, str]]:
+        """The models to load after the encoder, the ensemble last."""
+        return [*self.steps, (self.name, self.config_json)]
+
+
+def read_config(repository: Path, name: str) -> mc.ModelConfig | None:
+    """``<repository>/<name>/config.pbtxt`` parsed, or None when there is none."""
+    path = Path(repository) / name / "config.pbtxt"
+    return parse_pbtxt(path.read_text()) if path.is_file() else None
+
+
+def is_ensemble(repository: Path, name: str) -> bool:
+    """True when the repository's ``name`` is a Triton ensemble."""
+    cfg = read_config(repository, name)
+    return cfg is not None and cfg.platform == "ensemble"
+
+
+def resolve(repository: Path, name: str, overrides: dict[str, str]) -> tuple[VariantConfig, Ensemble]:
+    """The ensemble ``name``'s encoder (``overrides`` applied) and what else to load for it.
+
+    The encoder is the one step whose model is not a tokenizer (``backend: "tokenizer"``); ``overrides``
+    other than ``tokenizer_instances`` apply to it (``inflight.variants.apply_overrides``).
+
+    Raises:
+        ConfigError: when a step is missing from the repository, the ensemble has no encoder step or
+            more than one, or ``tokenizer_instances`` is not a positive integer.
+    """
+    cfg = read_config(repository, name)
+    assert cfg is not None and cfg.platform == "ensemble", name
+    overrides = dict(overrides)
+    if "name" in overrides:
+        raise ConfigError(
+            f"{name}: name= would serve the encoder under another name than the ensemble's step names; drop it"
+        )
+    raw = overrides.pop(TOKENIZER_INSTANCES, None)
+    count: int | None = None
+    if raw is not None:
+        try:
+            count = int(raw)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise ConfigError(f"{name}: {TOKENIZER_INSTANCES}={raw!r}: give a positive number of instances")
+    encoders: list[str] = []
+    steps: list[tuple[str, str]] = []
+    for step in cfg.ensemble_scheduling.step:
+        step_cfg = read_config(repository, step.model_name)
+        if step_cfg is None:
+            raise ConfigError(
+                f"{name}: its step {step.model_name!r} has no config.pbtxt in {repository}; rebuild the repository "
+                "(`inflight import-hf` writes the ensemble and its steps together)"
+            )
+        if step_cfg.backend != "tokenizer":
+            encoders.append(step.model_name)
+            continue
+        if count is not None:
+            del step_cfg.instance_group[:]
+            step_cfg.instance_group.add(count=count, kind=mc.ModelInstanceGroup.KIND_CPU)
+        steps.append((step.model_name, json_format.MessageToJson(step_cfg, preserving_proto_field_name=True)))
+    if len(encoders) != 1:
+        raise ConfigError(
+            f"{name}: an ensemble the runner measures has one encoder step besides its tokenizer; its steps "
+            f"{[s.model_name for s in cfg.ensemble_scheduling.step]} have {len(encoders)}"
+        )
+    encoder = control.variant_config(repository, encoders[0], overrides)
+    config_json = json_format.MessageToJson(cfg, preserving_proto_field_name=True)
+    return encoder, Ensemble(name=name, config_json=config_json, steps=tuple(steps))

@@ -1,0 +1,67 @@
+"""``inflight ab NAME_text``: an ensemble resolves to its encoder (the spec's keys) and its other steps, in order."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from inflight.errors import ConfigError
+from inflight.loadtest.runner import ensemble as ens
+from inflight.loadtest.runner.config import resolve_variants
+from inflight.loadtest.runner.fleet import unload_order
+from inflight.variants import VariantConfig, write_config
+
+
+def _repository(tmp_path: Path, *, encoder: str = "bert_tiny_inflight") -> Path:
+    """An ensemble ``demo_text``: ``demo_tokenizer`` (2 CPU instances), then ``encoder``."""
+    write_config(tmp_path, VariantConfig(model="bert_tiny", variant="inflight").to_proto())
+    tok = mc.ModelConfig(name="demo_tokenizer", backend="tokenizer", max_batch_size=8)
+    tok.instance_group.add(count=2, kind=mc.ModelInstanceGroup.KIND_CPU)
+    write_config(tmp_path, tok)
+    e = mc.ModelConfig(name="demo_text", platform="ensemble", max_batch_size=8)
+    e.ensemble_scheduling.step.add(model_name="demo_tokenizer", model_version=-1)
+    e.ensemble_scheduling.step.add(model_name=encoder, model_version=-1)
+    write_config(tmp_path, e)
+    return tmp_path
+
+
+def test_the_spec_keys_go_to_the_encoder_and_tokenizer_instances_to_the_tokenizer(tmp_path: Path) -> None:
+    repo = _repository(tmp_path)
+    (v,) = resolve_variants(["demo_text@instances=3,delay_us=700,tokenizer_instances=5"], repo)
+    assert v.name == "demo_text" and v.config.model_name == "bert_tiny_inflight"
+    assert v.config.batching.instances == 3 and v.config.batching.max_queue_delay_us == 700
+    assert v.ensemble is not None
+    (name, cfg), (last, _) = v.ensemble.load_order()
+    assert name == "demo_tokenizer" and json.loads(cfg)["instance_group"] == [{"count": 5, "kind": "KIND_CPU"}]
+    assert last == "demo_text"
+    assert unload_order(v) == ["demo_text", "demo_tokenizer", "bert_tiny_inflight"]
+    # without the key the tokenizer keeps what its config says
+    (w,) = resolve_variants(["demo_text"], repo)
+    assert w.ensemble is not None and json.loads(w.ensemble.steps[0][1])["instance_group"][0]["count"] == 2
+    # a model that is not an ensemble loads alone, as before
+    (plain,) = resolve_variants(["bert_tiny_inflight"], repo)
+    assert plain.ensemble is None and unload_order(plain) == ["bert_tiny_inflight"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("demo_text@tokenizer_instances=0", "tokenizer_instances='0': give a positive number"),
+        ("demo_text@tokenizer_instances=two", "tokenizer_instances='two': give a positive number"),
+        ("demo_text@name=other", "name= would serve the encoder under another name"),
+        ("demo_text@bogus=1", "bogus"),
+    ],
+)
+def test_bad_keys_say_what_to_change(tmp_path: Path, spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        resolve_variants([spec], _repository(tmp_path))
+
+
+def test_a_step_missing_from_the_repository_is_named(tmp_path: Path) -> None:
+    repo = _repository(tmp_path, encoder="absent_inflight")
+    with pytest.raises(ConfigError, match=re.escape("step 'absent_inflight' has no config.pbtxt")):
+        ens.resolve(repo, "demo_text", {})
