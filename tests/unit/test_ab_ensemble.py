@@ -10,9 +10,9 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
-from inflight.loadtest.runner import ensemble as ens
 from inflight.loadtest.runner.config import resolve_variants
 from inflight.loadtest.runner.fleet import unload_order
+from inflight.server import ensemble as ens
 from inflight.variants import VariantConfig, write_config
 
 
@@ -65,3 +65,14 @@ def test_a_step_missing_from_the_repository_is_named(tmp_path: Path) -> None:
     repo = _repository(tmp_path, encoder="absent_inflight")
     with pytest.raises(ConfigError, match=re.escape("step 'absent_inflight' has no config.pbtxt")):
         ens.resolve(repo, "demo_text", {})
+
+
+def test_serve_loads_an_ensembles_steps_then_the_ensemble_and_a_model_alone(tmp_path: Path) -> None:
+    """``inflight serve -m NAME@...`` loads what :func:`ens.load_plan` says, in its order."""
+    repo = _repository(tmp_path)
+    plan = ens.load_plan(repo, "demo_text@instances=2,tokenizer_instances=3")
+    assert [name for name, _ in plan] == ["bert_tiny_inflight", "demo_tokenizer", "demo_text"]
+    encoder, tokenizer, _ = (json.loads(c) for _, c in plan)
+    assert encoder["instance_group"][0]["count"] == 2 and tokenizer["instance_group"][0]["count"] == 3
+    (alone,) = ens.load_plan(repo, "bert_tiny_inflight@instances=5")
+    assert alone[0] == "bert_tiny_inflight" and json.loads(alone[1])["instance_group"][0]["count"] == 5

@@ -19,7 +19,8 @@ def serve_cmd(
             "--model",
             "-m",
             help="Models to load (default: all); NAME@key=value,... loads a variant with config overrides, "
-            "e.g. bert_tiny_sync@instances=4,delay_us=500.",
+            "e.g. bert_tiny_sync@instances=4,delay_us=500; a text ensemble's keys go to its encoder, "
+            "tokenizer_instances to its tokenizer (minilm_text@instances=4,tokenizer_instances=8).",
         ),
     ] = None,
     http_port: int = 8000,
@@ -53,22 +54,22 @@ def serve_cmd(
     setup_logging(verbose)
     from inflight.loadtest.list_options import parse_cpus
     from inflight.server.config import ServerConfig
-    from inflight.server.control import load_variant, variant_config
+    from inflight.server.control import load_config
+    from inflight.server.ensemble import load_plan
     from inflight.server.launcher import TritonServer
     from inflight.server.supervise import StopSignals, wait_for_stop
     from inflight.tool_errors import StopRequested
-    from inflight.variants import parse_variant_arg
 
     try:
         server_cpus = tuple(parse_cpus(cpus)) if cpus else ()
     except InflightError as e:
         fail(e)
     overridden = [m for m in model or [] if "@" in m]
-    variants = []
+    loads: list[tuple[str, str]] = []  # (name, config JSON): a variant, or an ensemble's steps and then itself
     if overridden:
         plain = [m for m in model or [] if "@" not in m]
         try:
-            variants = [variant_config(repository, *parse_variant_arg(m)) for m in overridden]
+            loads = [step for m in overridden for step in load_plan(repository, m)]
         except InflightError as e:
             fail(e)
         model = plain
@@ -94,11 +95,11 @@ def serve_cmd(
 
         try:
             server.start(stop_requested=lambda: stops.count > 0)
-            for vc in variants:
+            for name, config_json in loads:
                 if stops.count:
-                    raise StopRequested(f"stop requested before {vc.model_name} was loaded")
-                seconds = load_variant(server.http_url, vc)
-                typer.echo(f"loaded {vc.model_name} with overrides in {seconds:.1f} s")
+                    raise StopRequested(f"stop requested before {name} was loaded")
+                seconds = load_config(server.http_url, name, config_json)
+                typer.echo(f"loaded {name} with overrides in {seconds:.1f} s")
         except BaseException as e:
             code = stop_server()
             if not isinstance(e, InflightError):

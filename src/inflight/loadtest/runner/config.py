@@ -11,8 +11,8 @@ from inflight.errors import ConfigError
 from inflight.loadtest import openloop as ol
 from inflight.loadtest.list_options import parse_rates
 from inflight.loadtest.presets import LoadShape
-from inflight.loadtest.runner import ensemble as ens
 from inflight.server import control
+from inflight.server import ensemble as ens
 from inflight.variants import VariantConfig, parse_variant_arg
 
 #: The logger of every part of the runner (the package's, as the log lines have always named it).

@@ -1,6 +1,7 @@
 """A variant served through an ensemble: ``NAME_text`` (tokenizer instances, then the encoder) as users deploy text.
 
-``inflight ab minilm_text@instances=8,tokenizer_instances=4`` measures the ensemble a user sends text to.
+``inflight ab minilm_text@instances=8,tokenizer_instances=4`` measures the ensemble a user sends text to, and
+``inflight serve -m minilm_text@...`` serves it so (:func:`load_plan`).
 The spec's keys go to the ensemble's encoder step (the model the runner knows how to override:
 ``instances``, ``delay_us``, ``slots``...), except ``tokenizer_instances``, the count of every other step's
 instances (the CPU tokenizer). The runner loads the steps in order (encoder, tokenizer, then the ensemble,
@@ -18,7 +19,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
 from inflight.server import control
-from inflight.variants import VariantConfig, parse_pbtxt
+from inflight.variants import VariantConfig, parse_pbtxt, parse_variant_arg
 
 #: The spec key that sets the instance count of the ensemble's steps other than the encoder.
 TOKENIZER_INSTANCES = "tokenizer_instances"
@@ -105,3 +106,21 @@ def resolve(repository: Path, name: str, overrides: dict[str, str]) -> tuple[Var
     encoder = control.variant_config(repository, encoders[0], overrides)
     config_json = json_format.MessageToJson(cfg, preserving_proto_field_name=True)
     return encoder, Ensemble(name=name, config_json=config_json, steps=tuple(steps))
+
+
+def load_plan(repository: Path, spec: str) -> list[tuple[str, str]]:
+    """What to load for ``name[@key=value,...]``, in order: ``(model name, configuration JSON)`` each.
+
+    A model loads alone with the spec's overrides (``inflight.variants.apply_overrides``); an ensemble's
+    encoder loads first (the spec's keys), then its other steps (``tokenizer_instances``), then the ensemble.
+
+    Raises:
+        ConfigError: for a bad spec or key (see :func:`resolve`).
+        ServerError: when a config.pbtxt is missing.
+    """
+    name, overrides = parse_variant_arg(spec)
+    if is_ensemble(repository, name):
+        encoder, ensemble = resolve(repository, name, overrides)
+        return [(encoder.model_name, encoder.to_json()), *ensemble.load_order()]
+    vc = control.variant_config(repository, name, overrides)
+    return [(vc.model_name, vc.to_json())]
