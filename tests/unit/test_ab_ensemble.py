@@ -11,7 +11,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
 from inflight.loadtest.runner.config import resolve_variants
-from inflight.loadtest.runner.fleet import unload_order
 from inflight.server import ensemble as ens
 from inflight.variants import VariantConfig, write_config
 
@@ -35,16 +34,16 @@ def test_the_spec_keys_go_to_the_encoder_and_tokenizer_instances_to_the_tokenize
     assert v.name == "demo_text" and v.config.model_name == "bert_tiny_inflight"
     assert v.config.batching.instances == 3 and v.config.batching.max_queue_delay_us == 700
     assert v.ensemble is not None
-    (name, cfg), (last, _) = v.ensemble.load_order()
+    (name, cfg), (last, _) = v.ensemble.after_encoder()
     assert name == "demo_tokenizer" and json.loads(cfg)["instance_group"] == [{"count": 5, "kind": "KIND_CPU"}]
     assert last == "demo_text"
-    assert unload_order(v) == ["demo_text", "demo_tokenizer", "bert_tiny_inflight"]
+    assert ens.unload_order(v.config, v.ensemble) == ["demo_text", "demo_tokenizer", "bert_tiny_inflight"]
     # without the key the tokenizer keeps what its config says
     (w,) = resolve_variants(["demo_text"], repo)
     assert w.ensemble is not None and json.loads(w.ensemble.steps[0][1])["instance_group"][0]["count"] == 2
     # a model that is not an ensemble loads alone, as before
     (plain,) = resolve_variants(["bert_tiny_inflight"], repo)
-    assert plain.ensemble is None and unload_order(plain) == ["bert_tiny_inflight"]
+    assert plain.ensemble is None and ens.unload_order(plain.config, None) == ["bert_tiny_inflight"]
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ class Ensemble:
     config_json: str
     steps: tuple[tuple[str, str], ...]
 
-    def load_order(self) -> list[tuple[str, str]]:
+    def after_encoder(self) -> list[tuple[str, str]]:
         """The models to load after the encoder, the ensemble last."""
         return [*self.steps, (self.name, self.config_json)]
 
@@ -120,7 +120,15 @@ def load_plan(repository: Path, spec: str) -> list[tuple[str, str]]:
     """
     name, overrides = parse_variant_arg(spec)
     if is_ensemble(repository, name):
-        encoder, ensemble = resolve(repository, name, overrides)
-        return [(encoder.model_name, encoder.to_json()), *ensemble.load_order()]
-    vc = control.variant_config(repository, name, overrides)
-    return [(vc.model_name, vc.to_json())]
+        return load_order(*resolve(repository, name, overrides))
+    return load_order(control.variant_config(repository, name, overrides), None)
+
+
+def load_order(encoder: VariantConfig, ensemble: Ensemble | None) -> list[tuple[str, str]]:
+    """``(name, configuration JSON)`` to load in order: the model (an ensemble's encoder), then the ensemble's rest."""
+    return [(encoder.model_name, encoder.to_json()), *(ensemble.after_encoder() if ensemble is not None else [])]
+
+
+def unload_order(encoder: VariantConfig, ensemble: Ensemble | None) -> list[str]:
+    """The names to unload, the reverse of :func:`load_order`: an ensemble first, its encoder last."""
+    return [name for name, _ in reversed(load_order(encoder, ensemble))]

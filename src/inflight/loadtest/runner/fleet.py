@@ -44,18 +44,12 @@ from inflight.loadtest.runner.gpu_servers import GpuServerPlan, plan_gpu_servers
 from inflight.loadtest.runner.metrics import scrape, sum_counts
 from inflight.log import DIAGNOSTICS_GROUP, plugin
 from inflight.server import control
+from inflight.server import ensemble as ens
 
 LOGGER = logging.getLogger(LOGGER_NAME)
 
 #: Seconds to wait after an open-loop window for the server to finish the requests it still holds.
 DRAIN_TIMEOUT_S = 120.0
-
-
-def unload_order(v: Variant) -> list[str]:
-    """The models to unload for ``v``: an ensemble first, then its other steps, then the encoder."""
-    if v.ensemble is None:
-        return [v.config.model_name]
-    return [v.ensemble.name, *(name for name, _ in reversed(v.ensemble.steps)), v.config.model_name]
 
 
 class ServerFleet:
@@ -285,9 +279,7 @@ class ServerFleet:
         An ensemble's encoder loads first, then its other steps, then the ensemble (each step must be
         loaded before the ensemble that names it).
         """
-        order = [(v.config.model_name, v.config.to_json())]
-        if v.ensemble is not None:
-            order += v.ensemble.load_order()
+        order = ens.load_order(v.config, v.ensemble)
 
         def load_all(http: str) -> None:
             for name, config_json in order:
@@ -348,7 +340,7 @@ class ServerFleet:
         on = f" on the GPU {plan.gpu} server" if plan is not None else ""
         log_name = plan.log_name if plan is not None else "tritonserver.log"
         t_unload = time.monotonic()
-        for name in unload_order(v):
+        for name in ens.unload_order(v.config, v.ensemble):
             try:
                 control.unload(endpoints.http, name, timeout_s=self.config.unload_timeout_s)
             except InflightError as e:
