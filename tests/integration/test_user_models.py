@@ -225,10 +225,11 @@ def test_a_config_that_does_not_match_its_artifact_fails_the_load_saying_so(serv
 def test_the_load_test_draws_a_repository_models_inputs_from_its_config(
     repository: Path, minilm_repo: str, tmp_path: Path, tokens: str
 ) -> None:
-    """``inflight ab`` open loop against ``minilm_inflight`` and ``_plain``: texts, or token ids of real lengths.
+    """``inflight ab`` open loop against ``minilm_inflight`` and a second variant: texts, or token ids of real lengths.
 
-    Texts go to the text ensemble ``minilm_text`` too (the runner loads its encoder with the spec's keys, its
-    tokenizer with ``tokenizer_instances``, then the ensemble, and unloads all three).
+    Token ids go to ``minilm_plain`` too; texts go to the text ensemble ``minilm_text`` (the runner loads its encoder
+    with the spec's keys, its tokenizer with ``tokenizer_instances``, then the ensemble, and unloads all three;
+    ``_plain``'s own text input is checked against sentence-transformers above).
     """
     import json
     import subprocess
@@ -239,8 +240,7 @@ def test_the_load_test_draws_a_repository_models_inputs_from_its_config(
     ensemble = ["minilm_text@kind=cpu,instances=1,tokenizer_instances=2"] if tokens == "text" else []
     cmd = ab_command(
         "minilm_inflight@kind=cpu,instances=1",
-        "minilm_plain@kind=cpu",
-        *ensemble,
+        *(ensemble or ["minilm_plain@kind=cpu"]),
         "--rate",
         "5",
         "--token-dist",
