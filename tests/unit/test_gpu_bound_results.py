@@ -155,4 +155,12 @@ def test_the_headline_judges_each_target_of_the_block() -> None:
     assert rows["requests failed for GPU memory, default as built"][2] == "met"
     # the default's own capacity (0.8 x 5,000) over plain's: 4.0x, under 5x
     assert rows["default as built / plain Python backend at the SLO"] == ["4.0x", ">= 5x", "**missed**"]
+    # no text sitting: its row says so; with one, its best capacity over the same engine bound
+    assert rows["the same requests as text: best capacity at p99 <= 100 ms / engine bound"] == ["n/a", ">= 85%", "n/a"]
+    text = {"best_rps": 4500.0, "tokenizer_bound_rps": 6000.0}
+    rows = {r[0]: r[1:] for r in glance.gpu_bound_rows({**block, "text": text})}
+    want = (
+        "the same requests as text: best capacity at p99 <= 100 ms / engine bound (tokenizing's own bound: 6,000 req/s)"
+    )
+    assert rows[want] == ["68%", ">= 85%", "**missed**"]  # 4,500 / 6,579
     assert glance.gpu_bound_rows(None) == []

@@ -319,9 +319,9 @@ def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> No
         + len(engine_targets(engine, eb.get("mixed_length_token_ratio")))
         + len(d["cpu_per_request"]["targets"])
         + len(glance.modes_rows(d.get("modes")))  # a row per core budget, two for the regime
-        + len(glance.gpu_bound_rows(d.get("gpu_bound")))  # issue 53's eight targets
+        + len(glance.gpu_bound_rows(d.get("gpu_bound")))  # issue 53's eight targets, and text's capacity
     )
-    assert len(glance.gpu_bound_rows(d.get("gpu_bound"))) == 8
+    assert len(glance.gpu_bound_rows(d.get("gpu_bound"))) == 9
     assert len(rows) == want
     # the regime: one pipelined instance, and one instance of the repository as built (auto)
     assert len(glance.modes_rows(d.get("modes"))) == len(d["modes"]["capacity"]) + 2
