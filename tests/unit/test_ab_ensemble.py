@@ -75,3 +75,8 @@ def test_serve_loads_an_ensembles_steps_then_the_ensemble_and_a_model_alone(tmp_
     assert encoder["instance_group"][0]["count"] == 2 and tokenizer["instance_group"][0]["count"] == 3
     (alone,) = ens.load_plan(repo, "bert_tiny_inflight@instances=5")
     assert alone[0] == "bert_tiny_inflight" and json.loads(alone[1])["instance_group"][0]["count"] == 5
+
+
+def test_resolving_a_model_that_is_not_an_ensemble_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="bert_tiny_inflight is not an ensemble"):
+        ens.resolve(_repository(tmp_path), "bert_tiny_inflight", {})

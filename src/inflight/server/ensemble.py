@@ -63,11 +63,14 @@ def resolve(repository: Path, name: str, overrides: dict[str, str]) -> tuple[Var
     other than ``tokenizer_instances`` apply to it (``inflight.variants.apply_overrides``).
 
     Raises:
-        ConfigError: when a step is missing from the repository, the ensemble has no encoder step or
-            more than one, or ``tokenizer_instances`` is not a positive integer.
+        ConfigError: when ``name`` is not an ensemble, a step is missing from the repository, the ensemble
+            has no encoder step or more than one, or ``tokenizer_instances`` is not a positive integer.
     """
     cfg = read_config(repository, name)
-    assert cfg is not None and cfg.platform == "ensemble", name
+    if cfg is None or cfg.platform != "ensemble":
+        raise ConfigError(
+            f"{name} is not an ensemble in {repository}; name a model whose config says platform: ensemble"
+        )
     overrides = dict(overrides)
     if "name" in overrides:
         raise ConfigError(
