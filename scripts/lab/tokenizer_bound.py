@@ -37,12 +37,10 @@ def cpu_list(spec: str) -> list[int]:
     return out
 
 
-def requests(repository: Path, model: str, n: int, items: int, seed: int) -> list[np.ndarray]:
-    """``n`` requests' text arrays, drawn as the load test draws them."""
+def requests(spec: Any, n: int, items: int, seed: int) -> list[np.ndarray]:
+    """``n`` requests' text arrays of the model ``spec``, drawn as the load test draws them."""
     from inflight.loadtest.workload import draw_inputs
-    from inflight.variants import repository_spec
 
-    spec = repository_spec(repository, model)
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
@@ -62,7 +60,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     enc = TextEncoder(tok, max_len=spec.max_seq_len or 512)
     if args.call == "encode_batch":  # the call before encode_batch_fast
         enc._encode = enc._tok.encode_batch
-    reqs = requests(args.repository, args.model, 64, args.items, args.seed)
+    reqs = requests(spec, 64, args.items, args.seed)
     batches = [reqs[i : i + args.batch] for i in range(0, len(reqs), args.batch)]
     for b in batches[:2]:  # warm up
         enc.encode_batch(b)

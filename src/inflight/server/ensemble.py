@@ -50,27 +50,35 @@ def read_config(repository: Path, name: str) -> mc.ModelConfig | None:
     return parse_pbtxt(path.read_text()) if path.is_file() else None
 
 
-def is_ensemble(repository: Path, name: str) -> bool:
-    """True when the repository's ``name`` is a Triton ensemble."""
-    cfg = read_config(repository, name)
-    return cfg is not None and cfg.platform == "ensemble"
-
-
 def resolve(repository: Path, name: str, overrides: dict[str, str]) -> tuple[VariantConfig, Ensemble]:
-    """The ensemble ``name``'s encoder (``overrides`` applied) and what else to load for it.
-
-    The encoder is the one step whose model is not a tokenizer (``backend: "tokenizer"``); ``overrides``
-    other than ``tokenizer_instances`` apply to it (``inflight.variants.apply_overrides``).
+    """The ensemble ``name``'s encoder (``overrides`` applied) and what else to load for it (:func:`resolve_spec`).
 
     Raises:
-        ConfigError: when ``name`` is not an ensemble, a step is missing from the repository, the ensemble
-            has no encoder step or more than one, or ``tokenizer_instances`` is not a positive integer.
+        ConfigError: when ``name`` is not an ensemble, or as :func:`resolve_spec`.
     """
-    cfg = read_config(repository, name)
-    if cfg is None or cfg.platform != "ensemble":
+    encoder, ensemble = resolve_spec(repository, name, overrides)
+    if ensemble is None:
         raise ConfigError(
             f"{name} is not an ensemble in {repository}; name a model whose config says platform: ensemble"
         )
+    return encoder, ensemble
+
+
+def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tuple[VariantConfig, Ensemble | None]:
+    """The model ``name`` with ``overrides``: a variant alone, or an ensemble's encoder and what else to load for it.
+
+    Its config.pbtxt tells which (the one place that decides, for ``inflight ab`` and ``inflight serve``). An
+    ensemble's encoder is the one step whose model is not a tokenizer (``backend: "tokenizer"``); ``overrides``
+    other than ``tokenizer_instances`` apply to it (``inflight.variants.apply_overrides``).
+
+    Raises:
+        ConfigError: for a bad key; for an ensemble, also when a step is missing from the repository, it has no
+            encoder step or more than one, or ``tokenizer_instances`` is not a positive integer.
+        ServerError: when a variant's config.pbtxt is missing.
+    """
+    cfg = read_config(repository, name)
+    if cfg is None or cfg.platform != "ensemble":
+        return control.variant_config(repository, name, overrides), None
     overrides = dict(overrides)
     if "name" in overrides:
         raise ConfigError(
@@ -121,10 +129,7 @@ def load_plan(repository: Path, spec: str) -> list[tuple[str, str]]:
         ConfigError: for a bad spec or key (see :func:`resolve`).
         ServerError: when a config.pbtxt is missing.
     """
-    name, overrides = parse_variant_arg(spec)
-    if is_ensemble(repository, name):
-        return load_order(*resolve(repository, name, overrides))
-    return load_order(control.variant_config(repository, name, overrides), None)
+    return load_order(*resolve_spec(repository, *parse_variant_arg(spec)))
 
 
 def load_order(encoder: VariantConfig, ensemble: Ensemble | None) -> list[tuple[str, str]]:

@@ -30,6 +30,12 @@ def capacity_cell(v: Mapping[str, Any] | None) -> str:
     return f"{'' if v['bounded'] else '>= '}{v['capacity']:,.0f} ({v['instances']} inst.; rounds {rounds})"
 
 
+def _capacity_cells(v: Mapping[str, Any]) -> str:
+    """A served variant's "capacity per round | median | achieved at the top rate" cells."""
+    ach = "" if v["achieved_at_top"] is None else f"{v['achieved_at_top']:,.0f} of {v['top']:,.0f}"
+    return f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {capacity_cell(v).split(' (')[0]} | {ach}"
+
+
 def collect(root: Path) -> dict[str, Any] | None:
     """The engine rows, the served variants, the nsys captures and the served files (None: no sitting yet)."""
     e, vs = engine(root), variants(root)
@@ -97,11 +103,9 @@ def render(data: Mapping[str, Any]) -> list[str]:
         for v in vs:
             rel = v["path"].relative_to(root)
             gauge = "" if v["gauge_activity_at_capacity"] is None else f"{v['gauge_activity_at_capacity']:.2f}"
-            ach = "" if v["achieved_at_top"] is None else f"{v['achieved_at_top']:,.0f} of {v['top']:,.0f}"
             lines.append(
                 f"| [`{rel.name}`]({rel}) | `{v['spec']}` | {v['instances']} | {v['delay_us']:,} | "
-                f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {capacity_cell(v).split(' (')[0]} | {ach} | "
-                f"{gauge} |"
+                f"{_capacity_cells(v)} | {gauge} |"
             )
     caps = data["captures"]
     if caps:
@@ -170,11 +174,9 @@ def _text(root: Path, data: Mapping[str, Any]) -> list[str]:
         ]
         for v in vs:
             rel = v["path"].relative_to(root)
-            ach = "" if v["achieved_at_top"] is None else f"{v['achieved_at_top']:,.0f} of {v['top']:,.0f}"
             tok = "" if v["tokenizer_instances"] is None else str(v["tokenizer_instances"])
             lines.append(
-                f"| [`{rel.parent.name}`]({rel}) | `{v['spec']}` | {v['instances']} | {tok} | "
-                f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {capacity_cell(v).split(' (')[0]} | {ach} |"
+                f"| [`{rel.parent.name}`]({rel}) | `{v['spec']}` | {v['instances']} | {tok} | {_capacity_cells(v)} |"
             )
     return lines
 

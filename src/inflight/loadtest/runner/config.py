@@ -11,7 +11,6 @@ from inflight.errors import ConfigError
 from inflight.loadtest import openloop as ol
 from inflight.loadtest.list_options import parse_rates
 from inflight.loadtest.presets import LoadShape
-from inflight.server import control
 from inflight.server import ensemble as ens
 from inflight.variants import VariantConfig, parse_variant_arg
 
@@ -305,11 +304,7 @@ def resolve_variants(specs: Sequence[str], repository: Path) -> list[Variant]:
         name, overrides = parse_variant_arg(spec)
         via = overrides.pop("via", None)
         rates = overrides.pop("rates", None)
-        pipeline = None
-        if ens.is_ensemble(repository, name):
-            vc, pipeline = ens.resolve(repository, name, overrides)
-        else:
-            vc = control.variant_config(repository, name, overrides)
+        vc, pipeline = ens.resolve_spec(repository, name, overrides)
         label = chr(ord("A") + i) if i < 26 else f"V{i + 1}"
         own = tuple(parse_rates(rates.replace("/", ","))) if rates is not None else ()
         out.append(
