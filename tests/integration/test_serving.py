@@ -276,7 +276,7 @@ def test_auto_probes_a_saturated_instance_and_from_the_high_bound_defers_without
 
     base = (
         "bert_tiny_inflight@mode=auto,auto_bound_min=1,auto_bound_high=1,auto_gain_min=1000,auto_busy_min=0,"
-        "auto_probe_every_s=2,auto_probe_s=0.5,metric_calls_per_execute=0"
+        "auto_probe_every_s=3,auto_probe_s=1,metric_calls_per_execute=0"
     )
     add_variant(repository, base, "probe")
     name = "bert_tiny_inflight_probe"
@@ -308,12 +308,13 @@ def test_auto_probes_a_saturated_instance_and_from_the_high_bound_defers_without
 
         with cf.ThreadPoolExecutor(4) as pool:
             streams = [pool.submit(stream, i) for i in range(4)]
-            # five periods at least: the first probes, later ones are skipped or probe again. The windows are 0.5 s:
-            # on the 2-core host beside the suite's other worker a 0.2 s probe window held no batch (too few batches
-            # to judge: the rest of the period in-band, counted no_gain). The streams go on until a probe has
-            # measured a gain (published once per interval), 30 s at most
-            while time.monotonic() - start < 10.0 or (
-                metric("inflight_auto_gain") <= 0 and time.monotonic() - start < 30
+            # five periods at least: the first probes, later ones are skipped or probe again. The windows are 1 s:
+            # on the 2-core host beside the suite's other workers a 0.2 s probe window (one other worker) and a 0.5 s
+            # one (three others) held no batch (too few batches to judge: the rest of the period in-band, counted
+            # no_gain). The streams go on until a probe has measured a gain (published once per interval), 40 s at
+            # most
+            while time.monotonic() - start < 15.0 or (
+                metric("inflight_auto_gain") <= 0 and time.monotonic() - start < 40
             ):
                 time.sleep(0.5)
             done[0] = True
