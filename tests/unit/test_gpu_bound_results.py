@@ -54,9 +54,11 @@ def test_the_default_as_built_is_the_newest_sittings_unchanged_variant_and_its_c
     default = g.default_as_built(vs)
     assert default is not None and set(default["overrides"]) <= g.AS_BUILT_KEYS
     # the newest sitting with an as-built variant, by the time it ran (not by file name); instances=1 and
-    # delay_us= variants are configurations beside it, not the default
+    # delay_us= variants are configurations beside it, not the default, and so is an import of larger batches
     built = [v for v in vs if v["kind"] == "inflight" and set(v["overrides"]) <= g.AS_BUILT_KEYS]
+    built = [v for v in built if v["max_batch"] == g.DEFAULT_MAX_BATCH_SIZE]
     assert len(built) > 1 and default is built[-1]
+    assert any(v["max_batch"] > g.DEFAULT_MAX_BATCH_SIZE for v in vs)  # minilm2k, imported with 2,048
     assert not [v for v in built if "instances" in v["overrides"] or "delay_us" in v["overrides"]]
     pair = g.one_instance_pair(vs)
     assert pair is not None and pair[0]["path"] == pair[1]["path"]
@@ -164,3 +166,13 @@ def test_the_headline_judges_each_target_of_the_block() -> None:
     )
     assert rows[want] == ["68%", ">= 85%", "**missed**"]  # 4,500 / 6,579
     assert glance.gpu_bound_rows(None) == []
+
+
+def test_a_tie_in_capacity_goes_to_the_variant_that_held_it_in_more_rounds() -> None:
+    """minilm2k at 2 and at 8 instances both reached 5,600 (2026-11-28); the 2-instance one missed it in a round."""
+    two = {"kind": "inflight", "capacity": 5600.0, "capacities": [5600.0, 0.0, 5600.0]}
+    eight = {"kind": "inflight", "capacity": 5600.0, "capacities": [5600.0, 5600.0, 5600.0]}
+    lower = {"kind": "inflight", "capacity": 5300.0, "capacities": [5300.0, 5300.0, 5300.0, 5300.0]}
+    assert g.pick([two, eight, lower], "inflight") is eight
+    assert g.pick([eight, two], "inflight") is eight
+    assert g.pick([lower], "sync") is None

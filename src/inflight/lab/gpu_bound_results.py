@@ -190,10 +190,15 @@ def variants(root: Path, folder: str = IDS_FOLDER) -> list[dict[str, Any]]:
     return out
 
 
+def rank(v: Mapping[str, Any]) -> tuple[float, float]:
+    """How variants are ranked: capacity, then (a tie) the one that held it in more rounds."""
+    return v["capacity"], sum(v["capacities"])
+
+
 def pick(vs: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any] | None:
-    """The variant of ``kind`` with the highest capacity, or None."""
+    """The variant of ``kind`` ranked first (:func:`rank`), or None."""
     cands = [v for v in vs if v["kind"] == kind]
-    return max(cands, key=lambda v: v["capacity"]) if cands else None
+    return max(cands, key=rank) if cands else None
 
 
 def on_device(vs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -252,7 +257,7 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     texts = [v for v in newest if v["spec"].split("@")[0].endswith("_text")]
     built = [v for v in texts if set(v["overrides"]) <= AS_BUILT_KEYS]
     bounds = [b for b in tokenizer_bounds(root) if b["path"].parent == newest[0]["path"].parent]
-    best = max(texts or newest, key=lambda v: v["capacity"])
+    best = max(texts or newest, key=rank)
     return {
         "device": newest[0]["device"],
         "capacity_rps": built[-1]["capacity"] if built else None,
@@ -280,7 +285,7 @@ def summary(root: Path) -> dict[str, Any] | None:
     default = default_as_built(vs)
     pair = one_instance_pair(vs)
     plain = pick(vs, "plain")
-    best = max((v for v in vs if v["kind"] in ("inflight", "sync")), key=lambda v: v["capacity"])
+    best = max((v for v in vs if v["kind"] in ("inflight", "sync")), key=rank)
     capture = _default_capture(root, device)
     block = {
         "model": "all-MiniLM-L6-v2 (seeded random weights of its shape)",

@@ -152,7 +152,7 @@ def decision_rows(root: Path) -> list[str]:
     best_pipe = pick(vs, "inflight")
     best_sync = pick(vs, "sync")
     plain = pick(vs, "plain")
-    share = f"{default['capacity'] / best_pipe['capacity']:.0%}" if default and best_pipe else "n/a"
+    share = f"{default['capacity'] / best_pipe['capacity']:.1%}" if default and best_pipe else "n/a"
     deploy = (
         f"`auto`, {best_pipe['instances']} instances, batcher delay {best_pipe['delay_us']:,} µs: "
         f"{best_pipe['capacity']:,.0f} req/s"
