@@ -2,8 +2,10 @@
 
 The server on core 0 and the load on core 1 (a core budget of one), one sitting under
 ``<root>/results/modes``: the sync variant, ``bert_tiny_inflight`` as ``build-models`` wrote it for
-this host (the default) and the plain Python backend, each by a capacity search at a loose SLO (this
-host's p99 is tens of milliseconds at 10 req/s). ``inflight.lab.modes_results`` must read the files
+this host (the default) and the plain Python backend, each by a capacity search at a loose SLO, 1 s (this
+host's p99 is tens of milliseconds at 10 req/s alone; beside three other test workers a stall of the host
+took another search's p99 at 10 req/s past 1 s once, so a p99 SLO can only bracket here, not measure).
+``inflight.lab.modes_results`` must read the files
 into ``summary.json``'s ``modes`` keys and the README's decision table, every capacity one of the
 searches bracketed.
 """
@@ -36,7 +38,7 @@ def test_capacity_search_of_sync_default_and_plain_writes_the_modes_keys(reposit
         "--search-steps",
         "1",
         "--slo",
-        "150",
+        "1000",
         "--generator",
         "asyncio",
         "--server-cpus",

