@@ -25,14 +25,21 @@ def http_client(url: str, **kwargs: Any) -> Any:
     return httpclient.InferenceServerClient(url, **kwargs)
 
 
-def variant_config(repository: Any, name: str, overrides: Mapping[str, str] | None = None) -> VariantConfig:
-    """Read ``<repository>/<name>/config.pbtxt`` and apply ``overrides`` (see ``apply_overrides``)."""
+def variant_config(
+    repository: Any, name: str, overrides: Mapping[str, str] | None = None, config: Any = None
+) -> VariantConfig:
+    """Read ``<repository>/<name>/config.pbtxt`` and apply ``overrides`` (see ``apply_overrides``).
+
+    ``config``: the model's config already parsed (a ``ModelConfig``), when the caller has read it.
+    """
     from pathlib import Path
 
-    path = Path(repository) / name / "config.pbtxt"
-    if not path.is_file():
-        raise ServerError(f"{path} not found; run `inflight build-models` first")
-    vc = variant_from_proto(parse_pbtxt(path.read_text()))
+    if config is None:
+        path = Path(repository) / name / "config.pbtxt"
+        if not path.is_file():
+            raise ServerError(f"{path} not found; run `inflight build-models` first")
+        config = parse_pbtxt(path.read_text())
+    vc = variant_from_proto(config)
     return apply_overrides(vc, overrides) if overrides else vc
 
 

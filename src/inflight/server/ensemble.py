@@ -78,7 +78,7 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
     """
     cfg = read_config(repository, name)
     if cfg is None or cfg.platform != "ensemble":
-        return control.variant_config(repository, name, overrides), None
+        return control.variant_config(repository, name, overrides, config=cfg), None
     overrides = dict(overrides)
     if "name" in overrides:
         raise ConfigError(
@@ -93,7 +93,7 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
             count = 0
         if count < 1:
             raise ConfigError(f"{name}: {TOKENIZER_INSTANCES}={raw!r}: give a positive number of instances")
-    encoders: list[str] = []
+    encoders: list[tuple[str, mc.ModelConfig]] = []
     steps: list[tuple[str, str]] = []
     for step in cfg.ensemble_scheduling.step:
         step_cfg = read_config(repository, step.model_name)
@@ -103,7 +103,7 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
                 "(`inflight import-hf` writes the ensemble and its steps together)"
             )
         if step_cfg.backend != "tokenizer":
-            encoders.append(step.model_name)
+            encoders.append((step.model_name, step_cfg))
             continue
         if count is not None:
             del step_cfg.instance_group[:]
@@ -114,7 +114,7 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
             f"{name}: an ensemble the runner measures has one encoder step besides its tokenizer; its steps "
             f"{[s.model_name for s in cfg.ensemble_scheduling.step]} have {len(encoders)}"
         )
-    encoder = control.variant_config(repository, encoders[0], overrides)
+    encoder = control.variant_config(repository, encoders[0][0], overrides, config=encoders[0][1])
     config_json = json_format.MessageToJson(cfg, preserving_proto_field_name=True)
     return encoder, Ensemble(name=name, config_json=config_json, steps=tuple(steps))
 
