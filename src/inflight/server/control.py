@@ -10,10 +10,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inflight.tool_errors import ServerError
 from inflight.variants import VariantConfig, apply_overrides, parse_pbtxt, variant_from_proto
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 LOGGER = logging.getLogger(__name__)
 
@@ -26,11 +29,11 @@ def http_client(url: str, **kwargs: Any) -> Any:
 
 
 def variant_config(
-    repository: Any, name: str, overrides: Mapping[str, str] | None = None, config: Any = None
+    repository: Any, name: str, overrides: Mapping[str, str] | None = None, config: mc.ModelConfig | None = None
 ) -> VariantConfig:
     """Read ``<repository>/<name>/config.pbtxt`` and apply ``overrides`` (see ``apply_overrides``).
 
-    ``config``: the model's config already parsed (a ``ModelConfig``), when the caller has read it.
+    ``config``: the model's config already parsed, when the caller has read it (then the file is not read).
     """
     from pathlib import Path
 

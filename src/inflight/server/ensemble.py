@@ -139,4 +139,5 @@ def load_order(encoder: VariantConfig, ensemble: Ensemble | None) -> list[tuple[
 
 def unload_order(encoder: VariantConfig, ensemble: Ensemble | None) -> list[str]:
     """The names to unload, the reverse of :func:`load_order`: an ensemble first, its encoder last."""
-    return [name for name, _ in reversed(load_order(encoder, ensemble))]
+    rest = [name for name, _ in ensemble.after_encoder()] if ensemble is not None else []
+    return [*reversed(rest), encoder.model_name]

@@ -22,18 +22,23 @@ from inflight.lab.sections import Section
 TITLE = "Where the GPU is the bound"
 
 
+def _median(v: Mapping[str, Any]) -> str:
+    """A variant's median capacity over rounds, ">=" when every rate it tried met the SLO."""
+    return f"{'' if v['bounded'] else '>= '}{v['capacity']:,.0f}"
+
+
 def capacity_cell(v: Mapping[str, Any] | None) -> str:
     """A variant's capacity cell: the median over rounds (">=" when unbounded), instances and every round."""
     if v is None:
         return "not measured"
     rounds = "/".join(f"{c:,.0f}" for c in v["capacities"])
-    return f"{'' if v['bounded'] else '>= '}{v['capacity']:,.0f} ({v['instances']} inst.; rounds {rounds})"
+    return f"{_median(v)} ({v['instances']} inst.; rounds {rounds})"
 
 
 def _capacity_cells(v: Mapping[str, Any]) -> str:
     """A served variant's "capacity per round | median | achieved at the top rate" cells."""
     ach = "" if v["achieved_at_top"] is None else f"{v['achieved_at_top']:,.0f} of {v['top']:,.0f}"
-    return f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {capacity_cell(v).split(' (')[0]} | {ach}"
+    return f"{', '.join(f'{c:,.0f}' for c in v['capacities'])} | {_median(v)} | {ach}"
 
 
 def collect(root: Path) -> dict[str, Any] | None:
