@@ -154,6 +154,11 @@ def test_the_headline_judges_each_target_of_the_block() -> None:
     assert rows["best served capacity at p99 <= 100 ms / engine bound"][2] == "**missed**"
     assert rows["GPU activity of the default as built (nsys, 4,500 req/s)"][2] == "**missed**"
     assert rows["one auto instance / one sync instance at the SLO"] == ["n/a", ">= 1.3x", "n/a"]
+    # a measured pair names the import's batch it ran at (the default's 512 and 2,048 differ: 1.14x and 1.67x)
+    paired = {**block, "one_instance_pipelined_over_sync": 1.67, "one_instance_max_batch": 2048}
+    rows2 = {r[0]: r[1:] for r in glance.gpu_bound_rows(paired)}
+    label = "one auto instance / one sync instance at the SLO (max_batch_size 2,048)"
+    assert rows2[label] == ["1.67x", ">= 1.3x", "met"]
     assert rows["requests failed for GPU memory, default as built"][2] == "met"
     # the default's own capacity (0.8 x 5,000) over plain's: 4.0x, under 5x
     assert rows["default as built / plain Python backend at the SLO"] == ["4.0x", ">= 5x", "**missed**"]

@@ -270,6 +270,8 @@ def text_summary(root: Path) -> dict[str, Any] | None:
 def summary(root: Path) -> dict[str, Any] | None:
     """``summary.json["gpu_bound"]`` (issue 53's keys; ``gpu_activity``: the default's newest nsys capture).
 
+    ``one_instance_max_batch``: the ``max_batch_size`` of the import the one-instance pair ran.
+
     Every figure is the newest sitting's GPU's: the engine bound, the capacities and the capture of one kind of card.
     """
     vs = on_device(variants(root))
@@ -300,6 +302,7 @@ def summary(root: Path) -> dict[str, Any] | None:
         "one_instance_pipelined_over_sync": pair[0]["capacity"] / pair[1]["capacity"]
         if pair and pair[1]["capacity"]
         else None,
+        "one_instance_max_batch": pair[0]["max_batch"] if pair else None,
         "default_over_best": default["capacity"] / best["capacity"] if default and best["capacity"] else None,
         "default_oom_failures": default["memory_failures"] if default else None,
         "plain_rps": plain["capacity"] if plain else None,

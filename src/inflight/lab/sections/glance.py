@@ -140,7 +140,14 @@ def gpu_bound_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
             ">= 95%",
             at_least(activity, 0.95),
         ),
-        row("one auto instance / one sync instance at the SLO", one, "{:.2f}x", ">= 1.3x", at_least(one, 1.3)),
+        row(
+            "one auto instance / one sync instance at the SLO"
+            + (f" (max_batch_size {block['one_instance_max_batch']:,})" if block.get("one_instance_max_batch") else ""),
+            one,
+            "{:.2f}x",
+            ">= 1.3x",
+            at_least(one, 1.3),
+        ),
         row("default as built / best configuration", default, "{:.1%}", ">= 95%", at_least(default, 0.95)),
         row("requests failed for GPU memory, default as built", oom, "{:.0f}", "0", None if oom is None else oom == 0),
         row("default as built / plain Python backend at the SLO", plain, "{:.1f}x", ">= 5x", at_least(plain, 5.0)),
