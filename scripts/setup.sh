@@ -32,15 +32,24 @@ fi
 PY=$PWD/.venv/bin/python
 stamp=.venv/.inflight-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  step "upgrading pip"
-  "$PY" -m pip install -q --upgrade pip >&2
-  # torch first, pinned: an unpinned torch pulls several GB of CUDA wheels on a CPU-only host
+  # uv installs the ~120 packages below in about 8 s where pip took about 45 (a fresh venv on the 2-core CI host,
+  # 2026-11-28, the same versions of every package); pip stays the fallback where uv cannot be had
+  step "installing uv, the installer"
+  if "$PY" -m pip install -q uv >&2 && "$PY" -m uv --version >/dev/null 2>&1; then
+    install=("$PY" -m uv pip install -q --python "$PY")
+  else
+    step "uv not installed: pip installs everything (slower)"
+    "$PY" -m pip install -q --upgrade pip >&2
+    install=("$PY" -m pip install -q)
+  fi
+  # torch first, pinned, through pip: pip finds the CPU build this host keeps on disk (pip's find-links), and an
+  # unpinned torch pulls several GB of CUDA wheels on a CPU-only host
   if ! "$PY" -c "import torch" 2>/dev/null; then
     step "installing torch ${INFLIGHT_TORCH_VERSION:-2.13.0} (about 750 MB; the longest step)"
     "$PY" -m pip install -q "torch==${INFLIGHT_TORCH_VERSION:-2.13.0}" >&2
   fi
   step "installing inflight with Triton 2.51 (nvidia-pytriton), Locust and the dev tools"
-  "$PY" -m pip install -q -e ".[server,loadtest,onnx,dev]" >&2
+  "${install[@]}" -e ".[server,loadtest,onnx,dev]" >&2
   touch "$stamp"
   step "done: .venv is ready ($(du -sh .venv 2>/dev/null | cut -f1)); later runs reuse it"
 fi
