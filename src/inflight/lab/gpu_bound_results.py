@@ -64,7 +64,13 @@ def nsys_files(root: Path) -> list[Path]:
 
 
 def nsys_captures(root: Path) -> list[dict[str, Any]]:
-    """Each capture: its name, GPU, the rate the generator offered, what it achieved, GPU activity and sync share."""
+    """Each capture: its name, GPU, the rate offered and achieved, the generator's lateness, GPU activity, sync share.
+
+    ``very_late_fraction``: the share of sends more than ``ol.LIMIT_LATE_MS`` behind schedule (the generator's summary
+    line in ``load.log``; None where the line is missing). Over ``ol.MAX_LATE_FRACTION`` the server was past its
+    capacity under the profiler: the requests waited for a connection, so the capture is of a saturated server, not
+    of the offered rate.
+    """
     out = []
     for p in nsys_files(root):
         files = json.loads(p.read_text()).get("files", [])
@@ -77,6 +83,9 @@ def nsys_captures(root: Path) -> list[dict[str, Any]]:
         text = log.read_text() if log.is_file() else ""
         if "answered (" in text:
             achieved = float(text.rsplit("answered (", 1)[1].split()[0])
+        late = None
+        if "% sent > " in text:
+            late = float(text.rsplit("% sent > ", 1)[0].rsplit(None, 1)[-1]) / 100
         for f in files:
             out.append(
                 {
@@ -85,6 +94,7 @@ def nsys_captures(root: Path) -> list[dict[str, Any]]:
                     "device": (f.get("gpu_names") or [None])[0],
                     "rate": rate,
                     "achieved_rps": achieved,
+                    "very_late_fraction": late,
                     "gpu_activity": f["summary"].get("gpu_activity"),
                     "sync_share": f["summary"].get("sync_share"),
                 }
@@ -228,13 +238,27 @@ def one_instance_pair(vs: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any
     return None
 
 
-def _default_capture(root: Path, device: str) -> Mapping[str, Any] | None:
+def kept_schedule(capture: Mapping[str, Any]) -> bool:
+    """Whether the generator held the offered rate during a capture (see :func:`nsys_captures`)."""
+    late = capture.get("very_late_fraction")
+    return late is None or late <= ol.MAX_LATE_FRACTION
+
+
+def activity_capture(root: Path, device: str) -> Mapping[str, Any] | None:
+    """The capture of ``device`` at the highest offered rate the generator held (the newest of equals), or None.
+
+    Only a capture whose ``load.log`` shows the generator on schedule counts (:func:`kept_schedule`): one past the
+    server's capacity under the profiler shows a saturated GPU, not the activity at its rate.
+    """
     caps = [
         c
         for c in nsys_captures(root)
-        if c["name"].startswith("default") and c["gpu_activity"] is not None and c["device"] in (device, None)
+        if c["gpu_activity"] is not None
+        and c["device"] in (device, None)
+        and c["very_late_fraction"] is not None
+        and kept_schedule(c)
     ]
-    return caps[-1] if caps else None
+    return max(reversed(caps), key=lambda c: c["rate"] or 0.0) if caps else None
 
 
 def tokenizer_bounds(root: Path) -> list[dict[str, Any]]:
@@ -268,9 +292,10 @@ def text_summary(root: Path) -> dict[str, Any] | None:
 
 
 def summary(root: Path) -> dict[str, Any] | None:
-    """``summary.json["gpu_bound"]`` (issue 53's keys; ``gpu_activity``: the default's newest nsys capture).
+    """``summary.json["gpu_bound"]``: issue 53's keys, and what each figure came from.
 
-    ``one_instance_max_batch``: the ``max_batch_size`` of the import the one-instance pair ran.
+    ``gpu_activity``: :func:`activity_capture`'s, named by ``gpu_activity_capture``. ``one_instance_max_batch``:
+    the ``max_batch_size`` of the import the one-instance pair ran.
 
     Every figure is the newest sitting's GPU's: the engine bound, the capacities and the capture of one kind of card.
     """
@@ -288,7 +313,7 @@ def summary(root: Path) -> dict[str, Any] | None:
     pair = one_instance_pair(vs)
     plain = pick(vs, "plain")
     best = max((v for v in vs if v["kind"] in ("inflight", "sync")), key=rank)
-    capture = _default_capture(root, device)
+    capture = activity_capture(root, device)
     block = {
         "model": "all-MiniLM-L6-v2 (seeded random weights of its shape)",
         "device": served["doc"]["device"],
@@ -299,6 +324,7 @@ def summary(root: Path) -> dict[str, Any] | None:
         "engine_bound_rps": bound,
         "gpu_activity": capture["gpu_activity"] if capture else None,
         "gpu_activity_at_rps": capture["rate"] if capture else None,
+        "gpu_activity_capture": f"{capture['path'].parents[2].name}/{capture['name']}" if capture else None,
         "one_instance_pipelined_over_sync": pair[0]["capacity"] / pair[1]["capacity"]
         if pair and pair[1]["capacity"]
         else None,

@@ -11,6 +11,7 @@ from inflight.lab.gpu_bound_results import (
     TEXT_FOLDER,
     ab_docs,
     engine,
+    kept_schedule,
     nsys_captures,
     summary,
     token_flops,
@@ -118,17 +119,22 @@ def render(data: Mapping[str, Any]) -> list[str]:
             "",
             "The whole server under Nsight Systems (`scripts/lab/gpu_bound_nsys.sh`: tritonserver and every "
             "instance's stub, 5 s captured after 12 s of load at a fixed offered rate; GPU activity = union of "
-            "kernel and copy intervals over the window, sync share = `*Synchronize` time over all CUDA API time):",
+            "kernel and copy intervals over the window, sync share = `*Synchronize` time over all CUDA API time; "
+            "sent late = the generator's sends more than 10 ms behind schedule: past 1% the server was saturated "
+            "under the profiler and the capture is not taken for the offered rate):",
             "",
-            "| capture | offered (req/s) | achieved | GPU activity | sync share |",
-            "|---|---|---|---|---|",
+            "| capture | offered (req/s) | achieved | sent late | GPU activity | sync share |",
+            "|---|---|---|---|---|---|",
         ]
         for c in caps:
             rel = c["path"].relative_to(root)
             ach = "" if c["achieved_rps"] is None else f"{c['achieved_rps']:,.0f}"
+            late = "" if c["very_late_fraction"] is None else f"{c['very_late_fraction']:.2%}"
+            if not kept_schedule(c):
+                late += " (saturated)"
             act = "" if c["gpu_activity"] is None else f"{c['gpu_activity']:.1%}"
             sync = "" if c["sync_share"] is None else f"{c['sync_share']:.1%}"
-            lines.append(f"| [`{c['name']}`]({rel}) | {c['rate'] or 0:,.0f} | {ach} | {act} | {sync} |")
+            lines.append(f"| [`{c['name']}`]({rel}) | {c['rate'] or 0:,.0f} | {ach} | {late} | {act} | {sync} |")
     lines += _text(root, data)
     for f, doc in [*data["docs"], *data["text_docs"]]:
         low = min(r["rate"] for r in doc["runs"])
