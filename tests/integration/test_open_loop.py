@@ -134,7 +134,7 @@ def test_asyncio_generator_sweep_gives_the_same_figures(repository: Path, tmp_pa
     assert "capacity at p99" in md.lower() or "capacity" in md
 
 
-def _rategen(server: object, pool: Path, raw: Path, *args: str) -> tuple[dict, np.ndarray]:  # type: ignore[type-arg]
+def _rategen(server: object, pool: Path, raw: Path, *args: str) -> tuple[dict, np.ndarray, dict]:  # type: ignore[type-arg]
     cmd = [
         sys.executable,
         "-m",
@@ -155,7 +155,14 @@ def _rategen(server: object, pool: Path, raw: Path, *args: str) -> tuple[dict, n
     assert r.returncode == 0, f"rategen failed ({r.returncode}):\n{r.stdout}\n{r.stderr[-4000:]}"
     summary = json.loads((raw / "rategen-summary.json").read_text())
     lat = np.concatenate([np.fromfile(f, dtype="<f8") for f in raw.glob("latencies-*.f64")])
-    return summary, lat
+    # the line it logs last (what `nsys_profile.sh --load` keeps in load.log) reads back as its summary's figures
+    from inflight.loadtest.rategen import read_summary_line
+
+    line = read_summary_line(r.stderr + r.stdout)
+    assert line is not None, r.stderr[-2000:]
+    assert line["answered"] == summary["requests"] and abs(line["rps"] - summary["rps"]) <= 0.5
+    assert abs(line["very_late_fraction"] - summary["lateness"]["very_late_fraction"]) <= 5e-5
+    return summary, lat, line
 
 
 def test_asyncio_generator_counts_the_wait_for_a_connection(server: object, repository: Path, tmp_path: Path) -> None:
@@ -172,10 +179,10 @@ def test_asyncio_generator_counts_the_wait_for_a_connection(server: object, repo
     vc = variant_config(repository, "bert_tiny_null", {"kind": "cpu", "sleep_us": "20000"})
     load_variant(server.http_url, vc)  # type: ignore[attr-defined]
     try:
-        one, lat_one = _rategen(
+        one, lat_one, one_line = _rategen(
             server, pool, tmp_path / "one", "--rate", "150", "--duration", "3", "--max-connections", "1"
         )
-        many, lat_many = _rategen(
+        many, lat_many, _ = _rategen(
             server, pool, tmp_path / "many", "--rate", "150", "--duration", "3", "--max-connections", "64"
         )
     finally:
@@ -188,6 +195,10 @@ def test_asyncio_generator_counts_the_wait_for_a_connection(server: object, repo
     assert one["lateness"]["very_late_fraction"] > 0.3 and np.percentile(lat_one, 99) > 300
     assert many["lateness"]["very_late_fraction"] < 0.05 and np.percentile(lat_many, 50) < 100
     assert many["rps"] > 1.5 * one["rps"]
+    # what a profile's summary reads from the load's log: this generator fell behind (the server was saturated)
+    from inflight.loadtest.rategen import fell_behind
+
+    assert fell_behind(one_line) and one_line["offered_rps"] == 150
 
 
 def test_asyncio_generator_over_grpc_gives_the_same_figures(repository: Path, tmp_path: Path) -> None:
@@ -234,8 +245,8 @@ def test_grpc_generator_counts_the_wait_for_a_call_slot(server: object, reposito
     grpc_url = server.grpc_url  # type: ignore[attr-defined]
     base = ("--protocol", "grpc", "--url", grpc_url, "--rate", "150", "--duration", "3", "--check-every", "1")
     try:
-        one, lat_one = _rategen(server, pool, tmp_path / "one", *base, "--max-connections", "1")
-        many, lat_many = _rategen(server, pool, tmp_path / "many", *base, "--max-connections", "64")
+        one, lat_one, _ = _rategen(server, pool, tmp_path / "one", *base, "--max-connections", "1")
+        many, lat_many, _ = _rategen(server, pool, tmp_path / "many", *base, "--max-connections", "64")
     finally:
         unload(server.http_url, vc.model_name)  # type: ignore[attr-defined]
     assert one["failures"] == 0 and many["failures"] == 0, (one["failure_messages"], many["failure_messages"])

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from inflight.profiling import activity as act
 from inflight.profiling.cli import nsys_summary_main as main
 from inflight.profiling.nsys_db import NsysDb, split_global_id
-from inflight.profiling.nsys_summary import run, summarize_file
+from inflight.profiling.nsys_summary import run, summarize_file, to_json, to_markdown
 from inflight.profiling.regime import ActivitySummary
 from inflight.tool_errors import NsysExportError
 
@@ -328,6 +328,34 @@ def test_gpu_bound_verdict(tmp_path: Path):
     assert s.verdict.regime == "GPU-bound"
     assert "the host waits for the GPU" in s.verdict.reason
     assert s.kernel_median_us == pytest.approx(900.0)
+
+
+@pytest.mark.parametrize(("late", "behind"), [(0.0011, False), (0.3433, True)])
+def test_the_loads_log_beside_the_export_says_whether_the_server_held_the_rate(
+    tmp_path: Path, late: float, behind: bool
+) -> None:
+    """A generator that fell behind under the profiler (2026-11-28, H200: 34% of sends over 10 ms late) gets a note."""
+    from inflight.loadtest.rategen import SUMMARY_LINE
+
+    path = gpu_bound().write(tmp_path / "g.sqlite")
+    line = SUMMARY_LINE % (5600, 178972, 5556, 0, 100 * late, 10, 68564, 184.2, 15, "")
+    (tmp_path / "load.log").write_text(f"2026-11-28 23:44:52,003 INFO __main__: {line}\n")
+    f = summarize_file(path)
+    assert f.load is not None and f.load["offered_rps"] == 5600 and f.load["rps"] == 5556
+    assert f.load["very_late_fraction"] == pytest.approx(late)
+    notes = [n for n in f.notes if "fell behind" in n]
+    assert bool(notes) is behind
+    if behind:
+        assert "34.3% of its sends" in notes[0] and "5,556 of the 5,600 req/s" in notes[0]
+    md = to_markdown([f])
+    assert "| load: offered / answered (req/s) | 5,600 / 5,556 |" in md
+    assert ("(**behind**: saturated)" in md) is behind
+    assert json.loads(to_json([f]))["files"][0]["load"]["rps"] == 5556
+
+
+def test_without_a_loads_log_the_summary_has_no_load_rows(tmp_path: Path) -> None:
+    f = summarize_file(gpu_bound().write(tmp_path / "g.sqlite"))
+    assert f.load is None and "load:" not in to_markdown([f])
 
 
 def test_launch_bound_verdict(tmp_path: Path):

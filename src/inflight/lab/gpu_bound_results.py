@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from inflight.loadtest import openloop as ol
+from inflight.loadtest.rategen import fell_behind, read_summary_line
 from inflight.loadtest.runner.window import rate_point
 from inflight.models.architecture import Architecture
 from inflight.models.bert import BertShape
@@ -66,10 +67,10 @@ def nsys_files(root: Path) -> list[Path]:
 def nsys_captures(root: Path) -> list[dict[str, Any]]:
     """Each capture: its name, GPU, the rate offered and achieved, the generator's lateness, GPU activity, sync share.
 
-    ``very_late_fraction``: the share of sends more than ``ol.LIMIT_LATE_MS`` behind schedule (the generator's summary
-    line in ``load.log``; None where the line is missing). Over ``ol.MAX_LATE_FRACTION`` the server was past its
-    capacity under the profiler: the requests waited for a connection, so the capture is of a saturated server, not
-    of the offered rate.
+    ``achieved_rps`` and ``very_late_fraction``: from the generator's summary line in ``load.log``
+    (``rategen.read_summary_line``; None where the line is missing). A generator that fell behind
+    (``rategen.fell_behind``) means the server was past its capacity under the profiler: the capture is of a
+    saturated server, not of the offered rate.
     """
     out = []
     for p in nsys_files(root):
@@ -79,13 +80,7 @@ def nsys_captures(root: Path) -> list[dict[str, Any]]:
         words = str(load).split()
         rate = float(words[words.index("--rate") + 1]) if "--rate" in words else None
         log = p.parent / "load.log"
-        achieved = None
-        text = log.read_text() if log.is_file() else ""
-        if "answered (" in text:
-            achieved = float(text.rsplit("answered (", 1)[1].split()[0])
-        late = None
-        if "% sent > " in text:
-            late = float(text.rsplit("% sent > ", 1)[0].rsplit(None, 1)[-1]) / 100
+        load = read_summary_line(log.read_text()) if log.is_file() else None
         for f in files:
             out.append(
                 {
@@ -93,8 +88,8 @@ def nsys_captures(root: Path) -> list[dict[str, Any]]:
                     "name": p.parent.name,
                     "device": (f.get("gpu_names") or [None])[0],
                     "rate": rate,
-                    "achieved_rps": achieved,
-                    "very_late_fraction": late,
+                    "achieved_rps": load["rps"] if load else None,
+                    "very_late_fraction": load["very_late_fraction"] if load else None,
                     "gpu_activity": f["summary"].get("gpu_activity"),
                     "sync_share": f["summary"].get("sync_share"),
                 }
@@ -239,9 +234,9 @@ def one_instance_pair(vs: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any
 
 
 def kept_schedule(capture: Mapping[str, Any]) -> bool:
-    """Whether the generator held the offered rate during a capture (see :func:`nsys_captures`)."""
+    """Whether the generator held the offered rate during a capture (``rategen.fell_behind``; unknown: held)."""
     late = capture.get("very_late_fraction")
-    return late is None or late <= ol.MAX_LATE_FRACTION
+    return late is None or not fell_behind({"very_late_fraction": late})
 
 
 def activity_capture(root: Path, device: str) -> Mapping[str, Any] | None:

@@ -54,6 +54,7 @@ import math
 import multiprocessing as mp
 import os
 import queue
+import re
 import socket
 import time
 from collections.abc import Sequence
@@ -89,6 +90,47 @@ START_DELAY_S = 2.0
 
 #: A worker busier than this fraction of its wall time was CPU-bound: the figures may be the generator's.
 BUSY_LIMIT = 0.9
+
+
+#: The line :func:`main` logs when its run ends; :func:`read_summary_line` reads it back from a load log.
+SUMMARY_LINE = (
+    "offered %.0f req/s: %d answered (%.0f req/s), %d failures, %.2f%% sent > %.0f ms late, "
+    "%d waited for a connection, generator CPU %.1f us/request, busiest source %.0f%%%s"
+)
+_SUMMARY_FIGURES = re.compile(
+    r"offered (?P<offered>[\d.]+) req/s: (?P<answered>\d+) answered \((?P<rps>[\d.]+) req/s\), "
+    r"(?P<failures>\d+) failures, (?P<late>[\d.]+|nan)% sent > [\d.]+ ms late"
+)
+
+
+def read_summary_line(text: str) -> dict[str, float] | None:
+    """The figures of the last :data:`SUMMARY_LINE` in ``text`` (a load log), or None when it holds none.
+
+    Returns:
+        ``{"offered_rps", "answered", "rps", "failures", "very_late_fraction"}``: the rate asked for, the answers
+        and their rate, and the share of sends more than ``openloop.LIMIT_LATE_MS`` behind schedule (NaN where
+        the run measured none).
+    """
+    found = list(_SUMMARY_FIGURES.finditer(text))
+    if not found:
+        return None
+    m = found[-1]
+    return {
+        "offered_rps": float(m["offered"]),
+        "answered": float(m["answered"]),
+        "rps": float(m["rps"]),
+        "failures": float(m["failures"]),
+        "very_late_fraction": float(m["late"]) / 100,
+    }
+
+
+def fell_behind(figures: dict[str, float]) -> bool:
+    """Whether a run's generator fell behind its schedule (:func:`read_summary_line`'s figures).
+
+    More than ``openloop.MAX_LATE_FRACTION`` of the sends over ``openloop.LIMIT_LATE_MS`` late: the requests waited
+    for a connection, so the server was past its capacity and the offered rate was not what it served.
+    """
+    return figures["very_late_fraction"] > ol.MAX_LATE_FRACTION
 
 
 def _worker(options: GenOptions, index: int, ready: Any, go: Any, start_at: Any) -> None:
@@ -281,8 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     lat = summary["lateness"]
     LOGGER.info(
-        "offered %.0f req/s: %d answered (%.0f req/s), %d failures, %.2f%% sent > %.0f ms late, "
-        "%d waited for a connection, generator CPU %.1f us/request, busiest source %.0f%%%s",
+        SUMMARY_LINE,
         options.rate,
         summary["requests"],
         summary["rps"],

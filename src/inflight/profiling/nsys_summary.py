@@ -31,6 +31,9 @@ from inflight.tool_errors import NsysExportError
 
 LOGGER = logging.getLogger(__name__)
 
+#: Written beside the export by ``scripts/nsys_profile.sh``: the load command's output (``--load``).
+LOAD_LOG_FILE = "load.log"
+
 
 @dataclass
 class FileSummary:
@@ -48,6 +51,8 @@ class FileSummary:
         notes: Remarks (missing tables, graph-level trace, dropped rows).
         timeline: The PNG written for this file, if any.
         live: The backend's live gauges scraped during the capture (:func:`read_live_metrics`), if any.
+        load: The load generator's figures from ``load.log`` beside the export
+            (``inflight.loadtest.rategen.read_summary_line``), if it holds them.
     """
 
     path: Path
@@ -61,6 +66,7 @@ class FileSummary:
     notes: list[str] = field(default_factory=list)
     timeline: Path | None = None
     live: dict[str, Any] | None = None
+    load: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -76,6 +82,7 @@ class FileSummary:
             "notes": self.notes,
             "timeline": None if self.timeline is None else str(self.timeline),
             "live": self.live,
+            "load": self.load,
         }
 
 
@@ -196,6 +203,7 @@ def summarize_file(
             notes=notes,
             live=read_live_metrics(p.parent / LIVE_METRICS_FILE),
         )
+    _read_load(fs, p.parent / LOAD_LOG_FILE)
     if fs.live is not None and not isinstance(fs.live.get("gpu_activity"), dict):
         logs = [p.parent / "server.log", p.parent / "tritonserver.log"]  # nsys_profile.sh's, Triton's
         why = [
@@ -220,6 +228,21 @@ def summarize_file(
         except ImportError as e:
             fs.notes.append(f"no timeline PNG: {e}")
     return fs
+
+
+def _read_load(fs: FileSummary, log: Path) -> None:
+    """The generator's figures from the load's log (``nsys_profile.sh``'s), and a note when it fell behind."""
+    from inflight.loadtest import openloop as ol
+    from inflight.loadtest.rategen import fell_behind, read_summary_line
+
+    fs.load = read_summary_line(log.read_text(errors="replace")) if log.is_file() else None
+    if fs.load is not None and fell_behind(fs.load):
+        fs.notes.append(
+            f"the load generator fell behind: {fs.load['very_late_fraction']:.1%} of its sends were over "
+            f"{ol.LIMIT_LATE_MS:.0f} ms late and {fs.load['rps']:,.0f} of the {fs.load['offered_rps']:,.0f} req/s "
+            "offered were answered. The server was past its capacity under the profiler, so this capture shows it "
+            "saturated, not at the offered rate: profile at a lower rate for the activity at a rate it holds"
+        )
 
 
 def _safe(label: str) -> str:
@@ -275,6 +298,10 @@ def to_markdown(files: Sequence[FileSummary]) -> str:
         rows.append(("live CUPTI sync share, same window (backend gauge)", live("sync_share")))
         rows.append(("live GPU utilization, same window (Triton nv_gpu_utilization)", live("triton_gpu_utilization")))
 
+    if any(f.load is not None for f in files):
+        rows.append(("load: offered / answered (req/s)", [_load_rates(f.load) for f in files]))
+        rows.append(("load: sends over 10 ms late", [_load_late(f.load) for f in files]))
+
     head = "| figure | " + " | ".join(f.label for f in files) + " |"
     sep = "|---|" + "---:|" * len(files)
     lines = ["# nsys summary", "", head, sep]
@@ -301,6 +328,18 @@ def to_markdown(files: Sequence[FileSummary]) -> str:
         for n in f.notes:
             lines.append(f"- note: {n}")
     return "\n".join(lines) + "\n"
+
+
+def _load_rates(load: dict[str, float] | None) -> str:
+    return "-" if load is None else f"{load['offered_rps']:,.0f} / {load['rps']:,.0f}"
+
+
+def _load_late(load: dict[str, float] | None) -> str:
+    from inflight.loadtest.rategen import fell_behind
+
+    if load is None:
+        return "-"
+    return _pct(load["very_late_fraction"]) + (" (**behind**: saturated)" if fell_behind(load) else "")
 
 
 def to_json(files: Sequence[FileSummary]) -> str:
