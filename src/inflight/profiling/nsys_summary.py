@@ -300,7 +300,9 @@ def to_markdown(files: Sequence[FileSummary]) -> str:
 
     if any(f.load is not None for f in files):
         rows.append(("load: offered / answered (req/s)", [_load_rates(f.load) for f in files]))
-        rows.append(("load: sends over 10 ms late", [_load_late(f.load) for f in files]))
+        from inflight.loadtest.openloop import LIMIT_LATE_MS
+
+        rows.append((f"load: sends over {LIMIT_LATE_MS:.0f} ms late", [_load_late(f.load) for f in files]))
 
     head = "| figure | " + " | ".join(f.label for f in files) + " |"
     sep = "|---|" + "---:|" * len(files)
