@@ -173,7 +173,10 @@ def test_nginx_in_front_of_two_servers_spreads_every_request_and_its_cost_is_rec
     assert sorted(direct["generator_run"]["per_url"]) == sorted(s["http"] for s in per_gpu)
     # one load for both: loaded once, unloaded once (after the second)
     assert through["load_s"] == direct["load_s"] and "unload_s" not in through and "unload_s" in direct
-    assert through["balancer_cpu"]["us_per_request"] > 0
+    # nginx's CPU is read from /proc in clock ticks (10 ms): a 3 s window of 40 req/s through it (~120 requests of
+    # tens of µs) may hold no tick, so the cost is recorded as a number, not always above 0 (0.0 seen once in CI)
+    cost = through["balancer_cpu"]
+    assert isinstance(cost["us_per_request"], float) and cost["us_per_request"] >= 0 and cost["wall_s"] > 0
     assert "balancer: nginx/" in text
 
 
