@@ -236,7 +236,7 @@ def one_instance_pair(vs: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any
 def kept_schedule(capture: Mapping[str, Any]) -> bool:
     """Whether the generator held the offered rate during a capture (``rategen.fell_behind``; unknown: held)."""
     late = capture.get("very_late_fraction")
-    return late is None or not fell_behind({"very_late_fraction": late})
+    return late is None or not fell_behind(late)
 
 
 def activity_capture(root: Path, device: str) -> Mapping[str, Any] | None:

@@ -124,13 +124,13 @@ def read_summary_line(text: str) -> dict[str, float] | None:
     }
 
 
-def fell_behind(figures: dict[str, float]) -> bool:
-    """Whether a run's generator fell behind its schedule (:func:`read_summary_line`'s figures).
+def fell_behind(very_late_fraction: float) -> bool:
+    """Whether a run's generator fell behind its schedule (``very_late_fraction`` of :func:`read_summary_line`).
 
     More than ``openloop.MAX_LATE_FRACTION`` of the sends over ``openloop.LIMIT_LATE_MS`` late: the requests waited
     for a connection, so the server was past its capacity and the offered rate was not what it served.
     """
-    return figures["very_late_fraction"] > ol.MAX_LATE_FRACTION
+    return very_late_fraction > ol.MAX_LATE_FRACTION
 
 
 def _worker(options: GenOptions, index: int, ready: Any, go: Any, start_at: Any) -> None:

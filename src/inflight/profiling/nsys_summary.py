@@ -236,7 +236,7 @@ def _read_load(fs: FileSummary, log: Path) -> None:
     from inflight.loadtest.rategen import fell_behind, read_summary_line
 
     fs.load = read_summary_line(log.read_text(errors="replace")) if log.is_file() else None
-    if fs.load is not None and fell_behind(fs.load):
+    if fs.load is not None and fell_behind(fs.load["very_late_fraction"]):
         fs.notes.append(
             f"the load generator fell behind: {fs.load['very_late_fraction']:.1%} of its sends were over "
             f"{ol.LIMIT_LATE_MS:.0f} ms late and {fs.load['rps']:,.0f} of the {fs.load['offered_rps']:,.0f} req/s "
@@ -341,7 +341,8 @@ def _load_late(load: dict[str, float] | None) -> str:
 
     if load is None:
         return "-"
-    return _pct(load["very_late_fraction"]) + (" (**behind**: saturated)" if fell_behind(load) else "")
+    late = load["very_late_fraction"]
+    return _pct(late) + (" (**behind**: saturated)" if fell_behind(late) else "")
 
 
 def to_json(files: Sequence[FileSummary]) -> str:

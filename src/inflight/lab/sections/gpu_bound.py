@@ -19,6 +19,7 @@ from inflight.lab.gpu_bound_results import (
     variants,
 )
 from inflight.lab.sections import Section
+from inflight.loadtest import openloop as ol
 
 TITLE = "Where the GPU is the bound"
 
@@ -120,8 +121,9 @@ def render(data: Mapping[str, Any]) -> list[str]:
             "The whole server under Nsight Systems (`scripts/lab/gpu_bound_nsys.sh`: tritonserver and every "
             "instance's stub, 5 s captured after 12 s of load at a fixed offered rate; GPU activity = union of "
             "kernel and copy intervals over the window, sync share = `*Synchronize` time over all CUDA API time; "
-            "sent late = the generator's sends more than 10 ms behind schedule: past 1% the server was saturated "
-            "under the profiler and the capture is not taken for the offered rate):",
+            f"sent late = the generator's sends more than {ol.LIMIT_LATE_MS:.0f} ms behind schedule: past "
+            f"{ol.MAX_LATE_FRACTION:.0%} the server was saturated under the profiler and the capture is not taken "
+            "for the offered rate):",
             "",
             "| capture | offered (req/s) | achieved | sent late | GPU activity | sync share |",
             "|---|---|---|---|---|---|",
