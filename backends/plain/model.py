@@ -66,8 +66,11 @@ class TritonPythonModel:
                 from inflight.runtime.text import TextEncoder
 
                 mp = ModelParameters.from_parameters(parameters_of(cfg))
-                self.text = TextEncoder(
-                    version_dir / mp.tokenizer, max_len=self.spec.max_seq_len or 512, max_bytes=mp.max_text_bytes
+                self.text = TextEncoder(  # the library alone, as users' own Python models call it
+                    version_dir / mp.tokenizer,
+                    max_len=self.spec.max_seq_len or 512,
+                    max_bytes=mp.max_text_bytes,
+                    word_cache=0,
                 )
             module = load_module(version_dir / "model.pt2", spec=self.spec)
         except InflightError as e:

@@ -61,6 +61,7 @@ class TritonPythonModel:
                 version_dir / (mp.tokenizer or "tokenizer.json"),
                 max_len=mp.max_seq_len or 512,
                 max_bytes=mp.max_text_bytes,
+                word_cache=mp.tokenizer_word_cache,
             )
         except InflightError as e:
             raise pb_utils.TritonModelException(f"{self.name}: {e}") from None
@@ -98,5 +99,10 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         """Log the instance's counts."""
-        record = {**self.stats, "tokenize_s": round(float(self.stats["tokenize_s"]), 3), "pid": os.getpid()}
+        record = {
+            **self.stats,
+            "tokenize_s": round(float(self.stats["tokenize_s"]), 3),
+            "library_texts": self.encoder.library_texts,
+            "pid": os.getpid(),
+        }
         pb_utils.Logger.log_info(f"[tokenizer] {self.name} ({self.instance}) finalized: {json.dumps(record)}")

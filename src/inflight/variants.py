@@ -27,7 +27,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from inflight.errors import ConfigError
-from inflight.model_config import BackendParameters, Mode, ModelParameters, parameters_of
+from inflight.model_config import DEFAULT_WORD_CACHE, BackendParameters, Mode, ModelParameters, parameters_of
 from inflight.model_spec import TEXT_TYPE, spec_from_config
 from inflight.models.registry import get_model
 from inflight.models.spec import ModelSpec
@@ -90,6 +90,8 @@ class VariantConfig:
     model ``model`` of the registry."""
     tokenizer: str = "tokenizer.json"
     """The tokenizer file in the version folder, for a model with a text input."""
+    tokenizer_word_cache: int = DEFAULT_WORD_CACHE
+    """Words the text input's word cache holds (``ModelParameters.tokenizer_word_cache``; 0: the library alone)."""
 
     @property
     def spec(self) -> ModelSpec:
@@ -105,6 +107,7 @@ class VariantConfig:
             mask_input=spec.mask_input or "",
             max_seq_len=spec.max_seq_len or 0,
             tokenizer=self.tokenizer if spec.text_input else "",
+            tokenizer_word_cache=self.tokenizer_word_cache if spec.text_input else DEFAULT_WORD_CACHE,
         )
 
     @property
@@ -339,6 +342,7 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
         cuda_graphs=cfg.optimization.cuda.graphs,
         gpus=tuple(group.gpus),
     )
+    model_params = ModelParameters.from_parameters(parameters_of(cfg))
     vc = VariantConfig(
         model=base_name(cfg.name),
         variant=variant,
@@ -348,7 +352,8 @@ def variant_from_proto(cfg: mc.ModelConfig) -> VariantConfig:
         sleep_us=sleep_us,
         sender_threads=sender_threads,
         model_spec=spec,
-        tokenizer=ModelParameters.from_parameters(parameters_of(cfg)).tokenizer or "tokenizer.json",
+        tokenizer=model_params.tokenizer or "tokenizer.json",
+        tokenizer_word_cache=model_params.tokenizer_word_cache,
     )
     if variant in ("inflight", "sync"):
         vc.params = BackendParameters.from_parameters(parameters_of(cfg))
@@ -360,9 +365,9 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
 
     Keys: ``instances``, ``kind``, ``delay_us``, ``preferred`` (``512/1024/2000``), ``gpus`` (``0/1``:
     ``instances`` instances on each listed GPU), ``graphs``
-    (TensorRT backend CUDA graphs), ``name``, any backend parameter (``slots``,
-    ``response_threads``, ``cuda_graphs``...) and, for the ``null`` control model only, ``sleep_us`` and
-    ``sender_threads``.
+    (TensorRT backend CUDA graphs), ``name``, ``tokenizer_word_cache`` (a model with a text input), any backend
+    parameter (``slots``, ``response_threads``, ``cuda_graphs``...) and, for the ``null`` control model only,
+    ``sleep_us`` and ``sender_threads``.
 
     Raises:
         ConfigError: for an unknown key or a bad value.
@@ -372,6 +377,7 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
     name = vc.name
     sleep_us = vc.sleep_us
     sender_threads = vc.sender_threads
+    word_cache = vc.tokenizer_word_cache
     for key, value in overrides.items():
         try:
             if key == "sleep_us":
@@ -407,11 +413,18 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
                 b.cuda_graphs = value.lower() in ("true", "1", "yes")
             elif key == "name":
                 name = value
+            elif key == "tokenizer_word_cache":
+                if vc.spec.text_input is None:
+                    raise ValueError(f"{vc.model_name} has no text input to tokenize")
+                word_cache = int(value)
+                if word_cache < 0:
+                    raise ValueError("must be >= 0 (words; 0: the tokenizers library alone)")
             elif key in params:
                 params[key] = value
             else:
                 raise ValueError(
-                    "unknown key; use instances, kind, delay_us, preferred, gpus, graphs, name or "
+                    "unknown key; use instances, kind, delay_us, preferred, gpus, graphs, name, "
+                    "tokenizer_word_cache or "
                     + (
                         f"a backend parameter ({', '.join(sorted(params))})"
                         if params
@@ -433,6 +446,7 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
         sender_threads=sender_threads,
         model_spec=vc.model_spec,
         tokenizer=vc.tokenizer,
+        tokenizer_word_cache=word_cache,
     )
 
 

@@ -307,3 +307,18 @@ def test_backend_parameters_check_their_ranges_where_they_are_built() -> None:
         BackendParameters(slots=0)
     with pytest.raises(ConfigError, match="graph_memory_mb=-1"):
         dataclasses.replace(BackendParameters(), graph_memory_mb=-1)
+
+
+def test_the_word_cache_is_a_key_of_a_text_model_that_travels_through_its_config() -> None:
+    root = Path(__file__).resolve().parents[2] / "model_repository"
+    text = variant_from_proto(parse_pbtxt((root / "minilm_inflight" / "config.pbtxt").read_text()))
+    off = apply_overrides(text, {"tokenizer_word_cache": "0"})
+    assert off.model_parameters().tokenizer_word_cache == 0
+    back = variant_from_proto(parse_pbtxt(off.to_pbtxt()))
+    assert back.tokenizer_word_cache == 0 and back.model_parameters().to_parameters()["tokenizer_word_cache"] == "0"
+    # the default is not written: the configs the generator writes stay as they were
+    assert "tokenizer_word_cache" not in text.to_pbtxt()
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        apply_overrides(text, {"tokenizer_word_cache": "-1"})
+    with pytest.raises(ConfigError, match="has no text input"):
+        apply_overrides(VariantConfig(model="bert_tiny", variant="inflight"), {"tokenizer_word_cache": "0"})

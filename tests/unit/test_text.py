@@ -201,7 +201,10 @@ def test_the_encoder_tells_what_it_loaded(small: Path) -> None:
     enc = TextEncoder(small, max_len=12)
     assert enc.tokenizer_path == small and enc.max_len == 12 and enc.max_bytes == DEFAULT_MAX_TEXT_BYTES
     assert enc.vocab_size == len(VOCAB)
-    assert enc.describe() == f"text tokenizer {small} (vocab {len(VOCAB)}, max_len 12 tokens, max_bytes 65536)"
+    assert enc.describe() == (
+        f"text tokenizer {small} (vocab {len(VOCAB)}, max_len 12 tokens, max_bytes 65536; "
+        "word cache: ASCII text, up to 65536 words)"
+    )
 
 
 def test_minilm_has_its_vocabulary(minilm: Path) -> None:
@@ -245,8 +248,10 @@ def test_the_module_imports_tokenizers_only_when_an_encoder_is_built() -> None:
     assert not [m for m in names if m.startswith(("tokenizers", "triton_python_backend_utils"))], names
 
 
-def test_a_request_that_breaks_the_tokenizer_fails_alone(small: Path) -> None:
-    enc = TextEncoder(small, max_len=16)
+@pytest.mark.parametrize("word_cache", [0, 64])
+def test_a_request_that_breaks_the_tokenizer_fails_alone(small: Path, word_cache: int) -> None:
+    # "é" is not ASCII: the library encodes that text with or without the word cache
+    enc = TextEncoder(small, max_len=16, word_cache=word_cache)
     real = enc._encode
 
     def breaks(texts: list[str], add_special_tokens: bool) -> Any:
@@ -256,7 +261,7 @@ def test_a_request_that_breaks_the_tokenizer_fails_alone(small: Path) -> None:
         return real(texts, add_special_tokens=add_special_tokens)
 
     enc._encode = breaks
-    ok, bad, ok2 = enc.encode_batch([_texts(b"hello"), _texts(b"a boom"), _texts(b"the cat")])
+    ok, bad, ok2 = enc.encode_batch([_texts(b"hello"), _texts("a boom é".encode()), _texts(b"the cat")])
     assert isinstance(bad, ValidationError) and bad.reason == "text_tokenize"
     assert _ok(ok)[0].tolist() == [[CLS, VOCAB.index("hello"), SEP]]
     assert _ok(ok2)[0].shape == (1, 4)

@@ -33,7 +33,12 @@ def text_encoder(spec: ModelSpec, params: ModelParameters, version_dir: Path, ma
         return None
     from inflight.runtime.text import TextEncoder
 
-    return TextEncoder(version_dir / params.tokenizer, max_len=max_seq, max_bytes=params.max_text_bytes)
+    return TextEncoder(
+        version_dir / params.tokenizer,
+        max_len=max_seq,
+        max_bytes=params.max_text_bytes,
+        word_cache=params.tokenizer_word_cache,
+    )
 
 
 class RequestReader:

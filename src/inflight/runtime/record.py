@@ -21,12 +21,14 @@ from inflight.runtime.pipeline.auto import AutoStats
 from inflight.runtime.pipeline.stats import Aggregation, ExecutorStats
 from inflight.runtime.probes import ExecuteTiming, GilProbe
 
-#: The figures ``InflightModel._final_stats`` adds itself: the requests' reading and tokenizing, the
-#: responses' building and ``send()`` calls, and how long the unload took.
+#: The figures ``InflightModel._final_stats`` adds itself: the requests' reading and tokenizing (with the texts
+#: the ``tokenizers`` library encoded, not the word cache: ``TextEncoder.library_texts``), the responses' building
+#: and ``send()`` calls, and how long the unload took.
 INSTANCE_FIGURES: dict[str, Aggregation] = {
     "parse_s": "sum",
     "tokenize_s": "sum",
     "tokenize_max_s": "max",
+    "tokenize_library_texts": "sum",
     "build_s": "sum",
     "send_call_s": "sum",
     "close_s": "sum",

@@ -219,7 +219,11 @@ class InflightModel:
             stats.update(owned.snapshot())
         stats.update(self.timing.figures, parse_s=self.mode.parse_s)
         if self.reader.text is not None:
-            stats.update(tokenize_s=self.reader.tokenize_s, tokenize_max_s=self.reader.tokenize_max_s)
+            stats.update(
+                tokenize_s=self.reader.tokenize_s,
+                tokenize_max_s=self.reader.tokenize_max_s,
+                tokenize_library_texts=self.reader.text.library_texts,
+            )
         stats.update(build_s=self.sink.build_s, send_call_s=self.sink.call_s, rejected=dict(self.rejections.counts))
         counters = getattr(self.runner.engine, "counters", None)
         if counters is not None:
