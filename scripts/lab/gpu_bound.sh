@@ -14,7 +14,7 @@
 #   IMPORT=0 ENGINE=0 ...: another run on the repository the first one imported
 #   TOKENS=text VARIANTS="minilm_text@tokenizer_instances=4 minilm_inflight minilm_null" ...: the same requests as
 #      text (`--token-dist text`; NAME_text is the ensemble users deploy for text), after the tokenizer's own bound
-#      on the server's cores (scripts/lab/tokenizer_bound.py: $OUT/tokenizer.json)
+#      on the server's cores (scripts/lab/tokenizer_bound.py: $OUT/tokenizer.json; TOKENIZER_BOUND=0 skips it)
 #
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
 set -uo pipefail
@@ -41,7 +41,7 @@ if [ "${ENGINE:-1}" = 1 ]; then
     2>&1 | grep -v -i warn | tail -n 12
 fi
 TOKENS=${TOKENS:-uniform}
-if [ "$TOKENS" = text ]; then
+if [ "$TOKENS" = text ] && [ "${TOKENIZER_BOUND:-1}" = 1 ]; then
   timeout 120 $PY scripts/lab/tokenizer_bound.py --repository model_repository --model minilm_inflight \
     --cpus "$SERVER_CPUS" --out "$OUT/tokenizer.json" 2>&1 | tail -n 6
 fi

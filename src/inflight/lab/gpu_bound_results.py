@@ -266,8 +266,9 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     """The newest text sitting: the ensemble as built against the tokenizer's bound measured in the same call.
 
     ``capacity_rps``: the as-built ``NAME_text`` (no key but how it is measured, :data:`AS_BUILT_KEYS`); ``best_rps``:
-    the sitting's best variant; ``tokenizer_bound_rps``: requests a second the server's cores tokenize
-    (one single-threaded process a core, the layout that tokenized most).
+    the sitting's best variant; ``tokenizer_bound_rps``: requests a second the server's cores tokenize with the
+    backends' encoder (one single-threaded process a core, the layout that tokenized most), measured in the same
+    call or, when the sitting skipped it, in the newest sitting before it.
     """
     vs = variants(root, TEXT_FOLDER)
     if not vs:
@@ -275,7 +276,11 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     newest = [v for v in vs if v["path"].parent == vs[-1]["path"].parent]
     texts = [v for v in newest if v["spec"].split("@")[0].endswith("_text")]
     built = [v for v in texts if set(v["overrides"]) <= AS_BUILT_KEYS]
-    bounds = [b for b in tokenizer_bounds(root) if b["path"].parent == newest[0]["path"].parent]
+    # the sitting's own bound, else the newest measured before it (a sitting may skip it: TOKENIZER_BOUND=0)
+    every = tokenizer_bounds(root)
+    bounds = [b for b in every if b["path"].parent == newest[0]["path"].parent] or [
+        b for b in every if b["path"].parent.name <= newest[0]["path"].parent.name
+    ][-1:]
     best = max(texts or newest, key=rank)
     return {
         "device": newest[0]["device"],
