@@ -9,7 +9,7 @@ same code) in batches of ``--batch`` requests:
 * ``per core``: one single-threaded process (``RAYON_NUM_THREADS=1``) pinned to each core of ``--cpus``, side by
   side for ``--seconds``: the most the cores tokenize when every core does its own batches;
 
-each for three calls: ``word_cache`` (the encoder as the backends build it: ASCII text through the word cache,
+each for three calls: ``word_cache`` (the encoder as the backends build it: text through the word cache,
 ``inflight.runtime.wordpiece``), ``encode_batch_fast`` (``tokenizer_word_cache`` 0: the library alone, as the
 plain backend and the backends before the word cache) and ``encode_batch`` (offsets kept, the call before
 ``encode_batch_fast``). The bound is the word cache's.

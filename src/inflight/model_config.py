@@ -309,7 +309,7 @@ def _parse(default: Any, params: Mapping[str, str]) -> dict[str, Any]:
 #: tokenizer busy for long: text beyond the truncation point is still normalized before it is cut.
 DEFAULT_MAX_TEXT_BYTES = 65536
 
-#: Words a text encoder's word cache holds by default (``ModelParameters.tokenizer_word_cache``): a few MB of
+#: Chunks a text encoder's word cache holds by default (``ModelParameters.tokenizer_word_cache``): a few MB of
 #: ids, more than the common vocabulary of most English text.
 DEFAULT_WORD_CACHE = 65536
 
@@ -334,10 +334,10 @@ class ModelParameters:
             folder, that the config's TYPE_STRING input is tokenized with (truncated to
             ``max_seq_len``; padded only to the batch's buckets).
         max_text_bytes: Longest text of one item in UTF-8 bytes; a longer one is refused (400).
-        tokenizer_word_cache: Words the inflight and tokenizer backends remember the ids of, for plain
-            ASCII text of a BERT WordPiece tokenizer (``inflight.runtime.wordpiece``: the library's ids,
-            about 7x cheaper); 0: every text through the ``tokenizers`` library. The plain backend
-            always calls the library, as users' own Python models do.
+        tokenizer_word_cache: Space-separated chunks of text whose ids the inflight and tokenizer backends
+            remember, for a BERT WordPiece tokenizer (``inflight.runtime.wordpiece``: the library's ids,
+            about 7x cheaper on ASCII text); 0: every text through the ``tokenizers`` library. The plain
+            backend always calls the library, as users' own Python models do.
         architecture: Where the model's architecture is described for the engine's unpadded
             launches (a JSON file beside the artifact, relative to the version folder; see
             ``inflight.models.bert.Architecture``); missing file: every launch runs padded.

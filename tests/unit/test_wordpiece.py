@@ -118,7 +118,7 @@ def test_the_cache_gives_the_library_ids_on_the_load_tests_texts(minilm: Path) -
 def test_a_cased_template_tokenizer_is_reproduced(tmp_path: Path, minilm: Path) -> None:
     path = _cased_template(tmp_path / "tokenizer.json")
     cached, library = _both(path, 64)
-    assert "ASCII text" in cached.describe()
+    assert "word cache: up to 65536 chunks" in cached.describe()
     texts = _corpus(400, seed=7)
     assert _ids_of(cached, texts) == _ids_of(library, texts)
     assert cached.library_texts < len(texts) // 2
@@ -126,8 +126,49 @@ def test_a_cased_template_tokenizer_is_reproduced(tmp_path: Path, minilm: Path) 
 
 def test_only_what_the_cache_cannot_reproduce_goes_to_the_library(minilm: Path) -> None:
     cached, _ = _both(minilm, 128)
-    _ids_of(cached, ["plain words here", "tabs\tand\nnewlines", "café au lait", "a [MASK] b", "bell\x07", "ok!"])
-    assert cached.library_texts == 3  # the accent, the added token, the control character
+    texts = ["plain words here", "tabs\tand\nnewlines", "café au lait", "a [MASK] b", "bell\x07", "ok!", "a\xa0b"]
+    _ids_of(cached, texts)
+    assert cached.library_texts == 2  # the added token, the control character
+
+
+#: Chunks in several scripts, and the separators and marks the normalizer treats apart: no-break and ideographic
+#: spaces, the line separator, a lone combining accent, final sigma, dotted capital I, an emoji, a CJK run.
+UNICODE_PIECES = [
+    "Café",
+    "naïve",
+    "RÉSUMÉ",
+    "Ελληνικά",
+    "ΟΔΟΣ",
+    "İstanbul",
+    "東京タワー",
+    "中文分词测试没有空格的长句子" * 8,
+    "مرحبا",
+    "Привет",
+    "😀",
+    "e\u0301",
+    "\u0301",
+    "\u201cquoted\u201d",
+    "it\u2019s",
+    "\u2014",
+    "\xa0",
+    "\u3000",
+    "\u2028",
+    "x²",
+    "ﬁ",
+]
+
+
+@pytest.mark.parametrize("max_len", [3, 16, 128])
+def test_the_cache_gives_the_library_ids_on_text_in_many_scripts(minilm: Path, max_len: int) -> None:
+    rng = np.random.default_rng(max_len)
+    from inflight.loadtest.workload import WORDS
+
+    pieces = [*UNICODE_PIECES, *WORDS[:50], *string.punctuation]
+    texts = ["".join(str(rng.choice(pieces)) + str(rng.choice(["", " "])) for _ in range(40)) for _ in range(400)]
+    texts = [t if t.strip() else "word" for t in texts]
+    cached, library = _both(minilm, max_len)
+    assert _ids_of(cached, texts) == _ids_of(library, texts)
+    assert cached.library_texts == 0  # no control character, no added token: every text through the cache
 
 
 def test_a_full_cache_starts_over_and_stays_right(minilm: Path) -> None:

@@ -4,11 +4,11 @@ A model that declares a ``text`` input takes raw strings instead of ``input_ids`
 ``attention_mask``; :class:`TextEncoder` turns each request's strings into those two arrays with
 the checkpoint's own Hugging Face ``tokenizer.json``. It is used once per gathered batch: every valid
 item of every request is tokenized at once, and a bad request gets its own
-:class:`~inflight.errors.ValidationError` while the others are still answered. Plain ASCII text of a BERT
+:class:`~inflight.errors.ValidationError` while the others are still answered. The text of a BERT
 WordPiece tokenizer goes through the word cache (:mod:`inflight.runtime.wordpiece`: the same ids, about 7x
-cheaper); the rest in one ``Tokenizer.encode_batch_fast`` call (Rust, parallel, without the GIL;
-``encode_batch`` on tokenizers older than 0.21, which lack it: the fast one skips the character offsets,
-which nothing here reads).
+cheaper on ASCII text) unless it holds a control character or an added token written out; the rest in one
+``Tokenizer.encode_batch_fast`` call (Rust, parallel, without the GIL; ``encode_batch`` on tokenizers older
+than 0.21, which lack it: the fast one skips the character offsets, which nothing here reads).
 
 This module imports no Triton code, and ``tokenizers`` only when an encoder is built, so the runtime
 imports without it when no model takes text. Timing the encoding is the caller's job.
@@ -41,7 +41,7 @@ class TextEncoder:
         max_len: Most tokens an item is truncated to, special tokens ([CLS], [SEP]) included
             (the model's ``max_seq_len``).
         max_bytes: Most UTF-8 bytes one item may hold; longer items are refused, not truncated.
-        word_cache: Most words the word cache remembers (:mod:`inflight.runtime.wordpiece`); 0: every
+        word_cache: Most chunks the word cache remembers (:mod:`inflight.runtime.wordpiece`); 0: every
             text through the ``tokenizers`` library.
 
     Raises:
@@ -100,7 +100,7 @@ class TextEncoder:
         self._cache_note = "off (tokenizer_word_cache 0)"
         if word_cache:
             self._cache, why_not = WordCache.for_tokenizer(tok, max_len=max_len, size=word_cache)
-            self._cache_note = f"ASCII text, up to {word_cache} words" if self._cache else f"off: {why_not}"
+            self._cache_note = f"up to {word_cache} chunks" if self._cache else f"off: {why_not}"
         #: texts encoded by the ``tokenizers`` library (not the word cache) since the encoder was built
         self.library_texts = 0
 

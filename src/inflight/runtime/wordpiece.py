@@ -1,23 +1,23 @@
-r"""The word cache: BERT WordPiece tokenization of plain ASCII text without the per-token library pipeline.
+r"""The word cache: BERT WordPiece tokenization by remembered chunks, without the library's per-token pipeline.
 
 Hugging Face ``tokenizers`` runs a BERT tokenizer (``BertNormalizer``, ``BertPreTokenizer``, ``WordPiece``, a
 ``[CLS] $A [SEP]`` template) at about 1 µs a token on one core, so on a server's cores tokenizing, not the GPU,
-bounds an encoder served as text (docs/LAB.md, "Tokenizing cost"). For text that is printable ASCII and holds
-none of the tokenizer's added tokens, that pipeline reduces to:
+bounds an encoder served as text (docs/LAB.md, "The word cache"). That pipeline never joins what a space
+separates: the normalizer works character by character (it drops control characters, turns whitespace into
+spaces, lowercases, strips accents, spaces out CJK characters) and the pre-tokenizer splits at whitespace and
+at punctuation. So a text's ids are its space-separated chunks' ids, in order, truncated, between the template's
+special tokens. :class:`WordCache` remembers each chunk's ids:
 
-1. clean and normalize: whitespace (``\t``, ``\n``, ``\r``) becomes a space; lowercase when the normalizer
-   does (accents and CJK characters, which the normalizer also handles, are not ASCII);
-2. pre-tokenize: runs of letters and digits, and each ASCII punctuation mark alone (``is_ascii_punctuation``:
-   all 32 of them);
-3. each word's WordPiece ids, from the library's own model (``Tokenizer.model.tokenize``), remembered per
-   chunk (what lies between two spaces: a word with its punctuation, ``world.``): text repeats its words, so
-   after a warm-up almost every chunk is one dictionary lookup, with no regular expression run;
-4. truncate to the encoder's length less the template's special tokens, then add them.
+* a plain ASCII chunk: lowercased (when the normalizer lowercases), split into runs of letters and digits and
+  single punctuation marks (Rust's ``is_ascii_punctuation``: all 32), each through the library's own WordPiece
+  model (``Tokenizer.model.tokenize``);
+* any other chunk: the library's whole pipeline on the chunk alone (``Tokenizer.encode``).
 
-:class:`WordCache` does that, about 7x faster than ``encode_batch_fast`` on one core (LAB, "Tokenizing cost");
-any other text (non-ASCII, control characters, an added token such as ``[MASK]`` written out), and every text
-of a tokenizer whose pipeline is not the one above, goes to the library. The ids are the library's: the unit
-tests compare the two on drawn and adversarial texts.
+Text repeats its chunks, so after a warm-up almost every chunk is one dictionary lookup. A text with a control
+or format character (which the normalizer drops, possibly joining two chunks), or one of the tokenizer's added
+tokens written out (``[MASK]``, matched before normalization), goes to the library whole, as does every text of
+a tokenizer whose pipeline is not the one above. The ids are the library's: the unit tests compare the two, id
+for id, on drawn and adversarial texts.
 """
 
 from __future__ import annotations
@@ -27,22 +27,29 @@ import json
 import re
 from typing import Any
 
-#: Step 2 on ASCII text: a run of letters and digits, or one punctuation mark (``!``-``/``, ``:``-``@``,
+#: An ASCII chunk's words: a run of letters and digits, or one punctuation mark (``!``-``/``, ``:``-``@``,
 #: ``[``-`````, ``{``-``~``: Rust's ``is_ascii_punctuation``, which ``BertPreTokenizer`` splits on).
 _WORDS = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
 
-#: Step 1: the whitespace ``BertNormalizer``'s ``clean_text`` maps to a space; any other control character
-#: (which it drops) sends the text to the library.
-_SPACES = str.maketrans({9: 32, 10: 32, 13: 32})
+#: The whitespace ``BertNormalizer``'s ``clean_text`` turns into a space: Unicode's White_Space characters less the
+#: control characters among them (``\v``, ``\f``, U+0085), which it drops, plus tab, newline and return.
+_SPACES = str.maketrans(
+    dict.fromkeys([9, 10, 13, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000], 32)
+)
+
+#: Chunks longer than this (characters) are computed but not remembered: a long run without spaces (CJK text,
+#: a URL) rarely comes again.
+_LONGEST_REMEMBERED = 64
 
 
 class WordCache:
-    """The ids of ASCII texts by remembered words, for a BERT WordPiece tokenizer (module docstring).
+    """The ids of texts by remembered chunks, for a BERT WordPiece tokenizer (module docstring).
 
     Build it with :meth:`for_tokenizer`, which says why when the tokenizer's pipeline is not one it reproduces.
 
     Args:
-        model: The tokenizer's WordPiece model (``Tokenizer.model``): it gives a word's ids on a miss.
+        tokenizer: The ``tokenizers.Tokenizer`` (its truncation at ``max_len`` or longer): its WordPiece model
+            gives an ASCII chunk's ids on a miss, its whole pipeline any other chunk's.
         lowercase: Whether the normalizer lowercases.
         prefix: The template's ids before the text (``[CLS]``).
         suffix: The template's ids after it (``[SEP]``).
@@ -54,7 +61,7 @@ class WordCache:
 
     def __init__(
         self,
-        model: Any,
+        tokenizer: Any,
         *,
         lowercase: bool,
         prefix: list[int],
@@ -65,7 +72,8 @@ class WordCache:
     ) -> None:
         if max_len < len(prefix) + len(suffix) or size < 1:
             raise ValueError(f"max_len {max_len} must hold the template's special tokens, and size {size} be >= 1")
-        self._model = model
+        self._tok = tokenizer
+        self._model = tokenizer.model
         self._lowercase = lowercase
         self._prefix = prefix
         self._suffix = suffix
@@ -106,7 +114,7 @@ class WordCache:
         if norm.get("lowercase", True):  # the text is searched once lowercased
             added = [a.lower() for a in added]
         cache = cls(
-            tok.model,
+            tok,
             lowercase=bool(norm.get("lowercase", True)),
             prefix=prefix,
             suffix=suffix,
@@ -118,15 +126,17 @@ class WordCache:
 
     def ids(self, text: str) -> list[int] | None:
         """The text's ids (special tokens included, truncated), or None: the text needs the library."""
-        if "\t" in text or "\n" in text or "\r" in text:
+        ascii_text = text.isascii()
+        if not ascii_text or "\t" in text or "\n" in text or "\r" in text:
             text = text.translate(_SPACES)
-        if not (text.isascii() and text.isprintable()):
+        if not text.isprintable():  # a control or format character: the normalizer drops it
             return None
-        if self._lowercase:
-            text = text.lower()
-        if any(c in text for c in self._added_first) and any(a in text for a in self._added):
+        if self._lowercase and ascii_text:
+            text = text.lower()  # exact for ASCII; other text keeps its case for the library
+        folded = text.lower() if self._lowercase and not ascii_text else text
+        if any(c in folded for c in self._added_first) and any(a in folded for a in self._added):
             return None
-        # only spaces are left: the chunks between them, each a word with its punctuation attached
+        # only spaces separate now: the chunks between them
         chunks = text.split()
         known = list(map(self._chunks.get, chunks))
         got: list[list[int]] = (
@@ -141,13 +151,17 @@ class WordCache:
         return out
 
     def _learn(self, chunk: str) -> list[int]:
-        """A chunk's ids: its words (step 2) through the library's WordPiece model (step 3)."""
-        if len(self._chunks) >= self._size:
-            self._chunks.clear()
-        got: list[int] = []
-        for word in _WORDS.findall(chunk):
-            got += [t.id for t in self._model.tokenize(word)]
-        self._chunks[chunk] = got
+        """A chunk's ids, remembered unless it is long (module docstring)."""
+        if chunk.isascii():
+            got: list[int] = []
+            for word in _WORDS.findall(chunk.lower() if self._lowercase else chunk):
+                got += [t.id for t in self._model.tokenize(word)]
+        else:  # truncated at max_len at most, more than a text keeps
+            got = list(self._tok.encode(chunk, add_special_tokens=False).ids)
+        if len(chunk) <= _LONGEST_REMEMBERED:
+            if len(self._chunks) >= self._size:
+                self._chunks.clear()
+            self._chunks[chunk] = got
         return got
 
 

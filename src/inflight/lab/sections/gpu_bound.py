@@ -169,7 +169,7 @@ def _text(root: Path, data: Mapping[str, Any]) -> list[str]:
         "instances, then the encoder as built); `minilm_inflight` takes the text itself (tokenized in its "
         "`execute()`). First what the server's cores tokenize at most, with the backend's own `TextEncoder` on the "
         "workload's texts (`scripts/lab/tokenizer_bound.py`, each sitting's `tokenizer.json`). `word_cache` is the "
-        "encoder as the backends build it (ASCII text through the word cache), `encode_batch_fast` the `tokenizers` "
+        "encoder as the backends build it (text through the word cache), `encode_batch_fast` the `tokenizers` "
         "library alone (`tokenizer_word_cache` 0; every text before the word cache):",
         "",
         "| file | CPU | tokenizers | call | one process, all cores (req/s) | one process a core (req/s) "
