@@ -309,8 +309,9 @@ def _parse(default: Any, params: Mapping[str, str]) -> dict[str, Any]:
 #: tokenizer busy for long: text beyond the truncation point is still normalized before it is cut.
 DEFAULT_MAX_TEXT_BYTES = 65536
 
-#: Chunks a text encoder's word cache holds by default (``ModelParameters.tokenizer_word_cache``): a few MB of
-#: ids, more than the common vocabulary of most English text.
+#: Chunks a text encoder's word cache holds by default (``ModelParameters.tokenizer_word_cache``): more than the
+#: common vocabulary of most English text; full, about 21 MB of a process's memory (64,215 chunks of 3-11 random
+#: letters, measured with tracemalloc on 2026-11-29).
 DEFAULT_WORD_CACHE = 65536
 
 
