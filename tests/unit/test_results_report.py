@@ -7,7 +7,7 @@ from pathlib import Path
 
 from inflight.lab import results_report as rr
 from inflight.lab.results_report import render
-from inflight.lab.sections import ab_runs, glance, many_instances, one_instance, per_gpu_servers
+from inflight.lab.sections import ab_runs, glance, many_instances, one_instance
 from inflight.lab.sections.engine import engine_targets
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -278,26 +278,6 @@ def test_cost_block_is_what_its_files_say() -> None:
     page = render(ROOT)
     for t in committed["targets"]:
         assert f"| {t['figure']} | {t['value']:.3f} |" in page
-
-
-def test_per_gpu_servers_section_reads_capacity_and_deployment_from_the_json() -> None:
-    """Every run of the committed per-GPU-server sitting is a row whose figures are its JSON's."""
-    folder = ROOT / "results" / per_gpu_servers.PER_GPU_SERVERS_DIR
-    lines = per_gpu_servers.SECTION.lines(ROOT)
-    paths = sorted(folder.rglob("ab-*.json"))
-    assert paths and lines[0].startswith("## One server per GPU")
-    rows = [ln for ln in lines if ln.startswith("| [`")]
-    assert len(rows) == len(paths)
-    for p, row in zip(paths, rows, strict=True):
-        doc = json.loads(p.read_text())
-        v = doc["summary"][0]
-        assert per_gpu_servers.deployment_cell(doc) in row and f"`{v['spec']}`" in row
-        cap = v.get("capacity_rps")
-        assert (f"| {cap:,.0f} |" if cap is not None else "| n/a |") in row
-    two = json.loads(next(p for p in paths if "perserver-sync" in str(p)).read_text())
-    assert per_gpu_servers.deployment_cell(two).startswith("2 servers, one per GPU: GPU 0 on cores ")
-    one = json.loads(next(p for p in paths if "sync-1gpu" in str(p)).read_text())
-    assert per_gpu_servers.deployment_cell(one) == f"1 server on cores {one['load']['cpu_sets']['server']}"
 
 
 def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> None:

@@ -16,7 +16,6 @@ from typing import Any
 from inflight.lab.sections import (
     Section,
     ab_runs,
-    above_capacity,
     cost,
     decision,
     engine,
@@ -31,9 +30,7 @@ from inflight.lab.sections import (
     modes,
     one_instance,
     open_loop,
-    per_gpu_servers,
     two_gpu,
-    unpadded,
 )
 
 #: The main page (headline first) and its companion: the diagnostic sections and every closed-loop A/B run.
@@ -50,14 +47,11 @@ PAGES: dict[str, tuple[Section, ...]] = {
         modes.SECTION,
         faults.SECTION,
         cost.SECTION,
-        per_gpu_servers.SECTION,
         two_gpu.SECTION,
         four_gpu.SECTION,
-        unpadded.SECTION,
     ),
     AB_RUNS_PAGE: (
         engine.SECTION,
-        above_capacity.SECTION,
         heads.SECTION,
         one_instance.SECTION,
         many_instances.SECTION,

@@ -1,7 +1,6 @@
 """RESULTS-ab-runs' "Every closed-loop A/B run": one row per run, linking its JSON.
 
-Every closed-loop run (every ``ab-*.json`` under ``results/``
-but the open-loop files, ``results/stalls`` and ``results/per-gpu-servers``). A run's full tables, its
+Every closed-loop run (every ``ab-*.json`` under ``results/`` but the open-loop files). A run's full tables, its
 configuration and how to reproduce it are in its JSON (``inflight ab-report FILE`` renders them).
 """
 
@@ -13,20 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from inflight.lab.sections import Section, fmt, markdown_table
-from inflight.lab.sections.above_capacity import STALLS_DIR
-from inflight.lab.sections.per_gpu_servers import PER_GPU_SERVERS_DIR
 
 TITLE = "Every closed-loop A/B run"
 
 
 def collect(root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every closed-loop A/B file under ``results/`` the other sections do not list, in path order."""
-    results = root / "results"
-    skip = (results / STALLS_DIR, results / PER_GPU_SERVERS_DIR)
+    """Every closed-loop A/B file under ``results/``, in path order."""
     out = []
-    for p in sorted(results.rglob("ab-*.json")):
-        if any(folder in p.parents for folder in skip):
-            continue
+    for p in sorted((root / "results").rglob("ab-*.json")):
         doc = json.loads(p.read_text())
         if (doc.get("load") or {}).get("closed_loop", True):
             out.append((p.relative_to(root), doc))
