@@ -435,17 +435,13 @@ def apply_overrides(vc: VariantConfig, overrides: Mapping[str, str]) -> VariantC
                 )
         except ValueError as e:
             raise ConfigError(f"override {key}={value!r}: {e}") from None
-    return VariantConfig(
-        model=vc.model,
-        variant=vc.variant,
+    return dataclasses.replace(
+        vc,
         batching=b,
         params=BackendParameters.from_parameters(params) if params else vc.params,
-        max_batch_size=vc.max_batch_size,
         name=name,
         sleep_us=sleep_us,
         sender_threads=sender_threads,
-        model_spec=vc.model_spec,
-        tokenizer=vc.tokenizer,
         tokenizer_word_cache=word_cache,
     )
 
