@@ -70,3 +70,16 @@ def test_the_load_test_finds_the_stall_diagnostics_through_their_entry_point() -
     assert log.plugin(log.DIAGNOSTICS_GROUP, "stuck_stubs", "") == dump_stuck_stubs
     with pytest.raises(LookupError, match="reinstall it"):
         log.plugin(log.DIAGNOSTICS_GROUP, "no_such_probe", "reinstall it")
+
+
+#: The most lines a file of the package or of a backend may hold (issue 52: rooms small enough to change safely).
+MAX_FILE_LINES = 500
+
+
+def test_no_file_of_the_package_or_a_backend_is_over_500_lines() -> None:
+    files = [*SRC.rglob("*.py"), *(SRC.parents[1] / "backends").rglob("*.py")]
+    assert len(files) > 100, files  # the package and the backends were found
+    over = {
+        str(p.relative_to(SRC.parents[1])): n for p in files if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES
+    }
+    assert not over, f"split these files below {MAX_FILE_LINES} lines: {over}"
