@@ -32,10 +32,9 @@ from typing import Any
 _WORDS = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
 
 #: The whitespace ``BertNormalizer``'s ``clean_text`` turns into a space: Unicode's White_Space characters less the
-#: control characters among them (``\v``, ``\f``, U+0085), which it drops, plus tab, newline and return.
-_SPACES = str.maketrans(
-    dict.fromkeys([9, 10, 13, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000], 32)
-)
+#: control characters among them (``\v``, ``\f``, U+0085), which it drops, plus tab, newline and return. A regular
+#: expression, not ``str.translate``: translating a non-ASCII text cost 18.8 µs, searching it 1.1.
+_SPACES = re.compile("[\t\n\r\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 #: Chunks longer than this (characters) are computed but not remembered: a long run without spaces (CJK text,
 #: a URL) rarely comes again.
@@ -127,8 +126,8 @@ class WordCache:
     def ids(self, text: str) -> list[int] | None:
         """The text's ids (special tokens included, truncated), or None: the text needs the library."""
         ascii_text = text.isascii()
-        if not ascii_text or "\t" in text or "\n" in text or "\r" in text:
-            text = text.translate(_SPACES)
+        if (not ascii_text or "\t" in text or "\n" in text or "\r" in text) and _SPACES.search(text):
+            text = _SPACES.sub(" ", text)
         if not text.isprintable():  # a control or format character: the normalizer drops it
             return None
         if self._lowercase and ascii_text:
