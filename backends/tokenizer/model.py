@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 try:
@@ -87,10 +86,7 @@ class TritonPythonModel:
                 continue
             ids, mask = result
             self.stats["texts"] += len(ids)
-            tensors = [
-                pb_utils.Tensor(self.ids, ids.astype(np.int64)),
-                pb_utils.Tensor(self.mask, mask.astype(np.int64)),
-            ]
+            tensors = [pb_utils.Tensor(self.ids, ids), pb_utils.Tensor(self.mask, mask)]  # int64 both
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
         self.stats["batches"] += 1
         self.stats["requests"] += len(requests)

@@ -198,12 +198,52 @@ def test_a_pipeline_the_cache_does_not_reproduce_is_left_to_the_library_with_the
         "model": _pipeline(model=models.BPE({"[UNK]": 0, "a": 1}, [], unk_token="[UNK]")),
         "post-processor": _pipeline(post=None),
         "template": _pipeline(post=processors.TemplateProcessing(single="$A $A", special_tokens=[])),
+        "clean_text": _pipeline(normalizer=normalizers.BertNormalizer(clean_text=False)),
     }
     for what, tok in cases.items():
         cache, why = WordCache.for_tokenizer(tok, max_len=8, size=16)
         assert cache is None and what in why, (what, why)
     cache, why = WordCache.for_tokenizer(_pipeline(), max_len=8, size=16)
     assert cache is not None and why == ""
+    # truncated elsewhere than max_len, or padding: the cache would keep other ids than the library
+    for tok in (_pipeline(), _pipeline()):
+        cache, why = WordCache.for_tokenizer(tok, max_len=16, size=16)
+        assert cache is None and "truncate at max_len 16" in why
+    padded = _pipeline()
+    padded.enable_padding()
+    assert "not pad" in WordCache.for_tokenizer(padded, max_len=8, size=16)[1]
+
+
+#: Added tokens the library matches in a form other than their content: (token, a text holding it in that form).
+_ADDED_TOKEN_CASES = [
+    ({"content": "café", "normalized": True}, "cafe au lait"),  # matched once accents are stripped
+    ({"content": "İstanbul", "normalized": True}, "istanbul"),
+    ({"content": "a\u200bb", "normalized": True}, "ab"),  # the format character normalizes away
+    ({"content": "Foo", "normalized": False}, "the Foo here"),
+    ({"content": "[MASK]", "normalized": False, "special": True}, "a [MASK] b"),
+    ({"content": "\n", "normalized": False, "special": True}, "a\nb"),  # whitespace: could span chunks
+    ({"content": "\n", "normalized": True}, "a b"),
+    ({"content": "new york", "normalized": True}, "new yo\ufffdrk"),
+]
+
+
+@pytest.mark.parametrize(("token", "text"), _ADDED_TOKEN_CASES)
+def test_added_tokens_are_matched_as_the_library_matches_them(minilm: Path, token: dict[str, Any], text: str) -> None:
+    from tokenizers import AddedToken
+
+    tok = tokenizers.Tokenizer.from_file(str(minilm))
+    tok.no_padding()
+    tok.enable_truncation(max_length=128)
+    added = AddedToken(token["content"], normalized=token["normalized"], special=token.get("special", False))
+    (tok.add_special_tokens if token.get("special") else tok.add_tokens)([added])
+    cache, why = WordCache.for_tokenizer(tok, max_len=128, size=64)
+    if cache is None:  # the token could span two chunks: the whole tokenizer goes to the library, and says why
+        assert repr(token["content"]) in why
+        return
+    for t in (text, text.upper(), f"x {text} y"):
+        got = cache.ids(t)
+        assert got is None or got == tok.encode(t).ids, (t, got, tok.encode(t).ids)
+    assert cache.ids(text) is None  # the library's own match: the text is left to it
 
 
 def test_the_word_cache_knob_is_checked_where_it_is_read(minilm: Path) -> None:

@@ -13,16 +13,17 @@ special tokens. :class:`WordCache` remembers each chunk's ids:
   model (``Tokenizer.model.tokenize``);
 * any other chunk: the library's whole pipeline on the chunk alone (``Tokenizer.encode``).
 
-Text repeats its chunks, so after a warm-up almost every chunk is one dictionary lookup. A text with a control
-or format character (which the normalizer drops, possibly joining two chunks), or one of the tokenizer's added
-tokens written out (``[MASK]``, matched before normalization), goes to the library whole, as does every text of
-a tokenizer whose pipeline is not the one above. The ids are the library's: the unit tests compare the two, id
-for id, on drawn and adversarial texts.
+Text repeats its chunks, so after a warm-up almost every chunk is one dictionary lookup; the ids are kept as
+int64 bytes, so a text's are one ``bytes.join``. A text with a control or format character (which the
+normalizer drops, possibly joining two chunks), or one of the tokenizer's added tokens in the form the library
+matches it (``[MASK]`` as written, a normalized token normalized), goes to the library whole, as does every
+text of a tokenizer whose pipeline is not the one above or that has an added token which could span two chunks.
+The ids are the library's: the unit tests compare the two, id for id, on drawn and adversarial texts.
 """
 
 from __future__ import annotations
 
-import itertools
+import array
 import json
 import re
 from typing import Any
@@ -39,6 +40,9 @@ _SPACES = re.compile("[\t\n\r\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u30
 #: Chunks longer than this (characters) are computed but not remembered: a long run without spaces (CJK text,
 #: a URL) rarely comes again.
 _LONGEST_REMEMBERED = 64
+
+#: Bytes of one id: ids are held as native int64 (``array`` typecode ``q``, numpy's ``int64``).
+_ID_BYTES = array.array("q").itemsize
 
 
 class WordCache:
@@ -74,13 +78,13 @@ class WordCache:
         self._tok = tokenizer
         self._model = tokenizer.model
         self._lowercase = lowercase
-        self._prefix = prefix
-        self._suffix = suffix
-        self._keep = max_len - len(suffix)  # ids kept before the suffix, the prefix included
+        self._prefix = array.array("q", prefix).tobytes()
+        self._suffix = array.array("q", suffix).tobytes()
+        self._room = (max_len - len(prefix) - len(suffix)) * _ID_BYTES  # bytes of the text's own ids kept
         self._added = tuple(dict.fromkeys(added))
         self._added_first = frozenset(a[0] for a in self._added)
         self._size = size
-        self._chunks: dict[str, list[int]] = {}  # what lies between two spaces -> its ids
+        self._chunks: dict[str, bytes] = {}  # what lies between two spaces -> its ids (int64 bytes)
 
     @classmethod
     def for_tokenizer(cls, tok: Any, *, max_len: int, size: int) -> tuple[WordCache | None, str]:
@@ -95,26 +99,34 @@ class WordCache:
         spec = json.loads(tok.to_str())
         norm, pre, model = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}, spec.get("model") or {}
         trunc = spec.get("truncation") or {}
-        if norm.get("type") != "BertNormalizer" or not norm.get("clean_text", True):
+        if norm.get("type") != "BertNormalizer":
             return None, f"its normalizer is {norm.get('type')!r} (the word cache reproduces BertNormalizer)"
+        if not norm.get("clean_text", True):
+            return None, "its BertNormalizer keeps control characters (clean_text false)"
         if pre.get("type") != "BertPreTokenizer":
             return None, f"its pre-tokenizer is {pre.get('type')!r} (the word cache reproduces BertPreTokenizer)"
         if model.get("type") != "WordPiece":
             return None, f"its model is {model.get('type')!r} (the word cache reproduces WordPiece)"
         if trunc.get("direction", "Right") != "Right" or trunc.get("stride", 0) != 0:
             return None, "its truncation is not from the right without stride"
+        if trunc.get("max_length") != max_len or spec.get("padding"):
+            return None, f"the tokenizer must truncate at max_len {max_len} and not pad (as TextEncoder sets it)"
         specials = _template(spec.get("post_processor"))
         if specials is None:
             return None, "its post-processor is not a [CLS] $A [SEP]-style template"
         prefix, suffix = specials
         if max_len < len(prefix) + len(suffix):
             return None, f"max_len {max_len} does not hold the template's special tokens"
-        added = [t["content"] for t in spec.get("added_tokens") or [] if t.get("content")]
-        if norm.get("lowercase", True):  # the text is searched once lowercased
-            added = [a.lower() for a in added]
+        lowercase = bool(norm.get("lowercase", True))
+        added = []
+        for t in spec.get("added_tokens") or []:
+            found, why = _added_pattern(tok, t, lowercase)
+            if found is None:
+                return None, why
+            added.append(found)
         cache = cls(
             tok,
-            lowercase=bool(norm.get("lowercase", True)),
+            lowercase=lowercase,
             prefix=prefix,
             suffix=suffix,
             max_len=max_len,
@@ -123,8 +135,12 @@ class WordCache:
         )
         return cache, ""
 
-    def ids(self, text: str) -> list[int] | None:
-        """The text's ids (special tokens included, truncated), or None: the text needs the library."""
+    def encode(self, text: str) -> bytes | None:
+        """The text's ids as native int64 bytes (special tokens included, truncated), or None: it needs the library.
+
+        Bytes, not a list of ints: a chunk's ids are remembered as bytes and a text's are their join, which
+        ``numpy.frombuffer`` reads without a Python int per token (a text of 70 words: 28 -> 17 µs, docs/LAB.md).
+        """
         ascii_text = text.isascii()
         if (not ascii_text or "\t" in text or "\n" in text or "\r" in text) and _SPACES.search(text):
             text = _SPACES.sub(" ", text)
@@ -137,31 +153,53 @@ class WordCache:
             return None
         # only spaces separate now: the chunks between them
         chunks = text.split()
-        known = list(map(self._chunks.get, chunks))
-        got: list[list[int]] = (
-            [g if g is not None else self._learn(c) for g, c in zip(known, chunks, strict=True)]
-            if None in known
-            else known  # type: ignore[assignment]  # no None in it
-        )
-        out = [*self._prefix, *itertools.chain.from_iterable(got)]
-        if len(out) > self._keep:
-            del out[self._keep :]
-        out += self._suffix
-        return out
+        try:
+            body = b"".join(map(self._chunks.__getitem__, chunks))
+        except KeyError:  # a chunk not seen yet (or forgotten when the cache started over)
+            get = self._chunks.get
+            body = b"".join([g if (g := get(c)) is not None else self._learn(c) for c in chunks])
+        if len(body) > self._room:
+            body = body[: self._room]
+        return self._prefix + body + self._suffix
 
-    def _learn(self, chunk: str) -> list[int]:
-        """A chunk's ids, remembered unless it is long (module docstring)."""
+    def ids(self, text: str) -> list[int] | None:
+        """The text's ids as a list (:meth:`encode`'s, read), or None: the text needs the library."""
+        got = self.encode(text)
+        return None if got is None else array.array("q", got).tolist()
+
+    def _learn(self, chunk: str) -> bytes:
+        """A chunk's ids (int64 bytes), remembered unless it is long (module docstring)."""
         if chunk.isascii():
-            got: list[int] = []
+            ids: list[int] = []
             for word in _WORDS.findall(chunk.lower() if self._lowercase else chunk):
-                got += [t.id for t in self._model.tokenize(word)]
+                ids += [t.id for t in self._model.tokenize(word)]
         else:  # truncated at max_len at most, more than a text keeps
-            got = list(self._tok.encode(chunk, add_special_tokens=False).ids)
+            ids = list(self._tok.encode(chunk, add_special_tokens=False).ids)
+        got = array.array("q", ids).tobytes()
         if len(chunk) <= _LONGEST_REMEMBERED:
             if len(self._chunks) >= self._size:
                 self._chunks.clear()
             self._chunks[chunk] = got
         return got
+
+
+def _added_pattern(tok: Any, token: dict[str, Any], lowercase: bool) -> tuple[str | None, str]:
+    """What :meth:`WordCache.encode` searches a text for so as to leave texts holding ``token`` to the library.
+
+    The library matches a ``normalized`` added token by its normalized content in the normalized text, any other by
+    its content in the raw text. An ASCII chunk's normalized form is the chunk lowercased (when the normalizer
+    lowercases), which is what ``encode`` searches: so the pattern is the normalized content, or the content
+    lowercased. A non-ASCII chunk goes to the library whole, which matches the tokens in it itself. A content or
+    pattern with whitespace (which could span two chunks) or control characters, or one that normalizes to
+    nothing, is not reproduced: (None, why).
+    """
+    content = str(token.get("content") or "")
+    pattern = tok.normalizer.normalize_str(content) if token.get("normalized") else content
+    if not token.get("normalized") and lowercase:
+        pattern = pattern.lower()
+    if not pattern or any(c.isspace() or not c.isprintable() for c in content + pattern):
+        return None, f"its added token {content!r} holds whitespace or control characters, or normalizes to nothing"
+    return pattern, ""
 
 
 def _template(post: dict[str, Any] | None) -> tuple[list[int], list[int]] | None:
