@@ -141,12 +141,17 @@ def main() -> None:
             )
     import tokenizers
 
+    import inflight
+
+    here = Path(inflight.__file__).parent
+    commit = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     doc = {
         "what": "texts a second the cores tokenize with the backend's TextEncoder (the text workload's own texts)",
         "cpus": a.cpus,
         "cores": len(cpu_list(a.cpus)),
         "cpu_model": _cpu_model(),
         "tokenizers": tokenizers.__version__,
+        "inflight": {"path": str(here), "commit": commit.stdout.strip() or None},  # PYTHONPATH may name another tree
         "model": a.model,
         "items": a.items,
         "batch_requests": a.batch,
