@@ -18,6 +18,7 @@ from inflight.variants import VariantConfig, write_config
 def _repository(tmp_path: Path, *, encoder: str = "bert_tiny_inflight") -> Path:
     """An ensemble ``demo_text``: ``demo_tokenizer`` (2 CPU instances), then ``encoder``."""
     write_config(tmp_path, VariantConfig(model="bert_tiny", variant="inflight").to_proto())
+    write_config(tmp_path, VariantConfig(model="bert_tiny", variant="null").to_proto())
     tok = mc.ModelConfig(name="demo_tokenizer", backend="tokenizer", max_batch_size=8)
     tok.instance_group.add(count=2, kind=mc.ModelInstanceGroup.KIND_CPU)
     write_config(tmp_path, tok)
@@ -53,11 +54,32 @@ def test_the_spec_keys_go_to_the_encoder_and_tokenizer_instances_to_the_tokenize
         ("demo_text@tokenizer_instances=two", "tokenizer_instances='two': give a positive number"),
         ("demo_text@name=other", "name= would serve the encoder under another name"),
         ("demo_text@bogus=1", "bogus"),
+        ("demo_text@encoder=absent_null", "encoder='absent_null' has no config.pbtxt"),
+        ("demo_text@encoder=demo_tokenizer", "encoder='demo_tokenizer' is an ensemble or a tokenizer"),
+        ("demo_text@encoder=demo_text", "encoder='demo_text' is an ensemble or a tokenizer"),
+        ("bert_tiny_inflight@encoder=bert_tiny_null", "replaces an ensemble's encoder step; bert_tiny_inflight is not"),
     ],
 )
 def test_bad_keys_say_what_to_change(tmp_path: Path, spec: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         resolve_variants([spec], _repository(tmp_path))
+
+
+def test_encoder_puts_another_model_in_the_encoder_steps_place_with_the_specs_keys(tmp_path: Path) -> None:
+    """``NAME_text@encoder=NAME_null``: the text path's own bound (the tokenizer and the ensemble, no GPU work)."""
+    (v,) = resolve_variants(
+        ["demo_text@encoder=bert_tiny_null,instances=2,tokenizer_instances=3"], _repository(tmp_path)
+    )
+    assert v.name == "demo_text" and v.config.model_name == "bert_tiny_null" and v.config.batching.instances == 2
+    assert v.ensemble is not None
+    (tok, tok_cfg), (last, cfg) = v.ensemble.after_encoder()
+    assert tok == "demo_tokenizer" and json.loads(tok_cfg)["instance_group"][0]["count"] == 3
+    steps = [s["model_name"] for s in json.loads(cfg)["ensemble_scheduling"]["step"]]
+    assert last == "demo_text" and steps == ["demo_tokenizer", "bert_tiny_null"]
+    assert ens.unload_order(v.config, v.ensemble) == ["demo_text", "demo_tokenizer", "bert_tiny_null"]
+    # the repository's own ensemble still names its encoder
+    (w,) = resolve_variants(["demo_text"], tmp_path)
+    assert w.config.model_name == "bert_tiny_inflight"
 
 
 def test_a_step_missing_from_the_repository_is_named(tmp_path: Path) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from inflight.lab import gpu_bound_results as g
 from inflight.lab.sections import decision, glance
@@ -183,6 +186,36 @@ def test_the_headline_judges_each_target_of_the_block() -> None:
     )
     assert rows[want] == ["68%", ">= 85%", "**missed**"]  # 4,500 / 6,579
     assert glance.gpu_bound_rows(None) == []
+
+
+def test_the_text_path_bound_is_reported_apart_and_never_ranked_as_a_configuration(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``minilm_text@encoder=minilm_null`` answers without the GPU: its capacity is the text path's bound."""
+    sitting = tmp_path / "results" / "gpu-bound-text" / "s"
+
+    def v(spec: str, overrides: dict[str, str], cap: float) -> dict[str, Any]:
+        return {
+            "path": sitting / "ab.json",
+            "spec": spec,
+            "overrides": overrides,
+            "capacity": cap,
+            "capacities": [cap] * 3,
+            "device": "NVIDIA H200",
+        }
+
+    built = v("minilm_text@capture_at_load=false", {"capture_at_load": "false"}, 4500.0)
+    tuned = v("minilm_text@tokenizer_instances=4", {"tokenizer_instances": "4"}, 4800.0)
+    path = v("minilm_text@encoder=minilm_null", {"encoder": "minilm_null"}, 7000.0)
+    monkeypatch.setattr(g, "variants", lambda root, folder: [built, tuned, path])
+    monkeypatch.setattr(g, "tokenizer_bounds", lambda root: [])
+    got = g.text_summary(tmp_path)
+    assert got is not None
+    assert (got["capacity_rps"], got["best_rps"], got["text_path_bound_rps"]) == (4500.0, 4800.0, 7000.0)
+    monkeypatch.setattr(g, "variants", lambda root, folder: [built, tuned])
+    assert g.text_summary(tmp_path)["text_path_bound_rps"] is None  # type: ignore[index]
+    label = [r[0] for r in glance.gpu_bound_rows({"engine_bound_rps": 6916.0, "text": got}) if "as text" in r[0]]
+    assert label and "the null model as encoder: 7,000 req/s" in label[0]
 
 
 def test_a_tie_in_capacity_goes_to_the_variant_that_held_it_in_more_rounds() -> None:

@@ -31,6 +31,7 @@ from inflight.loadtest.rategen import fell_behind, read_summary_line
 from inflight.loadtest.runner.window import rate_point
 from inflight.models.architecture import Architecture
 from inflight.models.bert import BertShape
+from inflight.server.ensemble import ENCODER
 from inflight.variants import DEFAULT_MAX_BATCH_SIZE
 
 #: The H100's own 8192^3 fp16 GEMM (issue 53's measurement, the same host kind): the dense roof of a token's FLOPs.
@@ -268,13 +269,17 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     ``capacity_rps``: the as-built ``NAME_text`` (no key but how it is measured, :data:`AS_BUILT_KEYS`); ``best_rps``:
     the sitting's best variant; ``tokenizer_bound_rps``: requests a second the server's cores tokenize with the
     backends' encoder (one single-threaded process a core, the layout that tokenized most), measured in the same
-    call or, when the sitting skipped it, in the newest sitting before it.
+    call or, when the sitting skipped it, in the newest sitting before it; ``text_path_bound_rps``: the ensemble
+    with another model in the encoder's place (``encoder=NAME_null``: tokenizer, ensemble, Triton), None unless run.
     """
     vs = variants(root, TEXT_FOLDER)
     if not vs:
         return None
     newest = [v for v in vs if v["path"].parent == vs[-1]["path"].parent]
     texts = [v for v in newest if v["spec"].split("@")[0].endswith("_text")]
+    # NAME_text@encoder=NAME_null: the text path's own bound (no GPU work), not a configuration to rank
+    paths = [v for v in texts if ENCODER in v["overrides"]]
+    texts = [v for v in texts if ENCODER not in v["overrides"]]
     built = [v for v in texts if set(v["overrides"]) <= AS_BUILT_KEYS]
     # the sitting's own bound, else the newest measured before it (a sitting may skip it: TOKENIZER_BOUND=0)
     every = tokenizer_bounds(root)
@@ -288,6 +293,7 @@ def text_summary(root: Path) -> dict[str, Any] | None:
         "best_rps": best["capacity"],
         "tokenizer_bound_rps": bounds[0]["bound_requests_per_s"] if bounds else None,
         "tokenizer_cores": bounds[0]["cores"] if bounds else None,
+        "text_path_bound_rps": max(v["capacity"] for v in paths) if paths else None,
     }
 
 

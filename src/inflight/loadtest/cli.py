@@ -26,7 +26,8 @@ def ab_cmd(
             "bert_tiny_sync@instances=4,delay_us=500 bert_tiny_inflight@slots=4. Keys: instances, kind, delay_us, "
             "preferred (512/1024), graphs, name, or any backend parameter; with --server-per-gpu also via= "
             "(balancer, direct or gpu<N>: where the load goes) and rates= (its own --rate, e.g. 20k/40k). "
-            "A text ensemble (NAME_text, with --token-dist text) takes its encoder's keys and tokenizer_instances.",
+            "A text ensemble (NAME_text, with --token-dist text) takes its encoder's keys, tokenizer_instances and "
+            "encoder= (another model in the encoder's place: NAME_text@encoder=NAME_null is the text path's bound).",
         ),
     ],
     preset: Annotated[

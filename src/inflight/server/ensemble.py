@@ -4,9 +4,12 @@
 ``inflight serve -m minilm_text@...`` serves it so (:func:`load_plan`).
 The spec's keys go to the ensemble's encoder step (the model the runner knows how to override:
 ``instances``, ``delay_us``, ``slots``...), except ``tokenizer_instances``, the count of every other step's
-instances (the CPU tokenizer). The runner loads the steps in order (encoder, tokenizer, then the ensemble,
-each with its configuration as the load's override, as ``tests/integration/test_text_pipeline.py``
-does) and unloads them in reverse, so nothing the repository says about instance counts is rewritten.
+instances (the CPU tokenizer), and ``encoder``, another model of the repository in the encoder step's place:
+``minilm_text@encoder=minilm_null`` is the text path's own bound (tokenizer, the ensemble's hop and Triton's
+request path, the GPU left out), as ``minilm_null`` is the token ids' one. The runner loads the steps in order
+(encoder, tokenizer, then the ensemble, each with its configuration as the load's override, as
+``tests/integration/test_text_pipeline.py`` does) and unloads them in reverse, so nothing the repository says
+about instance counts is rewritten.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from inflight.variants import VariantConfig, parse_pbtxt, parse_variant_arg
 
 #: The spec key that sets the instance count of the ensemble's steps other than the encoder.
 TOKENIZER_INSTANCES = "tokenizer_instances"
+
+#: The spec key that puts another model of the repository (one taking the same inputs) in the encoder step's place.
+ENCODER = "encoder"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,13 +79,17 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
 
     Raises:
         ConfigError: for a bad key; for an ensemble, also when a step is missing from the repository, it has no
-            encoder step or more than one, or ``tokenizer_instances`` is not a positive integer.
+            encoder step or more than one, ``tokenizer_instances`` is not a positive integer, or ``encoder`` names
+            no model of the repository, or an ensemble or a tokenizer; ``encoder`` on a model that is no ensemble.
         ServerError: when a variant's config.pbtxt is missing.
     """
     cfg = read_config(repository, name)
     if cfg is None or cfg.platform != "ensemble":
+        if ENCODER in overrides:
+            raise ConfigError(f"{name}: {ENCODER}= replaces an ensemble's encoder step; {name} is not an ensemble")
         return control.variant_config(repository, name, overrides, config=cfg), None
     overrides = dict(overrides)
+    swap = overrides.pop(ENCODER, None)
     if "name" in overrides:
         raise ConfigError(
             f"{name}: name= would serve the encoder under another name than the ensemble's step names; drop it"
@@ -103,6 +113,9 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
                 "(`inflight import-hf` writes the ensemble and its steps together)"
             )
         if step_cfg.backend != "tokenizer":
+            if swap is not None:
+                step_cfg = _replacement(repository, name, swap)
+                step.model_name = swap
             encoders.append((step.model_name, step_cfg))
             continue
         if count is not None:
@@ -117,6 +130,16 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
     encoder = control.variant_config(repository, encoders[0][0], overrides, config=encoders[0][1])
     config_json = json_format.MessageToJson(cfg, preserving_proto_field_name=True)
     return encoder, Ensemble(name=name, config_json=config_json, steps=tuple(steps))
+
+
+def _replacement(repository: Path, name: str, model: str) -> mc.ModelConfig:
+    """The config of ``model``, to stand in the ensemble ``name``'s encoder step (``encoder=model``)."""
+    cfg = read_config(repository, model)
+    if cfg is None:
+        raise ConfigError(f"{name}: {ENCODER}={model!r} has no config.pbtxt in {repository}; name a model there")
+    if cfg.platform == "ensemble" or cfg.backend == "tokenizer":
+        raise ConfigError(f"{name}: {ENCODER}={model!r} is an ensemble or a tokenizer; name a model taking token ids")
+    return cfg
 
 
 def load_plan(repository: Path, spec: str) -> list[tuple[str, str]]:

@@ -158,6 +158,11 @@ def gpu_bound_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
                 f" (tokenizing's own bound: {text['tokenizer_bound_rps']:,.0f} req/s)"
                 if text.get("tokenizer_bound_rps")
                 else ""
+            )
+            + (
+                f" (the text path with the null model as encoder: {text['text_path_bound_rps']:,.0f} req/s)"
+                if text.get("text_path_bound_rps")
+                else ""
             ),
             text_served,
             "{:.0%}",
