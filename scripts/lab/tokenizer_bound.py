@@ -144,7 +144,7 @@ def main() -> None:
     import inflight
 
     here = Path(inflight.__file__).parent
-    commit = subprocess.run(["git", "-C", str(here), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    commit = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty"], capture_output=True, text=True)
     doc = {
         "what": "texts a second the cores tokenize with the backend's TextEncoder (the text workload's own texts)",
         "cpus": a.cpus,

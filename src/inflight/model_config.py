@@ -337,7 +337,7 @@ class ModelParameters:
         max_text_bytes: Longest text of one item in UTF-8 bytes; a longer one is refused (400).
         tokenizer_word_cache: Space-separated chunks of text whose ids the inflight and tokenizer backends
             remember, for a BERT WordPiece tokenizer (``inflight.runtime.wordpiece``: the library's ids,
-            about 7x cheaper on ASCII text); 0: every text through the ``tokenizers`` library. The plain
+            about ten times cheaper on English text); 0: every text through the ``tokenizers`` library. The plain
             backend always calls the library, as users' own Python models do.
         architecture: Where the model's architecture is described for the engine's unpadded
             launches (a JSON file beside the artifact, relative to the version folder; see

@@ -24,7 +24,10 @@ def _repository(tmp_path: Path, *, encoder: str = "bert_tiny_inflight") -> Path:
     write_config(tmp_path, tok)
     e = mc.ModelConfig(name="demo_text", platform="ensemble", max_batch_size=8)
     e.ensemble_scheduling.step.add(model_name="demo_tokenizer", model_version=-1)
-    e.ensemble_scheduling.step.add(model_name=encoder, model_version=-1)
+    step = e.ensemble_scheduling.step.add(model_name=encoder, model_version=-1)
+    for key in ("input_ids", "attention_mask"):
+        step.input_map[key] = f"_{key}"
+    step.output_map["cls"] = "cls"
     write_config(tmp_path, e)
     return tmp_path
 
@@ -58,11 +61,22 @@ def test_the_spec_keys_go_to_the_encoder_and_tokenizer_instances_to_the_tokenize
         ("demo_text@encoder=demo_tokenizer", "encoder='demo_tokenizer' is an ensemble or a tokenizer"),
         ("demo_text@encoder=demo_text", "encoder='demo_text' is an ensemble or a tokenizer"),
         ("bert_tiny_inflight@encoder=bert_tiny_null", "replaces an ensemble's encoder step; bert_tiny_inflight is not"),
+        ("demo_text@encoder=odd", "encoder='odd' must have the input 'input_ids' of type TYPE_INT64"),
+        ("demo_text@encoder=odd_out", "encoder='odd_out' must have the output 'cls' of type TYPE_FP32"),
     ],
 )
 def test_bad_keys_say_what_to_change(tmp_path: Path, spec: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
-        resolve_variants([spec], _repository(tmp_path))
+    repo = _repository(tmp_path)
+    odd = mc.ModelConfig(name="odd", backend="python", max_batch_size=8)  # takes none of the encoder's inputs
+    odd.input.add(name="x", data_type=mc.TYPE_FP32, dims=[-1])
+    write_config(repo, odd)
+    odd_out = mc.ModelConfig(name="odd_out", backend="python", max_batch_size=8)  # the inputs, another output type
+    for key in ("input_ids", "attention_mask"):
+        odd_out.input.add(name=key, data_type=mc.TYPE_INT64, dims=[-1])
+    odd_out.output.add(name="cls", data_type=mc.TYPE_FP16, dims=[128])
+    write_config(repo, odd_out)
+    with pytest.raises(ConfigError, match=re.escape(message) if "encoder='odd" in message else message):
+        resolve_variants([spec], repo)
 
 
 def test_encoder_puts_another_model_in_the_encoder_steps_place_with_the_specs_keys(tmp_path: Path) -> None:

@@ -194,7 +194,7 @@ def test_the_text_path_bound_is_reported_apart_and_never_ranked_as_a_configurati
     """``minilm_text@encoder=minilm_null`` answers without the GPU: its capacity is the text path's bound."""
     sitting = tmp_path / "results" / "gpu-bound-text" / "s"
 
-    def v(spec: str, overrides: dict[str, str], cap: float) -> dict[str, Any]:
+    def v(spec: str, overrides: dict[str, str], cap: float, kind: str = "inflight") -> dict[str, Any]:
         return {
             "path": sitting / "ab.json",
             "spec": spec,
@@ -202,20 +202,29 @@ def test_the_text_path_bound_is_reported_apart_and_never_ranked_as_a_configurati
             "capacity": cap,
             "capacities": [cap] * 3,
             "device": "NVIDIA H200",
+            "kind": kind,
+            "bounded": kind != "null",  # the null variants met the SLO at every rate tried
         }
 
     built = v("minilm_text@capture_at_load=false", {"capture_at_load": "false"}, 4500.0)
     tuned = v("minilm_text@tokenizer_instances=4", {"tokenizer_instances": "4"}, 4800.0)
-    path = v("minilm_text@encoder=minilm_null", {"encoder": "minilm_null"}, 7000.0)
-    monkeypatch.setattr(g, "variants", lambda root, folder: [built, tuned, path])
+    path = v("minilm_text@encoder=minilm_null", {"encoder": "minilm_null"}, 7000.0, kind="null")
+    # another real encoder in the step's place is a configuration like any other
+    sync = v("minilm_text@encoder=minilm_sync", {"encoder": "minilm_sync"}, 3900.0, kind="sync")
+    null = v("minilm_null@rates=1000", {"rates": "1000"}, 9000.0, kind="null")
+    monkeypatch.setattr(g, "variants", lambda root, folder: [built, tuned, path, sync, null])
     monkeypatch.setattr(g, "tokenizer_bounds", lambda root: [])
     got = g.text_summary(tmp_path)
     assert got is not None
     assert (got["capacity_rps"], got["best_rps"], got["text_path_bound_rps"]) == (4500.0, 4800.0, 7000.0)
-    monkeypatch.setattr(g, "variants", lambda root, folder: [built, tuned])
-    assert g.text_summary(tmp_path)["text_path_bound_rps"] is None  # type: ignore[index]
+    assert got["text_path_bound_is_lower"] is True
     label = [r[0] for r in glance.gpu_bound_rows({"engine_bound_rps": 6916.0, "text": got}) if "as text" in r[0]]
-    assert label and "the null model as encoder: 7,000 req/s" in label[0]
+    assert label and "the null model as encoder: >= 7,000 req/s" in label[0]
+    # without the bound's variant: none; with no text configuration but the bound and the null model: no best
+    monkeypatch.setattr(g, "variants", lambda root, folder: [built, tuned, sync])
+    assert g.text_summary(tmp_path)["text_path_bound_rps"] is None  # type: ignore[index]
+    monkeypatch.setattr(g, "variants", lambda root, folder: [path, null])
+    assert g.text_summary(tmp_path)["best_rps"] is None  # type: ignore[index]
 
 
 def test_a_tie_in_capacity_goes_to_the_variant_that_held_it_in_more_rounds() -> None:

@@ -206,9 +206,11 @@ def test_a_pipeline_the_cache_does_not_reproduce_is_left_to_the_library_with_the
     cache, why = WordCache.for_tokenizer(_pipeline(), max_len=8, size=16)
     assert cache is not None and why == ""
     # truncated elsewhere than max_len, or padding: the cache would keep other ids than the library
-    for tok in (_pipeline(), _pipeline()):
-        cache, why = WordCache.for_tokenizer(tok, max_len=16, size=16)
-        assert cache is None and "truncate at max_len 16" in why
+    untruncated = _pipeline()
+    untruncated.no_truncation()
+    for tok, max_len in ((_pipeline(), 16), (untruncated, 8)):  # truncating at 8, or not at all
+        cache, why = WordCache.for_tokenizer(tok, max_len=max_len, size=16)
+        assert cache is None and f"truncate at max_len {max_len}" in why
     padded = _pipeline()
     padded.enable_padding()
     assert "not pad" in WordCache.for_tokenizer(padded, max_len=8, size=16)[1]

@@ -270,30 +270,35 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     the sitting's best variant; ``tokenizer_bound_rps``: requests a second the server's cores tokenize with the
     backends' encoder (one single-threaded process a core, the layout that tokenized most), measured in the same
     call or, when the sitting skipped it, in the newest sitting before it; ``text_path_bound_rps``: the ensemble
-    with another model in the encoder's place (``encoder=NAME_null``: tokenizer, ensemble, Triton), None unless run.
+    with the null model in the encoder's place (``encoder=NAME_null``: tokenizer, ensemble, Triton), None unless
+    run, and ``text_path_bound_is_lower`` when every rate met the SLO (the bound is at least that).
     """
     vs = variants(root, TEXT_FOLDER)
     if not vs:
         return None
     newest = [v for v in vs if v["path"].parent == vs[-1]["path"].parent]
     texts = [v for v in newest if v["spec"].split("@")[0].endswith("_text")]
-    # NAME_text@encoder=NAME_null: the text path's own bound (no GPU work), not a configuration to rank
-    paths = [v for v in texts if ENCODER in v["overrides"]]
-    texts = [v for v in texts if ENCODER not in v["overrides"]]
+    # NAME_text@encoder=NAME_null: the text path's own bound (no GPU work), never a configuration to rank
+    paths = [v for v in texts if ENCODER in v["overrides"] and v["kind"] == "null"]
+    texts = [v for v in texts if v not in paths]
     built = [v for v in texts if set(v["overrides"]) <= AS_BUILT_KEYS]
     # the sitting's own bound, else the newest measured before it (a sitting may skip it: TOKENIZER_BOUND=0)
     every = tokenizer_bounds(root)
     bounds = [b for b in every if b["path"].parent == newest[0]["path"].parent] or [
         b for b in every if b["path"].parent.name <= newest[0]["path"].parent.name
     ][-1:]
-    best = max(texts or newest, key=rank)
+    path = max(paths, key=rank) if paths else None
+    # the encoder's own text input is a text configuration too; a null model or the path's bound never is
+    candidates = texts or [v for v in newest if v not in paths and v["kind"] != "null"]
+    best = max(candidates, key=rank) if candidates else None
     return {
         "device": newest[0]["device"],
         "capacity_rps": built[-1]["capacity"] if built else None,
-        "best_rps": best["capacity"],
+        "best_rps": best["capacity"] if best else None,
         "tokenizer_bound_rps": bounds[0]["bound_requests_per_s"] if bounds else None,
         "tokenizer_cores": bounds[0]["cores"] if bounds else None,
-        "text_path_bound_rps": max(v["capacity"] for v in paths) if paths else None,
+        "text_path_bound_rps": path["capacity"] if path else None,
+        "text_path_bound_is_lower": not path["bounded"] if path else None,
     }
 
 

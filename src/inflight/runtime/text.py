@@ -7,7 +7,7 @@ item of every request is tokenized at once, and a bad request gets its own
 :class:`~inflight.errors.ValidationError` while the others are still answered. The text of a BERT
 WordPiece tokenizer goes through the word cache (:mod:`inflight.runtime.wordpiece`: the same ids, about
 ten times cheaper on English text, each text's ids as int64 bytes read by numpy once a request) unless it
-holds a control character or an added token written out; the rest in one
+holds a control character or an added token (as the library matches it); the rest in one
 ``Tokenizer.encode_batch_fast`` call (Rust, parallel, without the GIL; ``encode_batch`` on tokenizers older
 than 0.21, which lack it: the fast one skips the character offsets, which nothing here reads).
 

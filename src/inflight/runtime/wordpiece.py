@@ -51,14 +51,14 @@ class WordCache:
     Build it with :meth:`for_tokenizer`, which says why when the tokenizer's pipeline is not one it reproduces.
 
     Args:
-        tokenizer: The ``tokenizers.Tokenizer`` (its truncation at ``max_len`` or longer): its WordPiece model
+        tokenizer: The ``tokenizers.Tokenizer`` (truncating at ``max_len``, not padding): its WordPiece model
             gives an ASCII chunk's ids on a miss, its whole pipeline any other chunk's.
         lowercase: Whether the normalizer lowercases.
         prefix: The template's ids before the text (``[CLS]``).
         suffix: The template's ids after it (``[SEP]``).
         max_len: Most ids of a text, special tokens included (the truncation length).
-        added: Added tokens' contents (lowercased when the normalizer lowercases); a text that holds one goes
-            to the library.
+        added: What texts are searched for, an added token each, in the form the library matches it
+            (``_added_pattern``); a text that holds one goes to the library.
         size: Most chunks remembered (``ModelParameters.tokenizer_word_cache``); when full, the cache starts over.
     """
 

@@ -114,7 +114,7 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
             )
         if step_cfg.backend != "tokenizer":
             if swap is not None:
-                step_cfg = _replacement(repository, name, swap)
+                step_cfg = _replacement(repository, name, swap, step, step_cfg)
                 step.model_name = swap
             encoders.append((step.model_name, step_cfg))
             continue
@@ -132,13 +132,32 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
     return encoder, Ensemble(name=name, config_json=config_json, steps=tuple(steps))
 
 
-def _replacement(repository: Path, name: str, model: str) -> mc.ModelConfig:
-    """The config of ``model``, to stand in the ensemble ``name``'s encoder step (``encoder=model``)."""
+def _replacement(
+    repository: Path, name: str, model: str, step: mc.ModelEnsembling.Step, encoder: mc.ModelConfig
+) -> mc.ModelConfig:
+    """The config of ``model``, to stand in the ensemble ``name``'s encoder step (``encoder=model``).
+
+    It must take the step's inputs and give its outputs, by name and datatype as the encoder does: checked here,
+    before anything loads, rather than by Triton once the model and the tokenizer are loaded.
+    """
     cfg = read_config(repository, model)
     if cfg is None:
         raise ConfigError(f"{name}: {ENCODER}={model!r} has no config.pbtxt in {repository}; name a model there")
     if cfg.platform == "ensemble" or cfg.backend == "tokenizer":
         raise ConfigError(f"{name}: {ENCODER}={model!r} is an ensemble or a tokenizer; name a model taking token ids")
+    for what, wanted, mine, theirs in (
+        ("input", step.input_map, encoder.input, cfg.input),
+        ("output", step.output_map, encoder.output, cfg.output),
+    ):
+        types = {t.name: t.data_type for t in theirs}
+        for t in mine:
+            if t.name in wanted and types.get(t.name) != t.data_type:
+                had = mc.DataType.Name(types[t.name]) if t.name in types else "none"
+                raise ConfigError(
+                    f"{name}: {ENCODER}={model!r} must have the {what} {t.name!r} of type "
+                    f"{mc.DataType.Name(t.data_type)} as {step.model_name!r} does (it has {had}); name a model "
+                    "with the encoder's inputs and outputs, such as its _null variant"
+                )
     return cfg
 
 

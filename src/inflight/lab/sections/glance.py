@@ -160,7 +160,8 @@ def gpu_bound_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
                 else ""
             )
             + (
-                f" (the text path with the null model as encoder: {text['text_path_bound_rps']:,.0f} req/s)"
+                f" (the text path with the null model as encoder: "
+                f"{'>= ' if text.get('text_path_bound_is_lower') else ''}{text['text_path_bound_rps']:,.0f} req/s)"
                 if text.get("text_path_bound_rps")
                 else ""
             ),
