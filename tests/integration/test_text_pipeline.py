@@ -90,3 +90,28 @@ def test_the_text_ensemble_tokenizes_in_its_own_instances(server: Any, repositor
     assert sum(c["texts"] for c in counts) == 2 * len(TEXTS) and sum(c["rejected"] for c in counts) == 2, counts
     # every text went through the word cache but the one with a control character (sent twice)
     assert sum(c["library_texts"] for c in counts) == 2, counts
+
+
+def test_encoder_puts_the_null_model_in_the_ensembles_place_on_a_real_server(server: Any, repository: Path) -> None:
+    """``minilm_text@encoder=minilm_null`` (the text path's own bound) loads as ``inflight serve -m`` loads it and
+    answers text with the null model's zeros. After the test above: its tokenizer logs finalize lines too."""
+    from inflight.build.checkpoint import import_checkpoint
+    from inflight.server import ensemble
+    from inflight.server.control import load_config
+
+    if not (repository / "minilm_text/config.pbtxt").is_file():
+        import_checkpoint(repository, Path(minilm.get_model_path()), "minilm", server_cpus=1, gpus=0, onnx=False)
+    plan = ensemble.load_plan(repository, "minilm_text@encoder=minilm_null,tokenizer_instances=1")
+    assert [name for name, _ in plan] == ["minilm_null", "minilm_tokenizer", "minilm_text"]
+    steps = [s["model_name"] for s in json.loads(plan[-1][1])["ensemble_scheduling"]["step"]]
+    assert steps == ["minilm_tokenizer", "minilm_null"]
+    loaded: list[str] = []
+    try:
+        for name, config in plan:
+            load_config(server.http_url, name, config, 300.0)
+            loaded.append(name)
+        y = _infer(server.http_url, _texts(TEXTS))
+        assert isinstance(y, np.ndarray) and y.shape == (len(TEXTS), 384) and not y.any(), y
+    finally:
+        for name in reversed(loaded):
+            unload(server.http_url, name)
