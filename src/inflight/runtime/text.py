@@ -25,13 +25,10 @@ import numpy as np
 
 from inflight.errors import ConfigError, ValidationError
 from inflight.model_config import DEFAULT_MAX_TEXT_BYTES, DEFAULT_WORD_CACHE
-from inflight.runtime.wordpiece import WordCache
+from inflight.runtime.wordpiece import ID_BYTES, WordCache, ids_bytes
 
 #: The name of the input that carries raw text.
 TEXT_INPUT = "text"
-
-#: Bytes of one token id: a text's ids travel as native int64 bytes, joined per request (one numpy read).
-_ID_BYTES = np.dtype(np.int64).itemsize
 
 _FIX_DTYPE = f"send the {TEXT_INPUT} input as BYTES of shape [n, 1], one UTF-8 string per item"
 
@@ -178,7 +175,7 @@ class TextEncoder:
             encodings = self._encode([texts[i] for i in rest], add_special_tokens=True)
             self.library_texts += len(rest)
             for i, e in zip(rest, encodings, strict=True):
-                ids[i] = np.asarray(e.ids, np.int64).tobytes()
+                ids[i] = ids_bytes(e.ids)
         return ids  # type: ignore[return-value]  # every None was filled
 
     def _encode_alone(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray] | ValidationError:
@@ -190,8 +187,8 @@ class TextEncoder:
             )
         return self._arrays(ids)
 
-    def _arrays(self, ids_bytes: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray] | ValidationError:
-        lengths = np.fromiter(map(len, ids_bytes), np.int64, count=len(ids_bytes)) // _ID_BYTES
+    def _arrays(self, encoded: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray] | ValidationError:
+        lengths = np.fromiter(map(len, encoded), np.int64, count=len(encoded)) // ID_BYTES
         if int(lengths.min()) == 0:
             i = int(np.argmin(lengths))
             return ValidationError(
@@ -201,9 +198,9 @@ class TextEncoder:
             )
         longest = int(lengths.max())
         valid = np.arange(longest) < lengths[:, None]
-        ids = np.zeros((len(ids_bytes), longest), np.int64)
+        ids = np.zeros((len(encoded), longest), np.int64)
         # a boolean mask selects row-major, which is the order the ids are joined in
-        ids[valid] = np.frombuffer(b"".join(ids_bytes), np.int64)
+        ids[valid] = np.frombuffer(b"".join(encoded), np.int64)
         return ids, valid.astype(np.int64)
 
     def _texts(self, a: Any) -> list[str] | ValidationError:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import array
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 #: An ASCII chunk's words: a run of letters and digits, or one punctuation mark (``!``-``/``, ``:``-``@``,
@@ -42,7 +43,12 @@ _SPACES = re.compile("[\t\n\r\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u30
 _LONGEST_REMEMBERED = 64
 
 #: Bytes of one id: ids are held as native int64 (``array`` typecode ``q``, numpy's ``int64``).
-_ID_BYTES = array.array("q").itemsize
+ID_BYTES = array.array("q").itemsize
+
+
+def ids_bytes(ids: Iterable[int]) -> bytes:
+    """Token ids as the native int64 bytes the cache holds, which ``numpy.frombuffer(b, np.int64)`` reads back."""
+    return array.array("q", ids).tobytes()
 
 
 class WordCache:
@@ -78,9 +84,9 @@ class WordCache:
         self._tok = tokenizer
         self._model = tokenizer.model
         self._lowercase = lowercase
-        self._prefix = array.array("q", prefix).tobytes()
-        self._suffix = array.array("q", suffix).tobytes()
-        self._room = (max_len - len(prefix) - len(suffix)) * _ID_BYTES  # bytes of the text's own ids kept
+        self._prefix = ids_bytes(prefix)
+        self._suffix = ids_bytes(suffix)
+        self._room = (max_len - len(prefix) - len(suffix)) * ID_BYTES  # bytes of the text's own ids kept
         self._added = tuple(dict.fromkeys(added))
         self._added_first = frozenset(a[0] for a in self._added)
         self._size = size
@@ -175,7 +181,7 @@ class WordCache:
                 ids += [t.id for t in self._model.tokenize(word)]
         else:  # truncated at max_len at most, more than a text keeps
             ids = list(self._tok.encode(chunk, add_special_tokens=False).ids)
-        got = array.array("q", ids).tobytes()
+        got = ids_bytes(ids)
         if len(chunk) <= _LONGEST_REMEMBERED:
             if len(self._chunks) >= self._size:
                 self._chunks.clear()
