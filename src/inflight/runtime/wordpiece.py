@@ -145,7 +145,8 @@ class WordCache:
         """The text's ids as native int64 bytes (special tokens included, truncated), or None: it needs the library.
 
         Bytes, not a list of ints: a chunk's ids are remembered as bytes and a text's are their join, which
-        ``numpy.frombuffer`` reads without a Python int per token (a text of 70 words: 28 -> 17 µs, docs/LAB.md).
+        ``numpy.frombuffer`` reads without a Python int per token (1.5x the texts a core tokenizes,
+        ``scripts/lab/tokenizer_bound.py``; docs/LAB.md).
         """
         ascii_text = text.isascii()
         if (not ascii_text or "\t" in text or "\n" in text or "\r" in text) and _SPACES.search(text):
