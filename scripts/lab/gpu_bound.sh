@@ -15,7 +15,8 @@
 #   TOKENS=text VARIANTS="minilm_text@tokenizer_instances=4 minilm_inflight minilm_null" ...: the same requests as
 #      text (`--token-dist text`; NAME_text is the ensemble users deploy for text), after the tokenizer's own bound
 #      on the server's cores (scripts/lab/tokenizer_bound.py: $OUT/tokenizer.json; TOKENIZER_BOUND=0 skips it);
-#      add minilm_text@encoder=minilm_null for the text path's own bound (tokenizer, ensemble, no GPU work)
+#      add minilm_text@encoder=minilm_null for the text path's own bound (tokenizer, ensemble, no GPU work; the null
+#      model runs the encoder's instance count)
 #
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
 set -uo pipefail

@@ -127,8 +127,9 @@ class VariantConfig:
             cfg.backend = "inflight"
         # the inflight backend groups a batch's requests by sequence bucket itself, so the dynamic
         # batcher may put requests of different lengths into one batch (without it, it batches
-        # only equal shapes, and a mix of lengths fragments into small batches)
-        ragged = self.variant in ("inflight", "sync")
+        # only equal shapes, and a mix of lengths fragments into small batches); the null control batches alike, or
+        # in an ensemble's encoder step (each request as long as its longest text) it would run batches of one
+        ragged = self.variant in ("inflight", "sync", "null")
         # a text input is an alternative to the token inputs: each of them is optional then (the null model takes
         # it too, and answers zeros: Triton's request path for a text workload)
         text = spec.text_input if self.variant in ("inflight", "sync", "plain", "null") else None

@@ -96,6 +96,19 @@ def test_encoder_puts_another_model_in_the_encoder_steps_place_with_the_specs_ke
     assert w.config.model_name == "bert_tiny_inflight"
 
 
+def test_the_stand_in_runs_the_encoders_instance_count_unless_told(tmp_path: Path) -> None:
+    """One null instance in place of eight encoders measured the null model, not the text path (H200, 2026-11-29)."""
+    repo = _repository(tmp_path)
+    encoder = VariantConfig(model="bert_tiny", variant="inflight").to_proto()
+    encoder.instance_group[0].count = 6
+    write_config(repo, encoder)
+    assert VariantConfig(model="bert_tiny", variant="null").to_proto().instance_group[0].count == 1
+    (v,) = resolve_variants(["demo_text@encoder=bert_tiny_null"], repo)
+    assert v.config.model_name == "bert_tiny_null" and v.config.batching.instances == 6
+    (w,) = resolve_variants(["demo_text@encoder=bert_tiny_null,instances=2"], repo)
+    assert w.config.batching.instances == 2
+
+
 def test_a_step_missing_from_the_repository_is_named(tmp_path: Path) -> None:
     repo = _repository(tmp_path, encoder="absent_inflight")
     with pytest.raises(ConfigError, match=re.escape("step 'absent_inflight' has no config.pbtxt")):

@@ -69,6 +69,13 @@ def test_write_configs_deploys_inflight_for_the_server_cores_and_leaves_the_othe
     assert configs["bert_tiny_sync"].params.mode == "sync"
 
 
+def test_the_null_control_batches_requests_of_different_lengths_as_the_encoder_does() -> None:
+    """Without ragged batching the null model, as an ensemble's encoder step, ran batches of one request."""
+    for variant in ("null", "inflight", "sync"):  # the shipped MiniLM's null config: the committed-configs test
+        cfg = VariantConfig(model="bert_tiny", variant=variant).to_proto()
+        assert {i.name: i.allow_ragged_batch for i in cfg.input} == {"input_ids": True, "attention_mask": True}
+
+
 def test_plain_variant_is_the_plain_backend_with_the_models_own_parameters_only() -> None:
     cfg = VariantConfig(model="bert_tiny", variant="plain").to_proto()
     assert cfg.backend == "plain" and cfg.name == "bert_tiny_plain"

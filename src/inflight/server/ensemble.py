@@ -6,7 +6,8 @@ The spec's keys go to the ensemble's encoder step (the model the runner knows ho
 ``instances``, ``delay_us``, ``slots``...), except ``tokenizer_instances``, the count of every other step's
 instances (the CPU tokenizer), and ``encoder``, another model of the repository in the encoder step's place:
 ``minilm_text@encoder=minilm_null`` is the text path's own bound (tokenizer, the ensemble's hop and Triton's
-request path, the GPU left out), as ``minilm_null`` is the token ids' one. The runner loads the steps in order
+request path, the GPU left out), as ``minilm_null`` is the token ids' one; the stand-in runs the encoder's instance
+count unless the spec's ``instances`` says otherwise. The runner loads the steps in order
 (encoder, tokenizer, then the ensemble, each with its configuration as the load's override, as
 ``tests/integration/test_text_pipeline.py`` does) and unloads them in reverse, so nothing the repository says
 about instance counts is rewritten.
@@ -114,6 +115,8 @@ def resolve_spec(repository: Path, name: str, overrides: dict[str, str]) -> tupl
             )
         if step_cfg.backend != "tokenizer":
             if swap is not None:
+                # the stand-in runs as many instances as the encoder it replaces, unless the spec says otherwise
+                overrides.setdefault("instances", str(sum(g.count for g in step_cfg.instance_group) or 1))
                 step_cfg = _replacement(repository, name, swap, step, step_cfg)
                 step.model_name = swap
             encoders.append((step.model_name, step_cfg))
