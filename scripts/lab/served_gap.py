@@ -15,7 +15,9 @@ padded to 128 with the mask, as ``--length-dist real`` draws them):
 - ``pipeline``: two slots launched and waited in turn (copies on the copy streams, events), one process:
   the served path's GPU time per batch with its copies, without the server.
 
-Usage (GPU host, after the import): python3 scripts/lab/served_gap.py --model minilm2k --out gap.json
+Usage (GPU host, after the import): python3 scripts/lab/served_gap.py --model minilm2k --out gap.json; under
+``nsys profile -t cuda,nvtx`` its NVTX ranges (``served_57``, ``served_exact_57``, ``pipeline_57``...) are windows for
+``inflight nsys-summary --nvtx``.
 """
 
 from __future__ import annotations
@@ -123,7 +125,9 @@ def main() -> None:
             runner.launch(slot)  # the copy in, and the bucket's capture on first use
             runner.wait(slot)
             before = dict(engine.counters)
+            torch.cuda.nvtx.range_push(f"{name}_{len(batch.items)}")  # a window for `inflight nsys-summary --nvtx`
             seconds = time_launches(runner, slot.groups, a.iters, 3)
+            torch.cuda.nvtx.range_pop()
             row[f"{name}_s"] = seconds
             row[f"{name}_groups"] = [
                 {"bucket": list(g.bucket), "rows": g.rows, "tokens": g.tokens} for g in slot.groups
@@ -146,6 +150,7 @@ def main() -> None:
             runner.launch(s)
         for s in slots:
             runner.wait(s)
+        torch.cuda.nvtx.range_push(f"pipeline_{len(batch.items)}")
         t0 = time.perf_counter()
         for i in range(a.iters):
             s = slots[i % 2]
@@ -155,6 +160,7 @@ def main() -> None:
         for s in slots:
             runner.wait(s)
         row["pipeline_s"] = (time.perf_counter() - t0) / a.iters
+        torch.cuda.nvtx.range_pop()
         for k in ("served", "served_exact", "pipeline"):
             row[f"{k}_over_bound"] = row[f"{k}_s"] / row["bound_s"]
         print(json.dumps({k: v for k, v in row.items() if not k.endswith(("_groups", "_counters"))}), flush=True)
