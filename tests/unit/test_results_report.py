@@ -5,12 +5,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from inflight.lab import results_report as rr
-from inflight.lab.results_report import render
 from inflight.lab.sections import ab_runs, glance, many_instances, one_instance
 from inflight.lab.sections.engine import engine_targets
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, str]:
+    """The committed tree's pages, rendered once for the module (a render reads ~350 result files: 5-25 s)."""
+    return rr.render_pages(ROOT)
+
+
+@pytest.fixture(scope="module")
+def page(pages: dict[str, str]) -> str:
+    """Every page in one text, the main one first (what the results index searches)."""
+    return "\n".join(pages.values())
 
 
 def _read(paths: list[Path], root: Path) -> list[tuple[Path, dict[str, object]]]:
@@ -18,15 +31,13 @@ def _read(paths: list[Path], root: Path) -> list[tuple[Path, dict[str, object]]]
     return [(p.relative_to(root), json.loads(p.read_text())) for p in paths]
 
 
-def test_results_pages_are_generated_from_the_committed_json() -> None:
-    pages = rr.render_pages(ROOT)
+def test_results_pages_are_generated_from_the_committed_json(pages: dict[str, str]) -> None:
     assert list(pages) == [rr.MAIN_PAGE, rr.AB_RUNS_PAGE]
     for rel, text in pages.items():
         assert (ROOT / rel).read_text() == text, f"{rel} is stale: run `inflight results-report`"
 
 
-def test_the_main_page_opens_with_the_headline_and_links_the_runs_page() -> None:
-    pages = rr.render_pages(ROOT)
+def test_the_main_page_opens_with_the_headline_and_links_the_runs_page(pages: dict[str, str]) -> None:
     main, runs = pages[rr.MAIN_PAGE], pages[rr.AB_RUNS_PAGE]
     assert main.splitlines()[4] == "## At a glance"
     assert "](RESULTS-ab-runs.md)" in main and "](RESULTS.md)" in runs
@@ -47,8 +58,7 @@ def test_write_puts_every_page_in_the_folder_asked_for(tmp_path: Path) -> None:
     assert (root / "results" / "README.md").is_file()
 
 
-def test_every_ab_figure_comes_from_its_json() -> None:
-    page = render(ROOT)
+def test_every_ab_figure_comes_from_its_json(page: str) -> None:
     for path in sorted((ROOT / "results").rglob("ab-*.json")):
         doc = json.loads(path.read_text())
         if not doc["load"].get("closed_loop", True):
@@ -62,9 +72,8 @@ def test_every_ab_figure_comes_from_its_json() -> None:
             assert f"{s['latency_ms']['p99']:,.1f}" in page
 
 
-def test_engine_bench_rows_come_from_its_json() -> None:
+def test_engine_bench_rows_come_from_its_json(page: str) -> None:
     doc = json.loads((ROOT / "results" / "engine_bench.json").read_text())
-    page = render(ROOT)
     executors = [r for r in doc["rows"] if "sync_items_s" in r]
     assert executors
     for r in executors:
@@ -115,15 +124,15 @@ def test_ceiling_section_says_when_the_ceiling_allows_the_target(tmp_path: Path)
     assert "**met**" in text and "as cheap as the null model's" in text
 
 
-def test_every_closed_loop_run_is_one_row_with_its_unloads() -> None:
+def test_every_closed_loop_run_is_one_row_with_its_unloads(pages: dict[str, str]) -> None:
     """The runs page lists each closed-loop run once, linking its JSON, with how many of its windows stalled."""
-    page = rr.render_pages(ROOT)[rr.AB_RUNS_PAGE]
+    page = pages[rr.AB_RUNS_PAGE]
     listed = [p for p, _ in ab_runs.collect(ROOT)]
     assert listed
     for rel, doc in ab_runs.collect(ROOT):
         (row,) = [line for line in page.splitlines() if line.startswith(f"| [`{rel}`](../{rel}) |")]
         assert row.endswith(f"| {ab_runs.unload_cell(doc)} |")
-        timed = [r for r in doc["runs"] if r.get("unload_s") is not None]  # type: ignore[attr-defined]
+        timed = [r for r in doc["runs"] if r.get("unload_s") is not None]
         stalled = sum(bool(r.get("unload_stalled")) for r in timed)
         assert (f"**{stalled} of {len(timed)} not unloaded**" in row) == bool(stalled), rel
     # the open-loop runs and the stall diagnoses are tabulated by their own sections, not here
@@ -200,11 +209,10 @@ def test_pipelined_ceiling_section_says_when_no_executor_can_beat_the_sync(tmp_p
     assert "Target: the best pipelined" not in text  # no pipelined variant in the file: no verdict
 
 
-def test_open_loop_section_comes_from_the_committed_json() -> None:
+def test_open_loop_section_comes_from_the_committed_json(page: str) -> None:
     from inflight.lab import open_loop_results as olr
     from inflight.lab import two_gpu_results
 
-    page = render(ROOT)
     block = olr.summary(ROOT, two_gpu=two_gpu_results.summary(ROOT))
     assert block is not None
     # results/summary.json holds what the files say (inflight results-report rewrote it from them)
@@ -270,21 +278,19 @@ def test_open_loop_summary_takes_its_ratios_from_the_newest_sitting_only(tmp_pat
     assert strategies["new"]["spec"] == "B-spec" and strategies["deferred"]["spec"] == "C-spec"
 
 
-def test_cost_block_is_what_its_files_say() -> None:
+def test_cost_block_is_what_its_files_say(page: str) -> None:
     from inflight.lab import cost_results
 
     committed = json.loads((ROOT / "results" / "summary.json").read_text())["cpu_per_request"]
     assert committed == json.loads(json.dumps(cost_results.summary(ROOT)))
-    page = render(ROOT)
     for t in committed["targets"]:
         assert f"| {t['figure']} | {t['value']:.3f} |" in page
 
 
-def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> None:
+def test_headline_lists_every_target_of_the_summary_and_the_engine_bench(page: str) -> None:
     """'At a glance' opens the page: one row per target of each block, each verdict as its section has it."""
     results = ROOT / "results"
     lines = glance.SECTION.lines(ROOT)
-    page = render(ROOT)
     assert page.index("## At a glance") < page.index("## A user's model")
     rows = [ln for ln in lines if ln.startswith("| ") and not ln.startswith("| area")]
     d = json.loads((results / "summary.json").read_text())
@@ -314,8 +320,8 @@ def test_headline_lists_every_target_of_the_summary_and_the_engine_bench() -> No
     assert f"({met} of {want} met;" in lines[2]
 
 
-def test_results_index_is_current_and_lists_every_entry_in_git() -> None:
+def test_results_index_is_current_and_lists_every_entry_in_git(page: str) -> None:
     index = (ROOT / "results" / "README.md").read_text()
-    assert index == rr.render_index(ROOT, render(ROOT)), "results/README.md is stale: run `inflight results-report`"
+    assert index == rr.render_index(ROOT, page), "results/README.md is stale: run `inflight results-report`"
     entries = {p.relative_to(ROOT / "results").parts[0] for p in rr._tracked(ROOT, "results")} - {"README.md"}
     assert entries and all(f"[`{e}`]({e})" in index for e in entries)

@@ -121,11 +121,6 @@ def render_pages(root: Path) -> dict[str, str]:
     }
 
 
-def render(root: Path) -> str:
-    """Every page for the repository at ``root``, the main one first (one text: what the index searches)."""
-    return "\n".join(render_pages(root).values())
-
-
 def write_summaries(root: Path) -> dict[str, dict[str, Any]]:
     """Recompute the blocks of ``results/summary.json`` the sections own (:data:`SUMMARIES`), keeping every other key.
 
