@@ -271,3 +271,13 @@ def test_the_load_test_draws_a_repository_models_inputs_from_its_config(
         # the ensemble answered (Triton's own counts of it), and the encoder's instance logged its counters
         assert run["server"]["requests"] > 0 and run["server"]["failures"] == 0, run["server"]
         assert run["executor"] is not None and run["executor"]["instances"] == 1, run["executor"]
+        # each step's own window, in the ensemble's order: where a text request's time went
+        steps = run["steps"]
+        assert list(steps) == ["minilm_tokenizer", "minilm_inflight"], steps
+        for step in steps.values():
+            # the snapshots are taken one model after another: a request may finish between them
+            assert abs(step["requests"] - run["server"]["requests"]) <= 2 and step["failures"] == 0, step
+            assert 0 <= step["queue_us"] < run["server"]["request_us"] and step["compute_infer_us"] > 0, step
+        assert "| `minilm_tokenizer` |" in path.with_suffix(".md").read_text().split("## The ensembles' steps", 1)[1]
+    # a model that is no ensemble has no steps
+    assert all("steps" not in r for r in doc["runs"] if r["model_name"] != "minilm_text")

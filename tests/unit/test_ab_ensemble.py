@@ -90,6 +90,7 @@ def test_encoder_puts_another_model_in_the_encoder_steps_place_with_the_specs_ke
     assert tok == "demo_tokenizer" and json.loads(tok_cfg)["instance_group"][0]["count"] == 3
     steps = [s["model_name"] for s in json.loads(cfg)["ensemble_scheduling"]["step"]]
     assert last == "demo_text" and steps == ["demo_tokenizer", "bert_tiny_null"]
+    assert v.ensemble.step_models() == steps  # the models whose statistics each window records, in order
     assert ens.unload_order(v.config, v.ensemble) == ["demo_text", "demo_tokenizer", "bert_tiny_null"]
     # the repository's own ensemble still names its encoder
     (w,) = resolve_variants(["demo_text"], tmp_path)

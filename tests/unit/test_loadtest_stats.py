@@ -503,3 +503,22 @@ def test_gpu_activity_by_gpu_keeps_each_servers_gpus_apart() -> None:
         "gpu_activity_by_gpu": pytest.approx({"0:0": 0.8, "0:1": 0.5, "2:0": 0.95})
     }
     assert _by_gpu(['inflight_batches_total{model="m"} 3'], "m") == {}  # no gauges (cupti off): no key
+
+
+def test_the_steps_table_shows_each_ensemble_steps_window_and_nothing_without_one() -> None:
+    """A text ensemble's runs carry ``steps`` (tokenizer, encoder); the report tabulates them per run, in order."""
+    tok = {"queue_us": 120.0, "compute_infer_us": 950.0, "avg_batch_requests": 1.5}
+    enc = {"queue_us": 3100.0, "compute_infer_us": 8700.0, "avg_batch_requests": 14.5}
+    runs = [
+        {"variant": "A", "round": 1, "steps": {"m_tokenizer": tok, "m_inflight": enc}},
+        {"variant": "B", "round": 1},
+        {"variant": "A", "round": 2, "steps": {"m_tokenizer": {"error": "statistics of different models"}}},
+    ]
+    text = report_tables.steps_table({"runs": runs})
+    rows = [line for line in text.splitlines() if line.startswith("| 1 ") or line.startswith("| 3 ")]
+    assert rows == [
+        "| 1 | A (round 1) | `m_tokenizer` | 120.0 | 950.0 | 1.5 |  |",
+        "| 1 | A (round 1) | `m_inflight` | 3,100 | 8,700 | 14.5 |  |",
+        "| 3 | A (round 2) | `m_tokenizer` | n/a | n/a | n/a | statistics of different models |",
+    ]
+    assert report_tables.steps_table({"runs": runs[1:2]}) == ""

@@ -17,7 +17,7 @@ from typing import Any
 from inflight.errors import ConfigError
 from inflight.loadtest.rategen_answers import BIN_S, SILENT_SHARE, STALL_MS
 from inflight.loadtest.report_plots import plot_gpu, plot_latency, plot_open_loop, plot_throughput
-from inflight.loadtest.report_tables import _fmt, _num, _pct, comparison_table, runs_table
+from inflight.loadtest.report_tables import _fmt, _num, _pct, comparison_table, runs_table, steps_table
 
 LOGGER = logging.getLogger(__name__)
 
@@ -162,6 +162,8 @@ def markdown(doc: dict[str, Any], images: Sequence[Path] = ()) -> str:
     )
     out += [f"Note: {n}\n" for n in doc.get("notes", [])]
     out += ["## Runs\n", runs_table(doc)]
+    if steps := steps_table(doc):
+        out += ["## The ensembles' steps\n", "Triton's statistics of each step's model over the window.\n", steps]
     messages = [(r, f) for r in doc["runs"] for f in r.get("failure_messages") or []]
     by_status = [(r, r["failures_by_status"]) for r in doc["runs"] if r.get("failures_by_status")]
     if messages or by_status:

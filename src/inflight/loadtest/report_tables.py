@@ -125,6 +125,26 @@ def runs_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def steps_table(doc: dict[str, Any]) -> str:
+    """Each ensemble window's steps (tokenizer, encoder): Triton's queue and compute time a request; "" when none."""
+    lines = []
+    for i, r in enumerate(doc["runs"], start=1):
+        for model, s in (r.get("steps") or {}).items():
+            cells = (
+                ["n/a"] * 3 + [s["error"]]
+                if "error" in s
+                else [_fmt(s.get("queue_us")), _fmt(s.get("compute_infer_us")), _fmt(s.get("avg_batch_requests")), ""]
+            )
+            lines.append(f"| {i} | {r['variant']} (round {r['round']}) | `{model}` | " + " | ".join(cells) + " |")
+    if not lines:
+        return ""
+    head = [
+        "| run | variant | step | queue (µs/request) | compute_infer (µs/request) | requests a batch | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    return "\n".join(head + lines) + "\n"
+
+
 def counted_span_s(counts: dict[str, Any]) -> float | None:
     """The seconds a run's requests were counted over: ``requests / rps`` (None when either is missing)."""
     requests, rps = _num(counts.get("requests")), _num(counts.get("rps"))

@@ -15,6 +15,7 @@ about instance counts is rewritten.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,10 @@ class Ensemble:
     def after_encoder(self) -> list[tuple[str, str]]:
         """The models to load after the encoder, the ensemble last."""
         return [*self.steps, (self.name, self.config_json)]
+
+    def step_models(self) -> list[str]:
+        """The models of the ensemble's steps in its order, the encoder among them (the one a spec's keys went to)."""
+        return [str(s["model_name"]) for s in json.loads(self.config_json)["ensemble_scheduling"]["step"]]
 
 
 def read_config(repository: Path, name: str) -> mc.ModelConfig | None:

@@ -77,6 +77,8 @@ class WindowMeter:
             record["rate"] = rate
         befores = [control.inference_stats(e.http, v.name) for e in endpoints]
         before = st.sum_model_stats(befores)
+        steps = v.ensemble.step_models() if v.ensemble is not None else []
+        steps_before = _step_stats(endpoints, steps)
         cpu_before = self.fleet.cpu_snapshot()
         front_before = self.fleet.front.snapshot() if self.fleet.front is not None else None
         prefix = self.data / tag
@@ -128,6 +130,8 @@ class WindowMeter:
         front_after = self.fleet.front.snapshot() if self.fleet.front is not None else None
         afters = [control.inference_stats(e.http, v.name) for e in endpoints]
         after = st.sum_model_stats(afters)
+        if steps:
+            record["steps"] = _step_figures(steps_before, _step_stats(endpoints, steps))
         if len(endpoints) > 1:
             record["per_server_requests"] = per_server_requests(befores, afters)
         texts = [scrape(e.metrics) for e in endpoints]
@@ -182,6 +186,8 @@ class WindowMeter:
             ("" if record["valid"] else " (INVALID: " + "; ".join(record["problems"]) + ")")
             + ("" if not record["caveats"] else " (CAVEAT: " + "; ".join(record["caveats"]) + ")"),
         )
+        if steps:
+            LOGGER.info("%s %s: the ensemble's steps per request: %s", tag, what, _steps_line(record["steps"]))
         return record
 
     def _figures(
@@ -252,6 +258,33 @@ class WindowMeter:
         out["problems"] = problems
         out["valid"] = not problems
         return out
+
+
+def _step_stats(endpoints: Sequence[Endpoints], models: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Triton's statistics of each of ``models``, summed over the servers."""
+    return {m: st.sum_model_stats([control.inference_stats(e.http, m) for e in endpoints]) for m in models}
+
+
+def _step_figures(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """Each ensemble step's window (Triton's statistics of that model), or why it has none."""
+    out: dict[str, Any] = {}
+    for model, b in before.items():
+        try:
+            out[model] = st.stats_delta(b, after[model]).to_dict()
+        except st.StatsError as e:
+            out[model] = {"error": str(e)}
+    return out
+
+
+def _steps_line(steps: Mapping[str, Any]) -> str:
+    """``model: queue Q us, compute C us, B requests a batch`` for each step, in the ensemble's order."""
+    return "; ".join(
+        f"{m}: {s['error']}"
+        if "error" in s
+        else f"{m}: queue {_num(s['queue_us'])} us, compute {_num(s['compute_infer_us'])} us, "
+        f"{_num(s['avg_batch_requests'])} requests a batch"
+        for m, s in steps.items()
+    )
 
 
 def _num(x: object) -> str:
