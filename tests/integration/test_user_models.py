@@ -274,9 +274,11 @@ def test_the_load_test_draws_a_repository_models_inputs_from_its_config(
         # each step's own window, in the ensemble's order: where a text request's time went
         steps = run["steps"]
         assert list(steps) == ["minilm_tokenizer", "minilm_inflight"], steps
+        # the snapshots are taken one model after another, so the windows differ by the requests in flight at their
+        # edges: at most the rate times the slowest answer (Little's law; 14 against 17 once on the loaded CI host)
+        in_flight = run["rate"] * run["latency_ms"]["max"] / 1000 + 2
         for step in steps.values():
-            # the snapshots are taken one model after another: a request may finish between them
-            assert abs(step["requests"] - run["server"]["requests"]) <= 2 and step["failures"] == 0, step
+            assert abs(step["requests"] - run["server"]["requests"]) <= in_flight and step["failures"] == 0, step
             assert 0 <= step["queue_us"] < run["server"]["request_us"] and step["compute_infer_us"] > 0, step
         assert "| `minilm_tokenizer` |" in path.with_suffix(".md").read_text().split("## The ensembles' steps", 1)[1]
     # a model that is no ensemble has no steps
