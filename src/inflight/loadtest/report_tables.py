@@ -131,7 +131,7 @@ def steps_table(doc: dict[str, Any]) -> str:
     for i, r in enumerate(doc["runs"], start=1):
         for model, s in (r.get("steps") or {}).items():
             cells = (
-                ["n/a"] * 3 + [s["error"]]
+                [NA] * 3 + [s["error"]]
                 if "error" in s
                 else [_fmt(s.get("queue_us")), _fmt(s.get("compute_infer_us")), _fmt(s.get("avg_batch_requests")), ""]
             )
