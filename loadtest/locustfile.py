@@ -186,6 +186,10 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         # test_start handlers included). A worker whose master sends other options prepares again at
         # test start.
         STATE.prepare(environment.parsed_options)
+    # gevent's timers count from the loop's cached clock, which stands still while the process blocks
+    # (imports, the preparation above) and `gevent.spawn_later` does not refresh it: on a busy host
+    # Locust's --run-time timer, started right after this, fired at once and the run sent nothing
+    gevent.get_hub().loop.update_now()
 
 
 @events.test_start.add_listener
