@@ -23,8 +23,8 @@ def gpu_count() -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    n = gpu_count()
-    if n:
+    _longest_files_first(items)
+    if gpu_count():
         return
     skip = pytest.mark.skip(
         reason="needs a CUDA GPU: cudaGetDeviceCount() found none here (run `scripts/test.sh -m gpu` on the GPU host)"
@@ -32,6 +32,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _longest_files_first(items: list[pytest.Item]) -> None:
+    """Order the files by the seconds their ``slow(seconds=...)`` marker gives, longest first, the rest after.
+
+    pytest-xdist's ``--dist loadfile`` hands the files out in this order when run with ``--no-loadscope-reorder``
+    (scripts/test.sh); its default order (most tests first) started the longest files last, and the suite waited
+    on one worker for minutes at the end.
+    """
+    first: dict[str, int] = {}
+    cost: dict[str, float] = {}
+    for i, item in enumerate(items):
+        path = str(item.path)
+        first.setdefault(path, i)
+        marker = item.get_closest_marker("slow")
+        if marker is not None:
+            cost[path] = max(cost.get(path, 0.0), float(marker.kwargs.get("seconds", 60)))
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda it: (-cost.get(str(it.path), 0.0), first[str(it.path)], order[id(it)]))
 
 
 def _tree_status() -> str | None:

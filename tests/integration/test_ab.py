@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import ab_command
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=150)]
 
 
 def test_ab_smoke_on_cpu(repository: Path, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ import pytest
 
 from inflight.lab import faults
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=320)]
 
 D_SECONDS = 40.0
 

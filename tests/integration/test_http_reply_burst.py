@@ -27,7 +27,7 @@ from inflight.server.control import load_variant, variant_config, wait_unloaded
 from inflight.server.launcher import TritonServer
 from inflight.server.reply_buffer import WMEM_DEFAULT, WMEM_LOCK
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=80)]
 
 BURST = 600
 KERNEL_DEFAULT = 212992

@@ -22,7 +22,7 @@ from tests.helpers import ab_command
 from inflight.lab import modes_results
 from inflight.lab.sections import decision
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=120)]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores: one for the server, one for the load")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tests.helpers import ab_command
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=340)]
 
 
 def _ab(repository: Path, out: Path, *args: str) -> dict:  # type: ignore[type-arg]

@@ -24,7 +24,7 @@ from tests.serve_process import Serve
 
 from inflight.server.config import port_free
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=100)]
 
 STOP_WITHIN_S = 15.0
 

@@ -26,7 +26,7 @@ from inflight.models.reference import error_bound, reference_outputs, relative_e
 from inflight.runtime.metrics import PUBLISH_INTERVAL_S
 from inflight.server.control import inference_stats, load_variant, unload, variant_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=250)]
 
 MODEL_NAMES = list(MODELS)
 # every mode: sync, the inflight variant as built (auto), and the pipelined and overlap modes as tagged copies of

