@@ -112,7 +112,7 @@ def test_master_and_worker(server: Any, inflight_model: str, tmp_path: Path) -> 
     assert worker.returncode == 0, worker_out[-3000:]
     assert "prepared again after the clock started" not in worker_out, worker_out[-3000:]
     figures = st.read_locust_stats(tmp_path / "mw_stats.csv")
-    assert figures["requests"] > 0 and figures["failures"] == 0
+    assert figures["requests"] > 0 and figures["failures"] == 0, (figures, master.stderr[-3000:], worker_out[-3000:])
     assert "with reference outputs" in worker_out  # the worker checked every response (--check from the master)
     # the worker wrote its raw latencies; they are the requests the master counted after the reset, its last
     # report included although it came 1.5 s after the quit (the master waited for it)

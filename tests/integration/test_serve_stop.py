@@ -51,6 +51,12 @@ def _infer_zero_batch(http: str) -> None:
         urllib.request.urlopen(req, timeout=3).read()
 
 
+def _log_tail(workdir: Path, chars: int = 3000) -> str:
+    """The end of the tritonserver log ``inflight serve`` writes in ``workdir`` (a note when there is none)."""
+    logs = sorted(workdir.glob("*.log"))
+    return logs[-1].read_text(errors="replace")[-chars:] if logs else f"(no log in {workdir})"
+
+
 def test_five_ctrl_c_at_random_moments_each_stop_within_15_s(
     repository: Path, tmp_path: Path, serves: list[Serve]
 ) -> None:
@@ -71,7 +77,10 @@ def test_five_ctrl_c_at_random_moments_each_stop_within_15_s(
         took = time.monotonic() - t0
         report.append(f"round {i}: SIGINT at {delay:.1f} s ({'serving' if serving else 'starting'}), {took:.1f} s")
         print(f"seed {seed}, {report[-1]}, serve exit code {code}")
-        assert code is not None, f"seed {seed}, {report[-1]}: serve still runs {STOP_WITHIN_S} s after SIGINT"
+        assert code is not None, (
+            f"seed {seed}, {report[-1]}: serve still runs {STOP_WITHIN_S} s after SIGINT; its output:\n"
+            f"{s.text()[-2000:]}\nits server log's end:\n{_log_tail(s.workdir)}"
+        )
         assert s.left() == [], f"seed {seed}, {report[-1]}: processes left: {s.left()}"
         assert all(port_free(p) for p in s.ports), f"seed {seed}, {report[-1]}: a port is still taken"
         text = s.text()
