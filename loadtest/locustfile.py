@@ -49,9 +49,11 @@ from locust.user.task import LOCUST_STATE_STOPPING
 from locust.runners import MasterRunner, WorkerRunner
 
 # isort: on
+import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -185,11 +187,34 @@ def _on_init(environment: Environment, **_kw: Any) -> None:
         # Prepare now, before the master starts the clock (--run-time counts from the start of spawning,
         # test_start handlers included). A worker whose master sends other options prepares again at
         # test start.
-        STATE.prepare(environment.parsed_options)
+        with _not_ready_while(environment.runner):
+            STATE.prepare(environment.parsed_options)
     # gevent's timers count from the loop's cached clock, which stands still while the process blocks
     # (imports, the preparation above) and `gevent.spawn_later` does not refresh it: on a busy host
     # Locust's --run-time timer, started right after this, fired at once and the run sent nothing
     gevent.get_hub().loop.update_now()
+
+
+@contextlib.contextmanager
+def _not_ready_while(runner: Any) -> Iterator[None]:
+    """A worker is not counted ready by its master inside this block (no-op in other processes).
+
+    Locust's worker tells its master it is ready when it connects, before the ``init`` listeners run; a master
+    with ``--expect-workers`` then started the run while the worker still prepared its requests (with ``--check``
+    it computes the reference outputs: 34 s on a busy 2-core host), and the whole run passed with no request
+    sent. So the worker withdraws ("client_stopped", which makes the master forget it) and connects again when
+    done.
+    """
+    if not isinstance(runner, WorkerRunner):
+        yield
+        return
+    from locust.rpc import Message
+
+    runner.client.send(Message("client_stopped", None, runner.client_id))
+    try:
+        yield
+    finally:
+        runner.client.send(Message("client_ready", locust.__version__, runner.client_id))
 
 
 @events.test_start.add_listener

@@ -1,7 +1,8 @@
 """The same locustfile in Locust's master/worker mode, and --check catching wrong outputs.
 
 A headless master with ``--expect-workers 1`` and one worker process (as on two machines, here on
-one), against a real tritonserver serving bert_tiny_inflight.
+one), against a real tritonserver serving bert_tiny_inflight; the worker's first preparation of its requests
+outlasts the run (plugins/slow_prepare.py), so the master must wait for it before starting the clock.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "loadtest" / "locustfile.py"
 #: The worker's final statistics arrive 1.5 s late, past the 0.5 s Locust's master waits for them on its own
 LATE_FINAL_REPORT = Path(__file__).resolve().parent / "plugins" / "late_final_report.py"
+#: The worker's first preparation takes longer than the run, as --check's references do on a busy host
+SLOW_PREPARE = Path(__file__).resolve().parent / "plugins" / "slow_prepare.py"
 WORKLOAD = ["--items", "4", "--seq-len", "16", "--seed", "1"]
 
 
@@ -43,7 +46,8 @@ def test_master_and_worker(server: Any, inflight_model: str, tmp_path: Path) -> 
     locust = [sys.executable, "-m", "locust", "-f", f"{LOCUSTFILE},{LATE_FINAL_REPORT}"]
     worker = subprocess.Popen(
         [
-            *locust,
+            *locust[:-1],
+            f"{locust[-1]},{SLOW_PREPARE}",
             "--worker",
             "--master-host",
             "127.0.0.1",
@@ -81,7 +85,7 @@ def test_master_and_worker(server: Any, inflight_model: str, tmp_path: Path) -> 
                 "-r",
                 "10",
                 "-t",
-                "12s",
+                "8s",
                 "--host",
                 f"http://{server.http_url}",
                 "--csv",
@@ -108,11 +112,13 @@ def test_master_and_worker(server: Any, inflight_model: str, tmp_path: Path) -> 
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+    # shown by pytest when an assertion below fails (its assertion messages are cut to a few lines)
+    print(f"== master's stderr:\n{master.stderr[-4000:]}\n== worker's output:\n{worker_out[-4000:]}")
     assert master.returncode == 0, master.stderr[-3000:]
     assert worker.returncode == 0, worker_out[-3000:]
     assert "prepared again after the clock started" not in worker_out, worker_out[-3000:]
     figures = st.read_locust_stats(tmp_path / "mw_stats.csv")
-    assert figures["requests"] > 0 and figures["failures"] == 0, (figures, master.stderr[-3000:], worker_out[-3000:])
+    assert figures["requests"] > 0 and figures["failures"] == 0, figures
     assert "with reference outputs" in worker_out  # the worker checked every response (--check from the master)
     # the worker wrote its raw latencies; they are the requests the master counted after the reset, its last
     # report included although it came 1.5 s after the quit (the master waited for it)
