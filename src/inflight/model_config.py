@@ -106,6 +106,13 @@ class BackendParameters:
             ``inflight.models.packing.UNPAD_COST_TOKENS``, is less than its padded tokens (bucket
             rows x bucket length). The default, ``inflight.models.packing.UNPAD_TOKEN_COST``, was
             measured on the H200; 0 unpads every launch whose first tokens are all unmasked.
+        graph_tokens: Unpadded launches of more kept tokens than this run eagerly at their own
+            count (rounded up to 64) instead of replaying the graph of their token bucket: their
+            kernels outlast the CPU's launching them, so a graph saves nothing there and the
+            bucket's padding (up to 1/8 of the tokens) is saved. 0: from the model's size
+            (``inflight.runtime.batch.EAGER_FROM_TOKENS`` bert-tiny tokens, scaled by the model's
+            token FLOPs: about 2 ms of GPU time); a value at or above the largest launch replays a
+            bucket's graph for every launch, as before.
         capture_at_load: Capture every (batch, sequence) bucket at initialize, within
             ``graph_memory_mb``; otherwise only the ``warmup_seq_len`` bucket, the others on
             their first use.
@@ -153,6 +160,7 @@ class BackendParameters:
     max_graphs: int = 512
     unpad: bool = True
     unpad_token_cost: float = UNPAD_TOKEN_COST
+    graph_tokens: int = 0
     capture_at_load: bool = True
     graph_memory_mb: int = 4096
     warmup_seq_len: int = 64
@@ -269,6 +277,11 @@ class BackendParameters:
             raise ConfigError(f"seq_buckets={self.seq_buckets}: use increasing positive lengths")
         if self.max_graphs < 1:
             raise ConfigError(f"max_graphs={self.max_graphs}: must be at least 1")
+        if self.graph_tokens < 0:
+            raise ConfigError(
+                f"graph_tokens={self.graph_tokens}: use 0 (from the model's size) or the kept tokens above which "
+                "unpadded launches run eagerly at their own count"
+            )
         if self.graph_memory_mb < 0:
             raise ConfigError(f"graph_memory_mb={self.graph_memory_mb}: must be >= 0 (0 captures at load nothing)")
         if self.drain_timeout_s < 0:

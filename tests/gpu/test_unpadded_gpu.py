@@ -23,15 +23,20 @@ pytestmark = pytest.mark.gpu
 SEQS = (16, 32, 64, 128)
 
 
-def _make(repository: Path) -> Any:
+def _make(repository: Path, graph_tokens: int = 0) -> Any:
     from inflight.runtime.engines.torch_engine import TorchEngine
     from inflight.runtime.runners import CudaRunner
 
     spec = MODELS["bert_tiny"]
     layout = Layout(spec, 2048, SEQS[-1])
-    engine = TorchEngine(repository / "bert_tiny_inflight" / "1" / "model.pt2", spec, device_id=0, unpad=True)
+    engine = TorchEngine(
+        repository / "bert_tiny_inflight" / "1" / "model.pt2", spec, device_id=0, unpad=True, graph_tokens=graph_tokens
+    )
     assert engine.unpads, engine.describe()
-    buckets = Buckets(pow2_buckets(2048), SEQS, GPU_LAUNCH_COST_TOKENS, tokens=token_buckets(2048 * SEQS[-1]))
+    limit = min(2048 * SEQS[-1], graph_tokens or 2048 * SEQS[-1])
+    buckets = Buckets(
+        pow2_buckets(2048), SEQS, GPU_LAUNCH_COST_TOKENS, tokens=token_buckets(limit), exact_from=graph_tokens
+    )
     return CudaRunner(engine, layout, buckets, device_id=0)
 
 
@@ -106,3 +111,25 @@ def test_small_or_unmasked_launches_run_padded_and_every_answer_matches(reposito
         answers = [sink.got[item.handle] for item in b.items]
         assert all(err is None for _, err in answers), [err for _, err in answers if err is not None][:1]
         _check(repository, b, [out for out, _ in answers])  # type: ignore[misc]
+
+
+def test_launches_past_graph_tokens_run_eagerly_at_their_own_count_and_match(repository: Path) -> None:
+    from inflight.runtime.pipeline import SyncExecutor
+
+    runner = _make(repository, graph_tokens=20_000)
+    ex = SyncExecutor(runner)
+    runner.warmup((64,))
+    runner.warmup_unpadded(64)
+    graphs = runner.engine.graphs()
+    rng = np.random.default_rng(7)
+    kept = 0
+    for k in range(3):  # three token counts, none captured
+        mixed = _batch(2048, (16, 128), rng, 1000 * k)
+        kept += sum(int(it.inputs["attention_mask"].sum()) for it in mixed.items)
+        _check(repository, mixed, in_band(ex, mixed))
+    assert runner.engine.counters["exact"] == 3 and runner.engine.graphs() == graphs
+    assert ex.stats.padded_tokens <= kept + 3 * 63  # only the rounding to 64 padded
+    small = _batch(100, (16, 128), rng, 5000)  # under 20,000 tokens: its bucket's graph, captured on first use
+    _check(repository, small, in_band(ex, small))
+    assert runner.engine.graphs() >= graphs and runner.engine.counters["exact"] == 3
+    ex.close()

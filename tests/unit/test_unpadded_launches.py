@@ -161,3 +161,39 @@ def test_bench_error_per_sequence_compares_each_sequence_alone() -> None:
     assert _max_error_per_sequence(got, ids, masks, full) <= 1e-6
     got[1, 3] += 0.5
     assert abs(_max_error_per_sequence(got, ids, masks, full) - 0.5) < 1e-5
+
+
+def test_launches_past_exact_from_run_at_their_own_count_rounded_to_64() -> None:
+    rng = np.random.default_rng(5)
+    layout = Layout(SPEC, 2048, 128)
+    exact_from = 40_000
+    buckets = Buckets(
+        pow2_buckets(2048), (16, 32, 64, 128), 8192, tokens=token_buckets(exact_from), exact_from=exact_from
+    )
+    assert buckets.tokens[-1] == exact_from  # graphs are captured up to it, not past it
+    assert buckets.unpadded(40_000, 2048, 128) == buckets.token_bucket(40_000)
+    assert buckets.unpadded(40_001, 2048, 128) == 40_064
+    assert buckets.unpadded(145_027, 2048, 128) == 145_088  # the bucket above it is 155,904 (7.5% more)
+    assert buckets.unpadded(145_027, 2048, 64) is None  # the cost rule still decides: 131,072 padded tokens
+    batch = _batch(rng, [int(s) for s in rng.integers(16, 129, size=50)], 32)
+    slot = _slot(layout)
+    gather(layout, buckets, slot, batch)
+    (g,) = slot.groups
+    kept = sum(int(it.inputs["attention_mask"].sum()) for it in batch.items)
+    assert kept > exact_from and g.tokens == 64 * -(-kept // 64)
+
+
+def test_graph_tokens_default_scales_with_the_models_token_flops() -> None:
+    import dataclasses
+
+    from inflight.model_config import BackendParameters
+    from inflight.models.architecture import Architecture
+    from inflight.models.bert import BertShape
+    from inflight.runtime.assembly import graph_tokens_for
+    from inflight.runtime.batch import EAGER_FROM_TOKENS
+
+    shape = BertShape(layers=6, hidden=384, heads=12, ffn=1536)
+    minilm = dataclasses.replace(SPEC, extra={**SPEC.extra, "architecture": Architecture(shape=shape)})
+    assert graph_tokens_for(BackendParameters(), SPEC) == EAGER_FROM_TOKENS  # bert-tiny: past its largest launch
+    assert graph_tokens_for(BackendParameters(), minilm) == round(EAGER_FROM_TOKENS / 27)
+    assert graph_tokens_for(BackendParameters(graph_tokens=5000), minilm) == 5000

@@ -48,6 +48,7 @@ GPU_ONLY_PARAMETERS = (
     "max_graphs",
     "unpad",
     "unpad_token_cost",
+    "graph_tokens",
 )
 
 

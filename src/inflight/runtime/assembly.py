@@ -20,7 +20,14 @@ from inflight.model_config import BackendParameters
 from inflight.models.architecture import token_cost_scale
 from inflight.models.packing import UNPAD_COST_TOKENS
 from inflight.models.spec import ModelSpec
-from inflight.runtime.batch import GPU_LAUNCH_COST_TOKENS, Buckets, Layout, pow2_buckets, token_buckets
+from inflight.runtime.batch import (
+    EAGER_FROM_TOKENS,
+    GPU_LAUNCH_COST_TOKENS,
+    Buckets,
+    Layout,
+    pow2_buckets,
+    token_buckets,
+)
 from inflight.runtime.engines.base import DeviceEngine, Engine, HostEngine
 from inflight.runtime.modes import Answering, AutoMode, Mode, OverlapMode, PipelinedMode, SyncMode
 from inflight.runtime.pipeline import AutoPolicy, OverlapExecutor, PipelinedExecutor, SyncExecutor
@@ -48,6 +55,13 @@ def make_host_engine(params: BackendParameters, spec: ModelSpec, version_dir: Pa
             "engine=tensorrt needs a GPU instance (instance_group kind KIND_GPU); use engine=torch on CPU"
         )
     return TorchHostEngine(version_dir / params.artifact, spec, compile=params.compile)
+
+
+def graph_tokens_for(params: BackendParameters, spec: ModelSpec) -> int:
+    """Kept tokens past which unpadded launches run eagerly at their own count (``graph_tokens``; 0: by model)."""
+    if params.graph_tokens:
+        return params.graph_tokens
+    return max(1, round(EAGER_FROM_TOKENS * token_cost_scale(spec.extra.get("architecture"))))
 
 
 def make_device_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int) -> DeviceEngine:
@@ -88,6 +102,7 @@ def make_device_engine(params: BackendParameters, spec: ModelSpec, version_dir: 
         # bucket is captured there (InflightModel), the others on first use
         graph_memory_mb=params.graph_memory_mb,
         unpad=params.unpad,
+        graph_tokens=graph_tokens_for(params, spec),
     )
 
 
@@ -163,13 +178,17 @@ def assemble(
         if batch_buckets[-1] < max_batch:
             batch_buckets = (*batch_buckets, max_batch)
         scale = token_cost_scale(spec.extra.get("architecture"))
+        # token buckets up to the largest launch replayed from a graph; larger ones run at their own count
+        largest = max_batch * max_seq if max_seq else 0
+        eager_from = graph_tokens_for(params, spec) if engine.unpads and max_seq else 0
         buckets = Buckets(
             batch_buckets,
             seq_buckets,
             max(1, round(GPU_LAUNCH_COST_TOKENS * scale)),
-            tokens=token_buckets(max_batch * max_seq) if engine.unpads and max_seq else (),
+            tokens=token_buckets(min(largest, eager_from)) if eager_from else (),
             unpad_token_cost=params.unpad_token_cost,
             unpad_cost_tokens=max(1, round(UNPAD_COST_TOKENS * scale)),
+            exact_from=eager_from if 0 < eager_from < largest else 0,
         )
         runner = CudaRunner(engine, layout, buckets, device_id=device_id, wait_mode=params.completion_wait)
     return InstanceParts(layout=layout, buckets=buckets, runner=runner, seq_buckets=seq_buckets)

@@ -118,6 +118,9 @@ class Buckets:
     unpad_token_cost: float = UNPAD_TOKEN_COST
     #: What an unpadded launch costs beyond its tokens, in padded tokens (``UNPAD_COST_TOKENS`` for bert-tiny)
     unpad_cost_tokens: int = UNPAD_COST_TOKENS
+    #: Kept tokens above which an unpadded launch runs at its own count rounded up to 64, not at a
+    #: token bucket (the engine runs those eagerly: ``BackendParameters.graph_tokens``); 0: never
+    exact_from: int = 0
 
     def pick(self, rows: int, seq: int | None) -> tuple[int, int | None]:
         """The ``(batch, seq)`` bucket for ``rows`` items of length ``seq``.
@@ -138,13 +141,17 @@ class Buckets:
     def unpadded(self, tokens: int, rows: int, seq: int | None) -> int | None:
         """The token bucket to run a launch of ``rows`` bucket rows at length ``seq`` unpadded, or None (padded).
 
-        Unpadded when the bucket priced at ``unpad_token_cost`` padded tokens each, plus what an
-        unpadded launch costs beyond its tokens (``unpad_cost_tokens``), is less than the padded
-        launch's tokens (bucket rows x bucket length).
+        The bucket is the kept tokens rounded up to ``EXACT_TOKENS_STEP`` past ``exact_from``. Unpadded
+        when the bucket priced at ``unpad_token_cost`` padded tokens each, plus what an unpadded launch
+        costs beyond its tokens (``unpad_cost_tokens``), is less than the padded launch's tokens (bucket
+        rows x bucket length).
         """
         if not self.tokens or seq is None:
             return None
-        t = self.token_bucket(max(tokens, 1))
+        if self.exact_from and tokens > self.exact_from:
+            t: int | None = EXACT_TOKENS_STEP * math.ceil(tokens / EXACT_TOKENS_STEP)
+        else:
+            t = self.token_bucket(max(tokens, 1))
         if t is None or self.unpad_token_cost * t + self.unpad_cost_tokens >= rows * seq:
             return None
         return t
@@ -203,6 +210,13 @@ class Buckets:
 #: ``Buckets.launch_cost_tokens`` on a GPU: a graph replay, its copies and small-kernel overheads
 #: (~30 us on an H200, where a bert_tiny token costs ~4 ns).
 GPU_LAUNCH_COST_TOKENS = 8192
+
+#: ``BackendParameters.graph_tokens`` when it is 0, in bert-tiny tokens (scaled by a model's token FLOPs): a
+#: launch this large runs ~2 ms on an H100 or H200 (all-MiniLM-L6-v2: 38,836 tokens), well past what launching
+#: its kernels one by one costs the CPU, so it runs eagerly at its own token count rather than padded to a bucket.
+EAGER_FROM_TOKENS = 1 << 20
+#: An eager unpadded launch's tokens are rounded up to a multiple of this (the kernels' alignment stays the same).
+EXACT_TOKENS_STEP = 64
 
 
 def token_buckets(limit: int, per_octave: int = 8, smallest: int = 1024) -> tuple[int, ...]:

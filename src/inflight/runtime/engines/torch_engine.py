@@ -169,6 +169,8 @@ class TorchEngine(DeviceEngine):
             memory grew past it, and no bucket is captured on first use past it: those run eagerly).
         unpad: Run the launches the batch plan marks unpadded without their masked tokens (models
             with ``ModelSpec.unpadded``; ignored otherwise: ``unpads`` says).
+        graph_tokens: Unpadded launches of more tokens run eagerly and are never captured (0: all
+            may be captured; ``BackendParameters.graph_tokens``).
     """
 
     kind = "torch"
@@ -185,6 +187,7 @@ class TorchEngine(DeviceEngine):
         compile: str = "auto",
         graph_memory_mb: int = 4096,
         unpad: bool = False,
+        graph_tokens: int = 0,
     ) -> None:
         import torch
 
@@ -195,6 +198,7 @@ class TorchEngine(DeviceEngine):
         self.cuda_graphs = cuda_graphs
         self.max_graphs = max_graphs
         self.graph_memory_bytes = graph_memory_mb << 20
+        self.graph_tokens = graph_tokens
         self._torch = torch
         t0 = time.perf_counter()
         self.dtype = getattr(torch, _DTYPES[precision])
@@ -218,11 +222,13 @@ class TorchEngine(DeviceEngine):
         self._capture_failed = False
         self._budget_logged = False
         self._eager_buckets: set[GraphKey] = set()
-        #: cumulative: ``replays``, ``eager`` launches, ``captures`` (at load and lazily), ``evictions``,
-        #: ``unpadded`` launches, ``out_of_memory`` (launches and captures the GPU had no memory for)
+        #: cumulative: ``replays``, ``eager`` launches (``exact`` of them: unpadded past ``graph_tokens``),
+        #: ``captures`` (at load and lazily), ``evictions``, ``unpadded`` launches, ``out_of_memory``
+        #: (launches and captures the GPU had no memory for)
         self.counters: dict[str, int] = {
             "replays": 0,
             "eager": 0,
+            "exact": 0,
             "captures": 0,
             "lazy_captures": 0,
             "evictions": 0,
@@ -445,16 +451,22 @@ class TorchEngine(DeviceEngine):
                 except torch.OutOfMemoryError as e:
                     raise self._out_of_memory(key, e) from None
                 self.counters["eager"] += 1
-                if key not in self._eager_buckets:
+                if self._exact(key):  # never captured: one graph per token count would not pay
+                    self.counters["exact"] += 1
+                elif key not in self._eager_buckets:
                     self._eager_buckets.add(key)
                     LOGGER.info("%s ran eagerly (no CUDA graph yet)", str(key))
-                if self._within_budget(key) and self._capture(key, stream):
+                if not self._exact(key) and self._within_budget(key) and self._capture(key, stream):
                     self.counters["lazy_captures"] += 1
                     LOGGER.info("captured %s on first use", str(key))
             for t in self.spec.outputs:
                 m, o = group.rows * Layout.per_item(t, seq), group.out_offset[t.name]
                 outs[t.name][o : o + m].copy_(self._static_out[t.name][:m])
         return g is not None
+
+    def _exact(self, key: GraphKey) -> bool:
+        """Whether ``key`` is an unpadded launch past ``graph_tokens`` (run eagerly at its own token count)."""
+        return bool(self.graph_tokens) and key.tokens is not None and key.tokens > self.graph_tokens
 
     def graphs(self) -> int:
         """Number of captured graphs."""
