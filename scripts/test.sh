@@ -22,7 +22,7 @@ fi
 mypy_log=$(mktemp)
 "$PY" -m mypy >"$mypy_log" 2>&1 &
 mypy_pid=$!
-trap 'kill "$mypy_pid" 2>/dev/null; rm -f "$mypy_log"' EXIT
+trap 'kill "$mypy_pid" 2>/dev/null || true; rm -f "$mypy_log"' EXIT
 echo "== pytest (mypy runs beside it)"
 pytest_rc=0
 "$PY" -m pytest -n "${INFLIGHT_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder || pytest_rc=$?
