@@ -95,3 +95,13 @@ def test_free_ports_are_distinct_and_bindable() -> None:
         ports = free_ports(3)
         assert len(set(ports)) == 3, ports
     assert all(port_free(p, "127.0.0.1") for p in free_ports(3))
+
+
+def test_free_ports_lie_below_the_ephemeral_range_where_clients_connections_take_theirs() -> None:
+    from inflight.server.config import PORTS_FROM, _ephemeral_low, free_ports
+
+    low = _ephemeral_low()
+    if low is None or low - PORTS_FROM < 1000:
+        pytest.skip(f"no room below the ephemeral range here (its first port: {low})")
+    ports = [p for _ in range(50) for p in free_ports(3)]
+    assert all(PORTS_FROM <= p < low for p in ports), [p for p in ports if not PORTS_FROM <= p < low][:5]

@@ -658,9 +658,9 @@ def fake_nsys(tmp_path: Path) -> dict[str, str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    from inflight.server.config import free_port as pick
+
+    return pick()
 
 
 def test_profile_script_help_and_argument_errors(tmp_path: Path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -247,17 +248,46 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ephemeral ports that are free now.
+#: Free ports are looked for from here up to the kernel's ephemeral range (``ip_local_port_range``), which
+#: hands out the source ports of outgoing connections: a port picked inside it and freed can be taken by
+#: a client's connection before the server binds it (a CI run's gRPC port was: "Address already in use").
+PORTS_FROM = 20_000
 
-    The sockets are held open together while the kernel picks, so no two of the ports are the same
+
+def _ephemeral_low() -> int | None:
+    """The first port of the kernel's ephemeral range (None where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports that are free now, below the kernel's ephemeral range where it leaves room.
+
+    The sockets are held open together while they are picked, so no two of the ports are the same
     (picking one at a time can hand out one port twice, and tritonserver then refuses HTTP and gRPC
-    on one port).
+    on one port). Random ports from :data:`PORTS_FROM` up to the ephemeral range are tried first
+    (200 at most); the kernel picks the rest.
     """
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
     with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(n)]
-        for s in socks:
+        socks: list[socket.socket] = []
+        tries = 200 if low is not None and low - PORTS_FROM >= 1000 else 0
+        while len(socks) < n and tries > 0:
+            tries -= 1
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", rng.randrange(PORTS_FROM, low or PORTS_FROM + 1)))
+            except OSError:
+                s.close()
+                continue
+            socks.append(stack.enter_context(s))
+        while len(socks) < n:
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
             s.bind(("127.0.0.1", 0))
+            socks.append(s)
         return [int(s.getsockname()[1]) for s in socks]
 
 
