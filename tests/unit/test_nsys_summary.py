@@ -26,6 +26,7 @@ from inflight.profiling.cli import nsys_summary_main as main
 from inflight.profiling.nsys_db import NsysDb, split_global_id
 from inflight.profiling.nsys_summary import run, summarize_file, to_json, to_markdown
 from inflight.profiling.regime import ActivitySummary
+from inflight.server.config import free_port
 from inflight.tool_errors import NsysExportError
 
 pytestmark = pytest.mark.slow(seconds=70)
@@ -655,12 +656,6 @@ def fake_nsys(tmp_path: Path) -> dict[str, str]:
         PYTHON=sys.executable,
     )
     return env
-
-
-def free_port() -> int:
-    from inflight.server.config import free_port as pick
-
-    return pick()
 
 
 def test_profile_script_help_and_argument_errors(tmp_path: Path):

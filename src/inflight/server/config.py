@@ -271,15 +271,16 @@ def free_ports(n: int) -> list[int]:
     (200 at most); the kernel picks the rest.
     """
     low = _ephemeral_low()
+    below = range(PORTS_FROM, low) if low is not None and low - PORTS_FROM >= 1000 else range(0)
     rng = random.SystemRandom()
     with contextlib.ExitStack() as stack:
         socks: list[socket.socket] = []
-        tries = 200 if low is not None and low - PORTS_FROM >= 1000 else 0
-        while len(socks) < n and tries > 0:
-            tries -= 1
+        for _ in range(200 if below else 0):
+            if len(socks) == n:
+                break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                s.bind(("127.0.0.1", rng.randrange(PORTS_FROM, low or PORTS_FROM + 1)))
+                s.bind(("127.0.0.1", rng.choice(below)))
             except OSError:
                 s.close()
                 continue
