@@ -57,8 +57,9 @@ for f in ("tokenizer.json", "modules.json", "sentence_bert_config.json", "1_Pool
     shutil.copy(src / f, dst / f)
 print("random-weight checkpoint of all-MiniLM-L6-v2's shape in", dst)
 EOF
+# what was imported (max_batch_size asked and written) beside the sitting's runs: the lab's "as built"
 inflight import-hf "$ckpt" --name "${NAME:-minilm}" --server-cpus "$SERVER_CPUS" --gpus 1 --no-onnx \
-  ${MAX_BATCH:+--max-batch-size "$MAX_BATCH"} | tail -c 400
+  ${MAX_BATCH:+--max-batch-size "$MAX_BATCH"} | tee "$OUT/import-${NAME:-minilm}.json" | tail -c 400
 [ "$PART" = import ] && exit 0
 if [ "$PART" = bench ]; then
   inflight bench-engine --model minilm --batch 32 --batch 512 --seq-len "${SEQ:-128}" --iters "${ITERS:-50}" \

@@ -38,7 +38,7 @@ Kind = Literal["auto", "gpu", "cpu"]
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 """``null``: the control model of ``backends/null`` (Triton's Python backend answering zeros, no inflight code);
 ``plain``: ``backends/plain``, the model as the Python backend's examples serve it (eager fp16, no graphs)."""
-#: ``max_batch_size`` of the configs ``inflight import-hf`` writes unless told otherwise (``--max-batch-size``).
+#: Imports' ``max_batch_size`` without a GPU or a larger fit (``inflight.build.configs.import_batch_size``).
 DEFAULT_MAX_BATCH_SIZE = 512
 
 _KINDS = {

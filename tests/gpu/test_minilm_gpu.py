@@ -97,3 +97,28 @@ def test_fp16_engine_matches_sentence_transformers(tmp_path: Path, unpad: bool) 
     assert counters["replays"] > 0, figures
     if unpad:
         assert counters.get("unpadded", 0) > 0, figures
+
+
+def test_an_import_asking_no_batch_takes_the_largest_at_which_one_instance_a_core_fits_this_gpu(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    from inflight.build.checkpoint import import_checkpoint
+    from inflight.sizing import MEMORY_SHARE
+    from inflight.variants import DEFAULT_MAX_BATCH_SIZE, parse_pbtxt
+
+    free_mb = torch.cuda.mem_get_info(0)[0] / 2**20
+    out = import_checkpoint(tmp_path, _checkpoint(), "minilm", onnx=False, server_cpus=8, gpus=1, configs_only=True)
+    assert out["max_batch_size_asked"] is None
+    batch = out["max_batch_size"]
+    cfg = parse_pbtxt((tmp_path / "minilm_inflight" / "config.pbtxt").read_text())
+    assert cfg.max_batch_size == batch
+    if batch > DEFAULT_MAX_BATCH_SIZE:
+        assert cfg.instance_group[0].count == 8  # the larger batch kept one instance a core
+    # one instance at 2,048 x 256 held 11,150 MiB by the rule's count on an H200 (2026-11-28): with room for eight
+    # of them and a margin, the rule must take 2,048
+    if MEMORY_SHARE * free_mb >= 1.1 * 8 * 11_150:
+        assert batch == 2048
+    # the other variants are written at the same batch
+    assert parse_pbtxt((tmp_path / "minilm_sync" / "config.pbtxt").read_text()).max_batch_size == batch

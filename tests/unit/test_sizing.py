@@ -22,7 +22,7 @@ from inflight.sizing import (
     batcher_delay_us,
     instances_that_fit,
 )
-from inflight.variants import inflight_deployment
+from inflight.variants import DEFAULT_MAX_BATCH_SIZE, inflight_deployment
 
 MINILM = Architecture(shape=BertShape(layers=6, hidden=384, heads=12, ffn=1536), pooling="mean", normalize=True)
 
@@ -82,6 +82,57 @@ def test_the_inflight_variant_is_written_with_the_measured_delay_and_the_others_
     configs.write_configs(tmp_path, MODELS["bert_tiny"], batching=BatchingConfig(max_queue_delay_us=9000), gpus=1)
     cfg = parse_pbtxt((tmp_path / "bert_tiny_inflight" / "config.pbtxt").read_text())
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 9000
+
+
+def _minilm_on(free_mb: float, asked: list[int]) -> object:
+    """The probe as measured for all-MiniLM-L6-v2 on an H200 (2,048 x 256: 3,106 MiB; 512 x 256: 801), on a GPU
+    with ``free_mb`` free; each batch it was asked for goes into ``asked``."""
+
+    def measure(spec: object, max_batch: int, *args: object, **kwargs: object) -> InstanceMemory:
+        asked.append(max_batch)
+        return InstanceMemory(free_mb=free_mb, weights_mb=43, peak_mb=3106 * max_batch / 2048, graph_mb=4096)
+
+    return measure
+
+
+@pytest.mark.parametrize(
+    ("free_mb", "cores", "batch", "asked"),
+    [
+        (142_629, 8, 2048, [2048]),  # the H200: eight instances of 11,150 MiB fit
+        (79_000, 8, 1024, [2048, 1024]),  # an 80 GB card: six fit at 2,048, eight at 1,024
+        (79_000, 4, 2048, [2048]),  # fewer cores: fewer instances to fit
+        (30_000, 8, 512, [2048, 1024]),  # neither keeps one instance a core
+        (8_000, 8, 512, [2048, 1024]),  # not even one instance at 2,048 (ConfigError): on to the next
+    ],
+)
+def test_an_import_takes_the_largest_batch_at_which_one_instance_a_core_fits_the_gpu(
+    monkeypatch: pytest.MonkeyPatch, free_mb: float, cores: int, batch: int, asked: list[int]
+) -> None:
+    from inflight.build import configs
+    from inflight.models.registry import MODELS
+
+    seen: list[int] = []
+    monkeypatch.setattr(configs, "measure_instance_memory", _minilm_on(free_mb, seen))
+    spec = MODELS["bert_small"]
+    params = BackendParameters()
+    assert configs.import_batch_size(spec, params, cores, gpus=1) == batch
+    assert seen == asked
+    if batch > DEFAULT_MAX_BATCH_SIZE:  # the batch chosen keeps the instances the cores give
+        memory = configs.probe(dataclasses.replace(spec, max_batch_size=batch), params, gpus=1)
+        assert inflight_deployment(cores, params, 1, memory)[0] == cores
+
+
+def test_without_a_gpu_an_import_keeps_the_default_batch_and_measures_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inflight.build import configs
+    from inflight.models.registry import MODELS
+
+    seen: list[int] = []
+    monkeypatch.setattr(configs, "measure_instance_memory", _minilm_on(142_629, seen))
+    assert configs.import_batch_size(MODELS["bert_small"], BackendParameters(), 8, gpus=0) == DEFAULT_MAX_BATCH_SIZE
+    assert seen == []
+    # a GPU but nothing the probe could run (no CUDA torch, or no module): the default too
+    monkeypatch.setattr(configs, "measure_instance_memory", lambda *a, **k: None)
+    assert configs.import_batch_size(MODELS["bert_small"], BackendParameters(), 8, gpus=1) == DEFAULT_MAX_BATCH_SIZE
 
 
 def test_fixed_launch_costs_are_fewer_padded_tokens_of_a_heavier_encoder() -> None:

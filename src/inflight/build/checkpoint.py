@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from inflight.build.configs import default_server_cpus, write_configs
+from inflight.build.configs import default_server_cpus, import_batch_size, visible_gpus, write_configs
 from inflight.build.export import _link_or_copy, _sha256, export_onnx, export_torch
 from inflight.errors import ConfigError
 from inflight.model_config import BackendParameters
@@ -60,7 +60,7 @@ def import_checkpoint(
     name: str,
     *,
     allow_pickle: bool = False,
-    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+    max_batch_size: int | None = None,
     onnx: bool = True,
     server_cpus: int | None = None,
     gpus: int | None = None,
@@ -78,11 +78,16 @@ def import_checkpoint(
         checkpoint: The checkpoint's folder (config.json, model.safetensors...; ``inflight.hf_import``).
         name: The model's name (letters, digits, ``_``).
         allow_pickle: Read a ``pytorch_model.bin`` (unpickling runs the file's code).
-        max_batch_size: Largest batch (sequences) of the configs.
+        max_batch_size: Largest batch (sequences) of the configs. None: the largest at which one instance a
+            core fits the GPU (:func:`inflight.build.configs.import_batch_size`; 512 without a GPU).
         onnx: Also export ``NAME_trt/1/model.onnx`` for a TensorRT plan.
         server_cpus: Cores the server will get (``write_configs``).
         gpus: GPUs the server will see (``write_configs``).
         configs_only: Write the config.pbtxt files only.
+
+    Returns:
+        The model, its configs, ``max_batch_size`` as written and as asked (None: chosen here); with the
+        artifacts, also ``model.json``'s record and the seconds the import took.
 
     Raises:
         ConfigError: for a checkpoint that cannot be served faithfully (what differs), or a bad name.
@@ -102,7 +107,7 @@ def import_checkpoint(
         f"{arch.pooling} pooling{', normalized' if arch.normalize else ''})",
         inputs=(tokens, dataclasses.replace(tokens, name="attention_mask")),
         outputs=(TensorSpec(name="embedding", dtype="float32", dims=(arch.shape.hidden,)),),
-        max_batch_size=max_batch_size,
+        max_batch_size=max_batch_size or DEFAULT_MAX_BATCH_SIZE,
         make_module=arch.make,
         default_seq_len=min(64, ckpt.max_seq_len),
         max_seq_len=ckpt.max_seq_len,
@@ -117,6 +122,10 @@ def import_checkpoint(
         extra={"architecture": arch},
     )
     params = BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
+    if max_batch_size is None:
+        gpus = visible_gpus() if gpus is None else gpus
+        batch = import_batch_size(spec, params, server_cpus or default_server_cpus(), gpus)
+        spec = dataclasses.replace(spec, max_batch_size=batch)
     write_configs(repository, spec, params=params, server_cpus=server_cpus, gpus=gpus)
     configs = [f"{name}_{v}" for v in VARIANTS]
     if spec.text_input is not None:  # text tokenized off the encoder's execute thread: NAME_text
@@ -126,13 +135,15 @@ def import_checkpoint(
         for cfg in text_pipeline(spec, name, instances=server_cpus or default_server_cpus()):
             (write_config(repository, cfg) / "1" / ".gitkeep").touch()
             configs.append(cfg.name)
+    batches = {"max_batch_size": spec.max_batch_size, "max_batch_size_asked": max_batch_size}
     if configs_only:
-        return {"model": name, "configs": configs}
+        return {"model": name, "configs": configs, **batches}
     pt2 = repository / f"{name}_inflight" / "1" / "model.pt2"
     export_torch(spec, load_module(ckpt), pt2)
     export_torch(spec, load_module(ckpt, **spec.reference_options), repository / f"{name}_plain" / "1" / "model.pt2")
     meta: dict[str, Any] = {
         "model": name,
+        **batches,
         "checkpoint": ckpt.source,
         "architecture": arch.to_json(),
         "max_seq_len": ckpt.max_seq_len,

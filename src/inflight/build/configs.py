@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import subprocess
@@ -12,13 +13,80 @@ from inflight.build.export import _link_or_copy
 from inflight.errors import ConfigError
 from inflight.model_config import BackendParameters
 from inflight.models.spec import ModelSpec
-from inflight.sizing import batcher_delay_us, measure_instance_memory
+from inflight.sizing import InstanceMemory, batcher_delay_us, measure_instance_memory
 from inflight.variants import (
+    DEFAULT_MAX_BATCH_SIZE,
     VARIANTS,
     BatchingConfig,
     VariantConfig,
     inflight_deployment,
 )
+
+LOGGER = logging.getLogger(__name__)
+
+
+#: The larger batches (sequences) an import tries before ``DEFAULT_MAX_BATCH_SIZE``, largest first
+#: (:func:`import_batch_size`).
+LARGER_BATCHES = (2048, 1024)
+
+
+def probe(spec: ModelSpec, params: BackendParameters, gpus: int) -> InstanceMemory | None:
+    """What one instance of ``spec`` at its ``max_batch_size`` holds on the GPU (None without one).
+
+    The largest launch is ``max_batch_size`` sequences of the longest token bucket; the full batch is
+    timed at ``params.warmup_seq_len`` (:func:`inflight.sizing.measure_instance_memory`).
+    """
+    if not gpus:
+        return None
+    from inflight.runtime.assembly import seq_buckets_for
+
+    seqs = seq_buckets_for(spec, params)
+    return measure_instance_memory(
+        spec,
+        spec.max_batch_size,
+        seqs[-1] if seqs else None,
+        params.graph_memory_mb,
+        typical_seq=params.warmup_seq_len,
+    )
+
+
+def import_batch_size(spec: ModelSpec, params: BackendParameters, server_cpus: int, gpus: int) -> int:
+    """The largest batch in :data:`LARGER_BATCHES` at which one instance a core still fits the GPU's memory.
+
+    Larger launches serve a GPU-bound encoder better: on one H200, all-MiniLM-L6-v2 at 2,048-sequence
+    batches held 6,050 req/s (87.8% of its engine bound) and one instance 1.67x one sync instance, against
+    1.14x at 512 (issue 53, docs/LAB.md). They cost GPU memory (one MiniLM instance at 2,048: 11,150 MiB
+    against 6,541 at 512) and, through :func:`inflight.sizing.batcher_delay_us`, a longer batcher delay. The
+    rule keeps what the cores give (one instance a core, :func:`inflight.variants.inflight_deployment`) and
+    takes the largest batch that leaves it whole. By the rule's arithmetic an H100's ~79 GB free hold six
+    MiniLM instances at 2,048 and eight at 1,024, so eight cores get 1,024 there (not measured). Without a GPU
+    (or no module to run) nothing is measured: ``DEFAULT_MAX_BATCH_SIZE``.
+
+    Args:
+        spec: The model (its ``max_batch_size`` is not read).
+        params: The backend parameters the instances will run with.
+        server_cpus: Cores the server will get.
+        gpus: GPUs the server will see.
+
+    Returns:
+        ``max_batch_size`` for the configs.
+    """
+    if not gpus:
+        return DEFAULT_MAX_BATCH_SIZE
+    cores_give = inflight_deployment(server_cpus, params, gpus, None)[0]
+    for batch in LARGER_BATCHES:
+        try:
+            memory = probe(dataclasses.replace(spec, max_batch_size=batch), params, gpus)
+            if memory is None:  # no torch with CUDA here, or no module to build: nothing measured
+                return DEFAULT_MAX_BATCH_SIZE
+            fit = inflight_deployment(server_cpus, params, gpus, memory)[0]
+        except ConfigError:  # not even one instance at this batch
+            continue
+        if fit >= cores_give:
+            LOGGER.info("%s: max_batch_size %d (%d instance(s) of it fit the GPU)", spec.name, batch, fit)
+            return batch
+    LOGGER.info("%s: max_batch_size %d (larger ones fit fewer instances than cores)", spec.name, DEFAULT_MAX_BATCH_SIZE)
+    return DEFAULT_MAX_BATCH_SIZE
 
 
 def write_configs(
@@ -47,18 +115,7 @@ def write_configs(
     batching = batching or BatchingConfig()
     params = params or BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
     gpus = visible_gpus() if gpus is None else gpus
-    memory = None
-    if gpus:
-        from inflight.runtime.assembly import seq_buckets_for
-
-        seqs = seq_buckets_for(spec, params)
-        memory = measure_instance_memory(
-            spec,
-            spec.max_batch_size,
-            seqs[-1] if seqs else None,
-            params.graph_memory_mb,
-            typical_seq=params.warmup_seq_len,
-        )
+    memory = probe(spec, params, gpus)
     instances, deployed = inflight_deployment(server_cpus or default_server_cpus(), params, gpus, memory)
     # the batcher may wait as long as a full batch of the typical length takes on the GPU (never less than asked)
     delay = max(batching.max_queue_delay_us, batcher_delay_us(memory))

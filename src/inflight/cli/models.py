@@ -93,13 +93,14 @@ def import_hf_cmd(
     name: Annotated[str, typer.Option(help="The model's name: NAME_inflight, NAME_sync, NAME_plain, NAME_trt.")],
     repository: Annotated[Path, typer.Option(help="Model repository to write.")] = REPO_DEFAULT,
     max_batch_size: Annotated[
-        int,
+        Optional[int],  # noqa: UP045
         typer.Option(
-            help="Largest batch (sequences) of the configs. 2048 suits a GPU-bound encoder served by few instances "
-            "(MiniLM, one instance on an H200: 1.67x sync against 1.14x at 512) at more GPU memory per instance "
-            "and a longer batcher delay; at one instance a core the two tie (docs/LAB.md)."
+            min=1,
+            help="Largest batch (sequences) of the configs. Default: with a GPU, the largest of 2048 and 1024 at "
+            f"which one instance a core fits its memory, else {DEFAULT_MAX_BATCH_SIZE} (larger batches serve a "
+            "GPU-bound encoder better at more GPU memory per instance and a longer batcher delay: docs/LAB.md).",
         ),
-    ] = DEFAULT_MAX_BATCH_SIZE,
+    ] = None,
     server_cpus: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option(help="Cores the server will run on (8 or 0-7): NAME_inflight gets one instance per core."),

@@ -11,9 +11,9 @@ scripts/lab/gpu_bound.sh``: the ensemble ``NAME_text`` and the tokenizer's own b
 ``tokenizer.json``); :func:`text_summary` is the block's ``text``.
 
 The default as built is the ``inflight`` variant whose overrides change nothing the build wrote
-(:data:`AS_BUILT_KEYS` only: how it is measured, not what it serves) and whose ``max_batch_size`` is the
-importer's default (another import of the same checkpoint is a configuration beside it), from the newest
-sitting that has one: the build's rule changed between sittings. The one-instance ratio is taken in the
+(:data:`AS_BUILT_KEYS` only: how it is measured, not what it serves) and whose import asked no
+``max_batch_size`` (another import of the same checkpoint is a configuration beside it; :func:`as_built`), from
+the newest sitting that has one: the build's rule changed between sittings. The one-instance ratio is taken in the
 newest file that ran both one-instance variants. Figures of different GPUs are never pooled: the summary and
 the decision row are the newest sitting's device's (:func:`on_device`).
 """
@@ -32,7 +32,7 @@ from inflight.loadtest.runner.window import rate_point
 from inflight.models.architecture import Architecture
 from inflight.models.bert import BertShape
 from inflight.server.ensemble import ENCODER
-from inflight.variants import DEFAULT_MAX_BATCH_SIZE
+from inflight.variants import DEFAULT_MAX_BATCH_SIZE, base_name
 
 #: The H100's own 8192^3 fp16 GEMM (issue 53's measurement, the same host kind): the dense roof of a token's FLOPs.
 H100_DENSE_FLOPS = 749e12
@@ -212,9 +212,27 @@ def on_device(vs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [v for v in vs if v["device"] == vs[-1]["device"]] if vs else []
 
 
+def imported_batch_asked(ab_path: Path, model: str) -> tuple[bool, int | None]:
+    """Whether the sitting of ``ab_path`` recorded ``model``'s import, and the ``--max-batch-size`` it asked (None).
+
+    ``scripts/lab/minilm_gpu.sh`` writes ``import-NAME.json`` (``inflight import-hf``'s output) beside the runs.
+    """
+    f = ab_path.parent / f"import-{model}.json"
+    if not f.is_file():
+        return False, None
+    return True, json.loads(f.read_text()).get("max_batch_size_asked")
+
+
 def as_built(v: Mapping[str, Any]) -> bool:
-    """Whether ``v`` is the ``inflight`` variant as the importer's defaults build it (see the module's docstring)."""
-    return v["kind"] == "inflight" and set(v["overrides"]) <= AS_BUILT_KEYS and v["max_batch"] == DEFAULT_MAX_BATCH_SIZE
+    """Whether ``v`` is the ``inflight`` variant as the importer's defaults build it (see the module's docstring).
+
+    Its import asked no ``--max-batch-size``; a sitting that recorded no import ran before the importer chose the
+    batch, when its default was ``DEFAULT_MAX_BATCH_SIZE``.
+    """
+    if v["kind"] != "inflight" or not set(v["overrides"]) <= AS_BUILT_KEYS:
+        return False
+    recorded, asked = imported_batch_asked(Path(v["path"]), base_name(v["spec"].split("@")[0]))
+    return asked is None if recorded else v["max_batch"] == DEFAULT_MAX_BATCH_SIZE
 
 
 def default_as_built(vs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
