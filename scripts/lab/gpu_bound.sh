@@ -34,7 +34,7 @@ if [ "${IMPORT:-1}" = 1 ]; then
     name=${spec%%:*} batch=${spec#*:}
     [ "$batch" = "$spec" ] && batch=
     NAME=$name MAX_BATCH=$batch PART=import OUT="$OUT" SERVER_CPUS="$SERVER_CPUS" bash scripts/lab/minilm_gpu.sh 2>&1 \
-      | grep -E "one instance|imported|rror" | cut -c1-400
+      | grep -E "one instance|max_batch_size|imported|rror" | cut -c1-400
     grep -h -E "max_batch_size|count" "model_repository/${name}_inflight/config.pbtxt" | tr '\n' ' '; echo
   done
 fi
