@@ -57,12 +57,19 @@ def test_the_default_as_built_is_the_newest_sittings_unchanged_variant_and_its_c
     default = g.default_as_built(vs)
     assert default is not None and set(default["overrides"]) <= g.AS_BUILT_KEYS
     # the newest sitting with an as-built variant, by the time it ran (not by file name); instances=1 and
-    # delay_us= variants are configurations beside it, not the default, and so is an import of larger batches
-    built = [v for v in vs if v["kind"] == "inflight" and set(v["overrides"]) <= g.AS_BUILT_KEYS]
-    built = [v for v in built if v["max_batch"] == g.DEFAULT_MAX_BATCH_SIZE]
+    # delay_us= variants are configurations beside it, not the default, and so is an import that asked its batch
+    built = [v for v in vs if g.as_built(v)]
     assert len(built) > 1 and default is built[-1]
-    assert any(v["max_batch"] > g.DEFAULT_MAX_BATCH_SIZE for v in vs)  # minilm2k, imported with 2,048
     assert not [v for v in built if "instances" in v["overrides"] or "delay_us" in v["overrides"]]
+    # 2026-11-29 afternoon: the import asked no batch and the rule took 2,048; the 512 import beside it asked its own
+    assert default["spec"].startswith("minilm_inflight@") and default["max_batch"] == 2048
+    assert g.imported_batch_asked(default["path"], "minilm") == (True, None)
+    beside = [v for v in vs if v["path"] == default["path"] and v["kind"] == "inflight" and v is not default]
+    assert [v["max_batch"] for v in beside] == [g.DEFAULT_MAX_BATCH_SIZE] and not g.as_built(beside[0])
+    # sittings that recorded no import ran when the importer's default was 512: an import of 2,048 then was asked
+    unrecorded = [v for v in vs if v["kind"] == "inflight" and not g.imported_batch_asked(v["path"], "minilm")[0]]
+    assert {v["max_batch"] for v in unrecorded if g.as_built(v)} == {g.DEFAULT_MAX_BATCH_SIZE}
+    assert any(v["max_batch"] == 2048 and not g.as_built(v) for v in unrecorded)  # minilm2k
     pair = g.one_instance_pair(vs)
     assert pair is not None and pair[0]["path"] == pair[1]["path"]
     assert pair[0]["kind"] == "inflight" and pair[1]["kind"] == "sync"
