@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from inflight.lab.stalls import dump_stuck_stubs, find_debugger, stub_processes
+from inflight.lab.stalls import dump_stuck_stubs, find_debugger, stub_processes, thread_states
 from inflight.loadtest.runner.metrics import scrape
 from inflight.loadtest.stats import request_state
 from inflight.server.control import load_variant, unload, variant_config
@@ -73,7 +73,12 @@ def test_dump_of_a_live_stub(server: Any, repository: Path, tmp_path: Path) -> N
             client.close()
     finally:
         unload(server.http_url, MODEL)
-    assert _wait_for(lambda: not stub_processes(MODEL)), "the stubs did not exit after unload"
+    left = (
+        {s.pid: thread_states(s.pid) for s in stub_processes(MODEL)}
+        if not _wait_for(lambda: not stub_processes(MODEL))
+        else {}
+    )
+    assert not left, f"the stubs did not exit after unload; their threads: {left}"
 
 
 def test_request_state_of_a_live_server(server: Any, repository: Path) -> None:

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -113,15 +114,40 @@ def find_debugger() -> str | None:
 
 
 def native_stacks(pid: int, debugger: str, timeout_s: float = 60.0) -> str:
-    """Every thread's native backtrace, by attaching ``debugger`` in batch mode (detaches after)."""
+    """Every thread's native backtrace, by attaching ``debugger`` in batch mode (detaches after).
+
+    A debugger that does not finish within ``timeout_s`` is asked to quit (SIGTERM: gdb detaches
+    before it exits), killed 10 s later if it has not, and the process is then sent ``SIGCONT``: a
+    debugger stopped between its attach and its detach leaves the attach's ``SIGSTOP`` behind, and a
+    stub stopped by it never exits, so the unload it was called for would wait forever.
+    """
     cmd = [debugger, "-q", "-nx", "-batch", "-p", str(pid), "-ex", "set pagination off", "-ex", "thread apply all bt"]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return f"{debugger} did not finish within {timeout_s:.0f} s"
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except OSError as e:
         return f"could not run {debugger}: {e}"
-    return f"$ {' '.join(cmd)}  (exit {res.returncode})\n{res.stdout}{res.stderr}"
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        return f"{debugger} did not finish within {timeout_s:.0f} s{resume(pid)}"
+    return f"$ {' '.join(cmd)}  (exit {proc.returncode})\n{out}{err}"
+
+
+def resume(pid: int) -> str:
+    """Send ``pid`` SIGCONT, which also drops a stop signal still pending; say what its threads were.
+
+    Harmless to a running process (the stub does not handle SIGCONT).
+    """
+    states = sorted({line.split(" state ", 1)[1].split()[0] for line in thread_states(pid) if " state " in line})
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGCONT)
+    return f"\n(sent the process SIGCONT; its threads' states before: {', '.join(states) or 'none read'})"
 
 
 def dump_stuck_stubs(
@@ -185,6 +211,7 @@ __all__ = [
     "find_debugger",
     "install_stack_dump",
     "native_stacks",
+    "resume",
     "stub_processes",
     "thread_states",
 ]
