@@ -52,6 +52,11 @@ def test_every_section_of_the_page_list_renders_from_the_committed_results() -> 
     assert len(titles) == len(set(titles)), "a section is on two pages"
     pages = results_report.render_pages(ROOT)
     assert list(pages) == list(results_report.PAGES)
+    # the A/B files were parsed once (entries.read_ab) and every section above read the same documents: had one
+    # of them changed a document it was given, the pages would differ from the committed ones or from a fresh parse
+    assert all((ROOT / rel).read_text() == text for rel, text in pages.items()), "the pages are stale or a doc changed"
+    entries._parsed.cache_clear()
+    assert results_report.render_pages(ROOT) == pages
 
 
 def test_every_block_a_section_owns_is_recomputed_and_summary_json_keeps_its_keys(tmp_path: Path) -> None:

@@ -9,12 +9,11 @@ every ratio in it is of one sitting.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from inflight.lab.entries import entries
+from inflight.lab.entries import entries, read_ab
 from inflight.variants import parse_variant_arg
 
 COST_DIR = "cpu-cost"
@@ -100,7 +99,7 @@ def summary(root: Path) -> dict[str, Any] | None:
     """
     loaded = []
     for path in sorted((root / "results" / COST_DIR).rglob("ab-*.json")):
-        doc = json.loads(path.read_text())
+        doc = read_ab(path)
         loaded.append((path, doc, [r for r in _rows(doc) if r["valid"]]))
     chosen: tuple[Path, dict[str, Any], list[dict[str, Any]]] | None = None
     for path, doc, rows in loaded:
@@ -220,7 +219,7 @@ def table(root: Path) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for path in sorted((root / "results" / COST_DIR).rglob("ab-*.json")):
-        for r in _rows(json.loads(path.read_text())):
+        for r in _rows(read_ab(path)):
             bound = r["overlap_bound"] if r["instances"] == 1 else None
             bound_cell = "" if bound is None else f"{bound['value']:.3f}"
             lines.append(

@@ -8,6 +8,7 @@ from :mod:`inflight.runtime.record`, never from a list kept here.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -82,6 +83,22 @@ class Entry:
         return bool(self.summary.get("comparable"))
 
 
+def read_ab(path: Path) -> dict[str, Any]:
+    """An A/B file's document, parsed once per version of the file in this process; callers must not modify it.
+
+    A render of the result pages reads each A/B file three to five times (about 250 MB of JSON, 65 MB of it
+    distinct); a version is the file's inode, modification time and size.
+    """
+    st = path.stat()
+    return _parsed(str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=2048)
+def _parsed(path: str, inode: int, mtime_ns: int, size: int) -> dict[str, Any]:
+    del inode, mtime_ns, size  # the key: another version of the file is parsed again
+    return json.loads(Path(path).read_text())  # type: ignore[no-any-return]
+
+
 def load_ab(path: Path) -> dict[str, Any]:
     """An A/B file, each open-loop variant's capacity keys computed by the runner's current rule.
 
@@ -89,7 +106,7 @@ def load_ab(path: Path) -> dict[str, Any]:
     others missed could stand as the capacity (:func:`inflight.loadtest.openloop.capacity_over_rounds`); their
     sweep rows hold every window, so the keys are recomputed here from them.
     """
-    doc = json.loads(path.read_text())
+    doc = dict(read_ab(path))  # a copy: the summary is replaced below
     if is_open_loop(doc):
         slo = float(doc["load"]["open_loop"]["slo_p99_ms"])
         doc["summary"] = [{**s, **capacity_fields(s["sweep"], slo)} if s.get("sweep") else s for s in doc["summary"]]
@@ -146,7 +163,7 @@ def is_open_loop(doc: Mapping[str, Any]) -> bool:
 
 def open_loop_files(results: Path) -> list[Path]:
     """Every open-loop A/B file anywhere under ``results`` (also those outside ``results/open-loop``)."""
-    return [p for p in sorted(results.rglob("ab-*.json")) if is_open_loop(json.loads(p.read_text()))]
+    return [p for p in sorted(results.rglob("ab-*.json")) if is_open_loop(read_ab(p))]
 
 
 def best_entry(candidates: Iterable[Entry]) -> Entry | None:

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from inflight.lab.entries import read_ab
+
 #: part -> variant specs (``model@key=value,...``). Every part fits a 10-minute call at 60 s windows, with
 #: room for a variant that is slow to unload (the published sync-a group is split in two for that). The plan ran
 #: when ``<model>_inflight`` was written pipelined (one instance, 4 slots); it is written ``mode=auto`` now, so a
@@ -76,7 +78,7 @@ def part_results(root: Path, parts: Sequence[str]) -> list[tuple[str, dict[str, 
         path = latest_ab(root / part)
         if path is None:
             continue
-        doc = json.loads(path.read_text())
+        doc = read_ab(path)
         out += [(part, s, path) for s in doc.get("summary", [])]
     return out
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from inflight.lab.entries import read_ab
 from inflight.loadtest import openloop as ol
 from inflight.loadtest.rategen import fell_behind, read_summary_line
 from inflight.loadtest.runner.window import rate_point
@@ -56,7 +57,7 @@ def ab_docs(root: Path, folder: str = IDS_FOLDER) -> list[tuple[Path, dict[str, 
     """
     base = root / "results" / folder
     paths = [*base.glob("*/ab-*.json"), *base.glob("*/interrupted-ab-*.json")]
-    docs = [(p, json.loads(p.read_text())) for p in paths]
+    docs = [(p, read_ab(p)) for p in paths]
     return sorted(docs, key=lambda pd: str(pd[1].get("started", "")))
 
 

@@ -6,11 +6,11 @@ configuration and how to reproduce it are in its JSON (``inflight ab-report FILE
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from inflight.lab.entries import read_ab
 from inflight.lab.sections import Section, fmt, markdown_table
 
 TITLE = "Every closed-loop A/B run"
@@ -20,7 +20,7 @@ def collect(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Every closed-loop A/B file under ``results/``, in path order."""
     out = []
     for p in sorted((root / "results").rglob("ab-*.json")):
-        doc = json.loads(p.read_text())
+        doc = read_ab(p)
         if (doc.get("load") or {}).get("closed_loop", True):
             out.append((p.relative_to(root), doc))
     return out
