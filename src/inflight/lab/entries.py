@@ -96,7 +96,7 @@ def read_ab(path: Path) -> dict[str, Any]:
 @functools.lru_cache(maxsize=2048)
 def _parsed(path: str, inode: int, mtime_ns: int, size: int) -> dict[str, Any]:
     del inode, mtime_ns, size  # the key: another version of the file is parsed again
-    return json.loads(Path(path).read_text())  # type: ignore[no-any-return]
+    return json.loads(Path(path).read_text())
 
 
 def load_ab(path: Path) -> dict[str, Any]:
