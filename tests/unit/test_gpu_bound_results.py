@@ -192,6 +192,9 @@ def test_the_headline_judges_each_target_of_the_block() -> None:
         "the same requests as text: best capacity at p99 <= 100 ms / engine bound (tokenizing's own bound: 6,000 req/s)"
     )
     assert rows[want] == ["68%", ">= 85%", "**missed**"]  # 4,500 / 6,579
+    # a sitting that held none of its rates reads 0%, and says why (not a text path that answers nothing)
+    rows = {r[0]: r[1:] for r in glance.gpu_bound_rows({**block, "text": {**text, "best_rps": 0.0}})}
+    assert rows[want] == ["0% (its newest sitting held none of the rates it tried)", ">= 85%", "**missed**"]
     assert glance.gpu_bound_rows(None) == []
 
 
