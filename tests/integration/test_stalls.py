@@ -73,12 +73,9 @@ def test_dump_of_a_live_stub(server: Any, repository: Path, tmp_path: Path) -> N
             client.close()
     finally:
         unload(server.http_url, MODEL)
-    left = (
-        {s.pid: thread_states(s.pid) for s in stub_processes(MODEL)}
-        if not _wait_for(lambda: not stub_processes(MODEL))
-        else {}
-    )
-    assert not left, f"the stubs did not exit after unload; their threads: {left}"
+    exited = _wait_for(lambda: not stub_processes(MODEL))
+    left = {} if exited else {s.pid: thread_states(s.pid) for s in stub_processes(MODEL)}
+    assert exited, f"the stubs did not exit after unload; their threads: {left}"
 
 
 def test_request_state_of_a_live_server(server: Any, repository: Path) -> None:

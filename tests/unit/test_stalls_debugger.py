@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from inflight.lab.stalls import native_stacks, thread_states
+from inflight.lab.stalls import native_stacks, process_states, thread_states
 
 STOPPING_DEBUGGER = """#!/bin/sh
 # stops the process after -p, then hangs like a debugger that cannot finish
@@ -21,10 +21,6 @@ while [ $# -gt 0 ]; do [ "$1" = "-p" ] && pid=$2; shift; done
 kill -STOP "$pid"
 exec sleep 300
 """
-
-
-def _states(pid: int) -> set[str]:
-    return {line.split(" state ", 1)[1].split()[0] for line in thread_states(pid)}
 
 
 def test_a_debugger_cut_off_leaves_the_process_running(tmp_path: Path) -> None:
@@ -37,9 +33,9 @@ def test_a_debugger_cut_off_leaves_the_process_running(tmp_path: Path) -> None:
         assert "did not finish within 1 s" in text
         assert "sent the process SIGCONT" in text and "T" in text  # it was stopped, and says so
         deadline = time.monotonic() + 5.0
-        while _states(target.pid) & {"T", "t"} and time.monotonic() < deadline:
+        while process_states(target.pid) & {"T", "t"} and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _states(target.pid) & {"T", "t"}, f"left stopped: {thread_states(target.pid)}"
+        assert not process_states(target.pid) & {"T", "t"}, f"left stopped: {thread_states(target.pid)}"
         target.terminate()  # a running process acts on SIGTERM; a stopped one would not
         assert target.wait(timeout=5.0) != 0
     finally:

@@ -87,9 +87,9 @@ def stub_processes(
     return sorted(found, key=lambda s: s.pid)
 
 
-def thread_states(pid: int) -> list[str]:
-    """One line per thread: tid, name, state and kernel wait channel (``/proc/PID/task``)."""
-    lines = []
+def _tasks(pid: int) -> list[tuple[str, str, str, str]]:
+    """(tid, name, state, kernel wait channel) of every thread of ``pid`` (``/proc/PID/task``)."""
+    tasks = []
     for task in sorted(Path(f"/proc/{pid}/task").glob("[0-9]*"), key=lambda p: int(p.name)):
 
         def read(name: str, task: Path = task) -> str:
@@ -101,8 +101,18 @@ def thread_states(pid: int) -> list[str]:
         stat = read("stat")
         # field 3 of stat, after the parenthesised name (which may hold spaces)
         state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
-        lines.append(f"{task.name:>8}  {read('comm'):<16} state {state}  wchan {read('wchan') or '-'}")
-    return lines
+        tasks.append((task.name, read("comm"), state, read("wchan") or "-"))
+    return tasks
+
+
+def thread_states(pid: int) -> list[str]:
+    """One line per thread: tid, name, state and kernel wait channel (``/proc/PID/task``)."""
+    return [f"{tid:>8}  {comm:<16} state {state}  wchan {wchan}" for tid, comm, state, wchan in _tasks(pid)]
+
+
+def process_states(pid: int) -> set[str]:
+    """The states of ``pid``'s threads (``S``, ``R``, ``T`` stopped, ``t`` stopped by a tracer...)."""
+    return {state for _, _, state, _ in _tasks(pid)}
 
 
 def find_debugger() -> str | None:
@@ -144,7 +154,7 @@ def resume(pid: int) -> str:
 
     Harmless to a running process (the stub does not handle SIGCONT).
     """
-    states = sorted({line.split(" state ", 1)[1].split()[0] for line in thread_states(pid) if " state " in line})
+    states = sorted(process_states(pid))
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGCONT)
     return f"\n(sent the process SIGCONT; its threads' states before: {', '.join(states) or 'none read'})"
@@ -211,6 +221,7 @@ __all__ = [
     "find_debugger",
     "install_stack_dump",
     "native_stacks",
+    "process_states",
     "resume",
     "stub_processes",
     "thread_states",
