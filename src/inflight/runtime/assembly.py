@@ -64,8 +64,12 @@ def graph_tokens_for(params: BackendParameters, spec: ModelSpec) -> int:
     return max(1, round(EAGER_FROM_TOKENS * token_cost_scale(spec.extra.get("architecture"))))
 
 
-def make_device_engine(params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int) -> DeviceEngine:
+def make_device_engine(
+    params: BackendParameters, spec: ModelSpec, version_dir: Path, device_id: int, *, graph_tokens: int
+) -> DeviceEngine:
     """Build the GPU instance's configured engine (``auto``: TensorRT when possible, else Torch).
+
+    ``graph_tokens`` is :func:`graph_tokens_for` of the same parameters, which the caller's buckets share.
 
     Raises:
         EngineError: when the engine cannot be created (missing artifact, no TensorRT...).
@@ -102,7 +106,7 @@ def make_device_engine(params: BackendParameters, spec: ModelSpec, version_dir: 
         # bucket is captured there (InflightModel), the others on first use
         graph_memory_mb=params.graph_memory_mb,
         unpad=params.unpad,
-        graph_tokens=graph_tokens_for(params, spec),
+        graph_tokens=graph_tokens,
     )
 
 
@@ -173,14 +177,15 @@ def assemble(
         buckets = Buckets(tuple(range(1, max_batch + 1)), tuple(range(1, max_seq + 1)) if max_seq else None)
         runner = CpuRunner(make_host_engine(params, spec, version_dir), layout, buckets)
     else:
-        engine = make_device_engine(params, spec, version_dir, device_id)
+        graph_tokens = graph_tokens_for(params, spec)
+        engine = make_device_engine(params, spec, version_dir, device_id, graph_tokens=graph_tokens)
         batch_buckets = params.batch_buckets or pow2_buckets(max_batch)
         if batch_buckets[-1] < max_batch:
             batch_buckets = (*batch_buckets, max_batch)
         scale = token_cost_scale(spec.extra.get("architecture"))
         # token buckets up to the largest launch replayed from a graph; larger ones run at their own count
         largest = max_batch * max_seq if max_seq else 0
-        eager_from = graph_tokens_for(params, spec) if engine.unpads and max_seq else 0
+        eager_from = graph_tokens if engine.unpads and max_seq else 0
         buckets = Buckets(
             batch_buckets,
             seq_buckets,

@@ -453,12 +453,13 @@ class TorchEngine(DeviceEngine):
                 self.counters["eager"] += 1
                 if self._exact(key):  # never captured: one graph per token count would not pay
                     self.counters["exact"] += 1
-                elif key not in self._eager_buckets:
-                    self._eager_buckets.add(key)
-                    LOGGER.info("%s ran eagerly (no CUDA graph yet)", str(key))
-                if not self._exact(key) and self._within_budget(key) and self._capture(key, stream):
-                    self.counters["lazy_captures"] += 1
-                    LOGGER.info("captured %s on first use", str(key))
+                else:
+                    if key not in self._eager_buckets:
+                        self._eager_buckets.add(key)
+                        LOGGER.info("%s ran eagerly (no CUDA graph yet)", str(key))
+                    if self._within_budget(key) and self._capture(key, stream):
+                        self.counters["lazy_captures"] += 1
+                        LOGGER.info("captured %s on first use", str(key))
             for t in self.spec.outputs:
                 m, o = group.rows * Layout.per_item(t, seq), group.out_offset[t.name]
                 outs[t.name][o : o + m].copy_(self._static_out[t.name][:m])
