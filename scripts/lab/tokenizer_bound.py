@@ -121,6 +121,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8, help="requests tokenized together (one encode_batch)")
     p.add_argument("--seconds", type=float, default=3.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--calls", default=",".join(CALLS), help="the calls measured, comma-separated (default: all)")
     p.add_argument("--out", type=Path)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--call", default="encode_batch_fast", help=argparse.SUPPRESS)
@@ -129,7 +130,7 @@ def main() -> None:
         print(json.dumps(run(a)))
         return
     rows = []
-    for call in CALLS:
+    for call in a.calls.split(","):
         for layout in ("one process", "per core"):
             row = measure(a, call, layout)
             rows.append(row)

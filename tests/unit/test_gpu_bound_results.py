@@ -237,6 +237,38 @@ def test_the_text_path_bound_is_reported_apart_and_never_ranked_as_a_configurati
     assert g.text_summary(tmp_path)["best_rps"] is None  # type: ignore[index]
 
 
+def test_a_newer_sitting_of_other_splits_alone_leaves_the_text_row_to_the_last_as_built_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A sitting that served only other tokenizer/encoder splits is an experiment: the row keeps the as-built one."""
+    root = tmp_path / "results" / "gpu-bound-text"
+
+    def v(sitting: str, overrides: dict[str, str], cap: float) -> dict[str, Any]:
+        spec = "minilm_text@" + ",".join(f"{k}={x}" for k, x in overrides.items())
+        return {
+            "path": root / sitting / "ab.json",
+            "spec": spec,
+            "overrides": overrides,
+            "capacity": cap,
+            "capacities": [cap] * 3,
+            "device": "NVIDIA H200",
+            "kind": "inflight",
+            "bounded": True,
+        }
+
+    built = v("1800", {"capture_at_load": "false"}, 5200.0)
+    four = v("1800", {"capture_at_load": "false", "tokenizer_instances": "4"}, 4000.0)
+    six = v("1808", {"instances": "6", "tokenizer_instances": "4"}, 4100.0)
+    monkeypatch.setattr(g, "tokenizer_bounds", lambda root: [])
+    monkeypatch.setattr(g, "variants", lambda root, folder: [built, four, six])
+    got = g.text_summary(tmp_path)
+    assert got is not None and (got["capacity_rps"], got["best_rps"]) == (5200.0, 5200.0)
+    # with no as-built sitting at all, the newest sitting is still read (and has no as-built figure)
+    monkeypatch.setattr(g, "variants", lambda root, folder: [four, six])
+    got = g.text_summary(tmp_path)
+    assert got is not None and (got["capacity_rps"], got["best_rps"]) == (None, 4100.0)
+
+
 def test_a_tie_in_capacity_goes_to_the_variant_that_held_it_in_more_rounds() -> None:
     """minilm2k at 2 and at 8 instances both reached 5,600 (2026-11-28); the 2-instance one missed it in a round."""
     two = {"kind": "inflight", "capacity": 5600.0, "capacities": [5600.0, 0.0, 5600.0]}

@@ -282,8 +282,15 @@ def tokenizer_bounds(root: Path) -> list[dict[str, Any]]:
     return [{**json.loads(p.read_text()), "path": p} for p in paths]
 
 
+def _is_text(v: dict[str, Any]) -> bool:
+    """Whether a variant serves ``NAME_text`` (the ensemble)."""
+    return bool(v["spec"].split("@")[0].endswith("_text"))
+
+
 def text_summary(root: Path) -> dict[str, Any] | None:
-    """The newest text sitting: the ensemble as built against the tokenizer's bound measured in the same call.
+    """The newest text sitting that served the ensemble as built: it against the tokenizer's bound of the same call.
+
+    A newer sitting that served only other splits (``tokenizer_instances``, ``instances``) is an experiment beside it.
 
     ``capacity_rps``: the as-built ``NAME_text`` (no key but how it is measured, :data:`AS_BUILT_KEYS`); ``best_rps``:
     the sitting's best variant; ``tokenizer_bound_rps``: requests a second the server's cores tokenize with the
@@ -295,8 +302,11 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     vs = variants(root, TEXT_FOLDER)
     if not vs:
         return None
-    newest = [v for v in vs if v["path"].parent == vs[-1]["path"].parent]
-    texts = [v for v in newest if v["spec"].split("@")[0].endswith("_text")]
+    # the newest sitting that served the ensemble as built (a sitting of other splits alone is an experiment)
+    as_built = [v for v in vs if _is_text(v) and set(v["overrides"]) <= AS_BUILT_KEYS]
+    last = (as_built or vs)[-1]["path"].parent
+    newest = [v for v in vs if v["path"].parent == last]
+    texts = [v for v in newest if _is_text(v)]
     # NAME_text@encoder=NAME_null: the text path's own bound (no GPU work), never a configuration to rank
     paths = [v for v in texts if ENCODER in v["overrides"] and v["kind"] == "null"]
     texts = [v for v in texts if v not in paths]
