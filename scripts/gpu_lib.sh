@@ -1,4 +1,4 @@
-# Shared by scripts/lab/gpu_session.sh, run_experiments.sh and run_experiments_lanes.sh (sourced from the
+# Shared by the GPU-host scripts (scripts/lab/gpu_session.sh, gpu_bound.sh, minilm_gpu.sh... sourced from the
 # repository root). Sets PY (the Python interpreter: $PYTHON or python3) and unbuffered Python
 # output; profile_loaded needs USERS (Locust users) set by the caller.
 
@@ -29,6 +29,15 @@ kit_setup() {
       "python3 -c 'import setuptools; print(setuptools.__version__)')" >&2
     export INFLIGHT_SETUP_DONE=1
   fi
+}
+
+# lab_call: the start of a one-GPU lab call: the kit installed, OUT required, and the cores of the one-GPU host:
+# the server's and its stubs' (SERVER_CPUS, default 0-7) and the load generator's (CLIENT_CPUS, default 8-15).
+lab_call() {
+  kit_setup
+  OUT=${OUT:?set OUT}
+  SERVER_CPUS=${SERVER_CPUS:-0-7}
+  CLIENT_CPUS=${CLIENT_CPUS:-8-15}
 }
 
 # ensure_built [MODEL...]: build the Torch artifacts in model_repository that are missing or stale (all by default).

@@ -7,10 +7,7 @@
 #   OUT=... bash scripts/lab/core_sharing.sh    # GPU host; writes $OUT/topology.txt and $OUT/tokenizer-*.json
 set -uo pipefail
 source scripts/gpu_lib.sh
-kit_setup
-OUT=${OUT:?set OUT}
-SERVER_CPUS=${SERVER_CPUS:-0-7}
-CLIENT_CPUS=${CLIENT_CPUS:-8-15}
+lab_call
 HALF_CPUS=${HALF_CPUS:-0-3}
 {
   nproc

@@ -21,10 +21,7 @@
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
 set -uo pipefail
 source scripts/gpu_lib.sh
-kit_setup
-OUT=${OUT:?set OUT}
-SERVER_CPUS=${SERVER_CPUS:-0-7}
-CLIENT_CPUS=${CLIENT_CPUS:-8-15}
+lab_call
 RATES=${RATES:-1500,3000,4500}
 ROUNDS=${ROUNDS:-3}
 VARIANTS=${VARIANTS:-minilm_sync@instances=1 minilm_inflight@instances=1 minilm_null}

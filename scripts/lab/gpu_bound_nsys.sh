@@ -15,10 +15,7 @@
 # server log, live metrics); the reports and sqlite exports stay on the host.
 set -uo pipefail
 source scripts/gpu_lib.sh
-kit_setup
-OUT=${OUT:?set OUT}
-SERVER_CPUS=${SERVER_CPUS:-0-7}
-CLIENT_CPUS=${CLIENT_CPUS:-8-15}
+lab_call
 DELAY=${DELAY:-12}
 WINDOW=${WINDOW:-5}
 ONE="instances=1,capture_at_load=false"

@@ -17,11 +17,8 @@
 # Cores: server 0-7 (its stubs too), generator 8-15 (SERVER_CPUS, CLIENT_CPUS).
 set -uo pipefail
 source scripts/gpu_lib.sh
-kit_setup
-OUT=${OUT:?set OUT}
+lab_call
 PART=${PART:-tests}
-SERVER_CPUS=${SERVER_CPUS:-0-7}
-CLIENT_CPUS=${CLIENT_CPUS:-8-15}
 RATES=${RATES:-250,1000,2000}
 
 if [ "$PART" = tests ]; then
