@@ -194,7 +194,7 @@ def test_the_headline_judges_each_target_of_the_block() -> None:
     assert rows[want] == ["68%", ">= 85%", "**missed**"]  # 4,500 / 6,579
     # a sitting that held none of its rates reads 0%, and says why (not a text path that answers nothing)
     rows = {r[0]: r[1:] for r in glance.gpu_bound_rows({**block, "text": {**text, "best_rps": 0.0}})}
-    assert rows[want] == ["0% (its newest sitting held none of the rates it tried)", ">= 85%", "**missed**"]
+    assert rows[want] == ["0% (its newest as-built sitting held none of the rates it tried)", ">= 85%", "**missed**"]
     assert glance.gpu_bound_rows(None) == []
 
 
@@ -243,28 +243,34 @@ def test_a_newer_sitting_of_other_splits_alone_leaves_the_text_row_to_the_last_a
     """A sitting that served only other tokenizer/encoder splits is an experiment: the row keeps the as-built one."""
     root = tmp_path / "results" / "gpu-bound-text"
 
-    def v(sitting: str, overrides: dict[str, str], cap: float) -> dict[str, Any]:
-        spec = "minilm_text@" + ",".join(f"{k}={x}" for k, x in overrides.items())
+    def v(sitting: str, spec: str, overrides: dict[str, str], cap: float, kind: str = "inflight") -> dict[str, Any]:
         return {
             "path": root / sitting / "ab.json",
-            "spec": spec,
+            "spec": spec + "".join(f"@{k}={x}" for k, x in overrides.items()),
             "overrides": overrides,
             "capacity": cap,
             "capacities": [cap] * 3,
             "device": "NVIDIA H200",
-            "kind": "inflight",
-            "bounded": True,
+            "kind": kind,
+            "bounded": kind != "null",
         }
 
-    built = v("1800", {"capture_at_load": "false"}, 5200.0)
-    four = v("1800", {"capture_at_load": "false", "tokenizer_instances": "4"}, 4000.0)
-    six = v("1808", {"instances": "6", "tokenizer_instances": "4"}, 4100.0)
+    older = v("1400", "minilm_text", {"capture_at_load": "false"}, 4500.0)
+    path = v("1400", "minilm_text", {"encoder": "minilm_null"}, 5900.0, kind="null")
+    built = v("1800", "minilm_text", {"capture_at_load": "false"}, 5200.0)
+    four = v("1800", "minilm_text", {"tokenizer_instances": "4"}, 4000.0)
+    six = v("1808", "minilm_text", {"instances": "6"}, 4100.0)
+    # the token path's as-built encoder in the newest sitting is not the ensemble as built
+    encoder = v("1808", "minilm_inflight", {}, 6000.0)
+    newer_path = v("1810", "minilm_text", {"encoder": "minilm_null"}, 6500.0, kind="null")
     monkeypatch.setattr(g, "tokenizer_bounds", lambda root: [])
-    monkeypatch.setattr(g, "variants", lambda root, folder: [built, four, six])
+    monkeypatch.setattr(g, "variants", lambda root, folder: [older, path, built, four, six, encoder, newer_path])
     got = g.text_summary(tmp_path)
-    assert got is not None and (got["capacity_rps"], got["best_rps"]) == (5200.0, 5200.0)
+    assert got is not None
+    assert (got["capacity_rps"], got["best_rps"]) == (5200.0, 5200.0)  # the newest as-built sitting, not the oldest
+    assert got["text_path_bound_rps"] == 6500.0  # the path's bound of the newest sitting that ran it
     # with no as-built sitting at all, the newest sitting is still read (and has no as-built figure)
-    monkeypatch.setattr(g, "variants", lambda root, folder: [four, six])
+    monkeypatch.setattr(g, "variants", lambda root, folder: [four, six, encoder])
     got = g.text_summary(tmp_path)
     assert got is not None and (got["capacity_rps"], got["best_rps"]) == (None, 4100.0)
 
@@ -277,3 +283,16 @@ def test_a_tie_in_capacity_goes_to_the_variant_that_held_it_in_more_rounds() -> 
     assert g.pick([two, eight, lower], "inflight") is eight
     assert g.pick([eight, two], "inflight") is eight
     assert g.pick([lower], "sync") is None
+
+
+def test_a_variant_an_interrupted_run_never_reached_is_left_out(tmp_path: Path) -> None:
+    """The 18:55 probe's time limit cut its run before the second variant's first window: it measured nothing."""
+    name = "20261129-1855-h200-minilm-text-pipelined-probe/interrupted-ab-20261129-185541.json"
+    src = ROOT / "results" / g.TEXT_FOLDER / name
+    dst = tmp_path / "results" / g.TEXT_FOLDER / name
+    dst.parent.mkdir(parents=True)
+    dst.write_bytes(src.read_bytes())
+    assert len(json.loads(src.read_text())["variants"]) == 2
+    got = g.variants(tmp_path, g.TEXT_FOLDER)
+    assert [v["spec"] for v in got] == ["minilm_text@capture_at_load=false,mode=pipelined"]
+    assert got[0]["capacities"] == [0.0]  # one window, p99 361 ms: it held nothing, which is a measurement

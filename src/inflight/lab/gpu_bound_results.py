@@ -148,12 +148,17 @@ def capacity_per_round(doc: Mapping[str, Any], label: str, slo_ms: float) -> lis
 
 
 def variants(root: Path, folder: str = IDS_FOLDER) -> list[dict[str, Any]]:
-    """Each variant of each served file: its spec, instances, capacity per round and median, and gauges at it."""
+    """Each variant of each served file: its spec, instances, capacity per round and median, and gauges at it.
+
+    A variant with no window (an interrupted run cut before it) is left out: it measured nothing.
+    """
     out = []
     for f, doc in ab_docs(root, folder):
         slo = doc["load"]["open_loop"]["slo_p99_ms"]
         for v in doc["variants"]:
             own = [r for r in doc["runs"] if r["variant"] == v["label"]]
+            if not own:
+                continue
             top = max((r["rate"] for r in own), default=0.0)  # its own highest rate: above it, not tried
             rounds = _rounds(doc, v["label"])
             caps = _capacities(rounds, slo)
@@ -296,8 +301,9 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     the sitting's best variant; ``tokenizer_bound_rps``: requests a second the server's cores tokenize with the
     backends' encoder (one single-threaded process a core, the layout that tokenized most), measured in the same
     call or, when the sitting skipped it, in the newest sitting before it; ``text_path_bound_rps``: the ensemble
-    with the null model in the encoder's place (``encoder=NAME_null``: tokenizer, ensemble, Triton), None unless
-    run, and ``text_path_bound_is_lower`` when every rate met the SLO (the bound is at least that).
+    with the null model in the encoder's place (``encoder=NAME_null``: tokenizer, ensemble, Triton) in the newest
+    sitting that ran it (None if none did), and ``text_path_bound_is_lower`` when every rate met the SLO (the bound
+    is at least that).
     """
     vs = variants(root, TEXT_FOLDER)
     if not vs:
@@ -306,10 +312,10 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     as_built = [v for v in vs if _is_text(v) and set(v["overrides"]) <= AS_BUILT_KEYS]
     last = (as_built or vs)[-1]["path"].parent
     newest = [v for v in vs if v["path"].parent == last]
-    texts = [v for v in newest if _is_text(v)]
     # NAME_text@encoder=NAME_null: the text path's own bound (no GPU work), never a configuration to rank
-    paths = [v for v in texts if ENCODER in v["overrides"] and v["kind"] == "null"]
-    texts = [v for v in texts if v not in paths]
+    every_path = [v for v in vs if _is_text(v) and ENCODER in v["overrides"] and v["kind"] == "null"]
+    paths = [v for v in every_path if v["path"].parent == every_path[-1]["path"].parent] if every_path else []
+    texts = [v for v in newest if _is_text(v) and v not in every_path]
     built = [v for v in texts if set(v["overrides"]) <= AS_BUILT_KEYS]
     # the sitting's own bound, else the newest measured before it (a sitting may skip it: TOKENIZER_BOUND=0)
     every = tokenizer_bounds(root)
@@ -318,7 +324,7 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     ][-1:]
     path = max(paths, key=rank) if paths else None
     # the encoder's own text input is a text configuration too; a null model or the path's bound never is
-    candidates = texts or [v for v in newest if v not in paths and v["kind"] != "null"]
+    candidates = texts or [v for v in newest if v not in every_path and v["kind"] != "null"]
     best = max(candidates, key=rank) if candidates else None
     return {
         "device": newest[0]["device"],

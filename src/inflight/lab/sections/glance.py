@@ -166,7 +166,7 @@ def gpu_bound_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
                 else ""
             ),
             text_served,
-            "{:.0%}" + (" (its newest sitting held none of the rates it tried)" if text_best == 0 else ""),
+            "{:.0%}" + (" (its newest as-built sitting held none of the rates it tried)" if text_best == 0 else ""),
             ">= 85%",
             at_least(text_served, 0.85),
         ),
