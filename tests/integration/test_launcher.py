@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
 import socket
 import subprocess
 import sys
+import threading
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +45,59 @@ def test_port_in_use_is_refused_with_the_fix(tmp_path: Path, repository: Path) -
         )
         with pytest.raises(ServerError, match=rf"http port {port} is already in use.*--http-port"):
             TritonServer(cfg).start()
+
+
+@contextlib.contextmanager
+def another_http_server() -> Iterator[int]:
+    """A plain HTTP server that answers 200 to every GET (a readiness probe too) on a free port, for the block."""
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Ok)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_port_taken_after_the_check_is_not_mistaken_for_this_servers_readiness(
+    tmp_path: Path, repository: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process takes the HTTP port between the launcher's check and the bind and answers the probe.
+
+    (A CI run's load test loaded its models into another server that way.) The check is made to pass here, as it
+    did there: tritonserver then exits ("already in use"), and the other server's 200 must not count as ready.
+    """
+    monkeypatch.setattr("inflight.server.launcher.port_free", lambda port: True)
+    with another_http_server() as taken:
+        grpc, metrics = free_ports(2)
+        fixed = ServerConfig(
+            model_repository=repository,
+            workdir=tmp_path / "fixed",
+            http_port=taken,
+            grpc_port=grpc,
+            metrics_port=metrics,
+            models=[],
+        )
+        with pytest.raises(ServerError, match="already in use"):
+            TritonServer(fixed).start()
+        # ports picked free: started again on new ones
+        picked = ServerConfig.on_free_ports(repository, tmp_path / "picked", http_port=taken)
+        assert picked.ports_picked
+        with TritonServer(picked) as s:
+            assert picked.http_port != taken and s.ready() and s.is_alive()
+        assert "already in use" in (tmp_path / "picked" / "tritonserver.log").read_text()
 
 
 def test_missing_binary_says_how_to_get_one(tmp_path: Path) -> None:

@@ -243,6 +243,30 @@ def port_free(port: int, host: str = "0.0.0.0") -> bool:
     return True
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` (from ``/proc``; None where it cannot say).
+
+    A server that answers on a port is not always the one just started there: another process can bind the
+    port first, and the new server then exits while the other answers.
+    """
+    inodes: set[str] = set()
+    try:
+        for table in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")):
+            with contextlib.suppress(FileNotFoundError):
+                for row in table.read_text().splitlines()[1:]:
+                    local, state, inode = row.split()[1], row.split()[3], row.split()[9]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                        inodes.add(f"socket:[{inode}]")
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except (OSError, ValueError, IndexError):
+        return None
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+    return False
+
+
 def free_port() -> int:
     """An ephemeral port that is free now."""
     return free_ports(1)[0]
@@ -321,6 +345,8 @@ class ServerConfig:
             dies (``PR_SET_PDEATHSIG``), so a launcher killed with SIGKILL does not leave it running
             and holding its ports. Only for a server started from a thread that outlives it (the
             main thread of ``inflight serve``): the signal follows the starting *thread*.
+        ports_picked: The ports were picked free (:meth:`on_free_ports`): a start that finds one taken by the
+            time the server binds it starts again on new ones (``TritonServer.start``).
     """
 
     model_repository: Path
@@ -338,6 +364,7 @@ class ServerConfig:
     http_reply_buffer_bytes: int | None = field(default_factory=_reply_buffer_from_env)
     cpus: Sequence[int] = ()
     die_with_launcher: bool = False
+    ports_picked: bool = False
 
     @classmethod
     def from_env(cls, model_repository: Path, workdir: Path, **overrides: object) -> ServerConfig:
@@ -359,6 +386,7 @@ class ServerConfig:
             "grpc_port": grpc,
             "metrics_port": metrics,
             "models": [],
+            "ports_picked": True,
         }
         kw.update(overrides)
         return cls(model_repository=model_repository, workdir=workdir, **kw)  # type: ignore[arg-type]

@@ -27,6 +27,8 @@ from inflight.server.config import (
     TritonDist,
     check_stub_numpy,
     find_tritonserver,
+    free_ports,
+    listens_on,
     port_free,
     prepare_backend_dir,
     stub_environment,
@@ -38,6 +40,8 @@ LOGGER = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 """``prctl`` option: the signal a process gets when the thread that forked it dies (``<sys/prctl.h>``)."""
+#: Starts of a server whose ports were picked free, each on new ones after a port was taken first.
+PORT_ATTEMPTS = 3
 
 
 def _server_child_setup(cpus: tuple[int, ...], parent_pid: int | None = None) -> None:
@@ -204,6 +208,8 @@ class TritonServer:
     def start(self, stop_requested: Callable[[], bool] | None = None) -> TritonServer:
         """Check ports and numpy, prepare the backend folder, launch, and wait for readiness.
 
+        On a port taken first, a ``ports_picked`` config starts again on new ports (:data:`PORT_ATTEMPTS` in all).
+
         Args:
             stop_requested: Polled while waiting for readiness; when it returns True the server is
                 stopped and ``ServerError`` raised (e.g. Ctrl+C during a long model load).
@@ -215,6 +221,18 @@ class TritonServer:
             StopRequested: when ``stop_requested()`` turned True; the server still runs, for the
                 caller to ``stop()``.
         """
+        c = self.config
+        for _ in range(PORT_ATTEMPTS - 1):
+            try:
+                return self._start(stop_requested)
+            except ServerError as e:
+                if not c.ports_picked or "already in use" not in str(e):
+                    raise
+            c.http_port, c.grpc_port, c.metrics_port = free_ports(3)
+            LOGGER.warning("a port was taken before tritonserver bound it; starting again on HTTP %s", self.http_url)
+        return self._start(stop_requested)
+
+    def _start(self, stop_requested: Callable[[], bool] | None) -> TritonServer:
         c = self.config
         for name, port in (("http", c.http_port), ("grpc", c.grpc_port), ("metrics", c.metrics_port)):
             if not port_free(port):
@@ -297,13 +315,17 @@ class TritonServer:
             if not self.is_alive():
                 code = self.process.returncode if self.process else None
                 raise ServerError(f"tritonserver exited with code {code} during start-up:\n{self.log_tail()}")
-            if self.ready():
+            if self.ready() and self._serves_http():
                 for m in self.config.models or ():
                     if not self.model_ready(m):
                         raise ServerError(f"model {m!r} failed to load:\n{self.log_tail()}")
                 return
             time.sleep(0.25)
         raise ServerError(f"tritonserver not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def _serves_http(self) -> bool:
+        """Whether this server listens on the HTTP port: the readiness answer is its own (``listens_on``)."""
+        return self.process is not None and listens_on(self.process.pid, self.config.http_port) is not False
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the server log."""
