@@ -8,7 +8,7 @@
 set -uo pipefail
 source scripts/gpu_lib.sh
 lab_call
-HALF_CPUS=${HALF_CPUS:-0-3}
+HALF_CPUS=${HALF_CPUS:-0-3}  # half of SERVER_CPUS: set it with it
 {
   nproc
   lscpu | grep -E -i "model name|socket|core|thread|numa"
@@ -17,7 +17,8 @@ HALF_CPUS=${HALF_CPUS:-0-3}
   done | sort -V
 } > "$OUT/topology.txt" 2>&1
 cat "$OUT/topology.txt"
-NAME=minilm PART=import OUT="$OUT" SERVER_CPUS="$SERVER_CPUS" bash scripts/lab/minilm_gpu.sh > /dev/null 2>&1
+NAME=minilm PART=import OUT="$OUT" SERVER_CPUS="$SERVER_CPUS" bash scripts/lab/minilm_gpu.sh > /tmp/core_sharing_import.log 2>&1 \
+  || { tail -n 20 /tmp/core_sharing_import.log; echo "core_sharing: the import failed" >&2; exit 1; }
 bound() {  # label cpus
   $PY scripts/lab/tokenizer_bound.py --repository model_repository --model minilm_inflight --calls word_cache \
     --cpus "$2" --out "$OUT/tokenizer-$1.json" 2>&1 | grep -v -i warn | sed "s/^/$1: /"
@@ -32,11 +33,14 @@ for c in cores:
     print(subprocess.Popen(spinner, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)
 EOF
 }
+pids=
+trap '[ -n "$pids" ] && kill $pids 2>/dev/null' EXIT  # no spin loop outlives the script
 for round in 1 2; do
   bound "idle-r$round" "$SERVER_CPUS"
   pids=$(spin "$CLIENT_CPUS")
   sleep 1
   bound "client-busy-r$round" "$SERVER_CPUS"
   kill $pids
+  pids=
   bound "half-r$round" "$HALF_CPUS"
 done
