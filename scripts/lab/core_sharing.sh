@@ -25,10 +25,9 @@ bound() {  # label cpus
 }
 spin() {  # a spin loop on each core of $1; their pids on stdout
   $PY - "$1" <<'EOF'
-import os, subprocess, sys
-from itertools import chain
-cores = list(chain.from_iterable(range(int(a), int(b or a) + 1) for a, _, b in (p.partition("-") for p in sys.argv[1].split(","))))
-for c in cores:
+import subprocess, sys
+from inflight.loadtest.openloop import parse_cpus
+for c in parse_cpus(sys.argv[1]):
     spinner = ["taskset", "-c", str(c), sys.executable, "-c", "while True: pass"]
     print(subprocess.Popen(spinner, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).pid)
 EOF

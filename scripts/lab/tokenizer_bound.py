@@ -126,14 +126,15 @@ def main() -> None:
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--call", default="encode_batch_fast", help=argparse.SUPPRESS)
     a = p.parse_args()
-    unknown = [c for c in a.calls.split(",") if c not in CALLS]
+    calls = a.calls.split(",")
+    unknown = [c for c in calls if c not in CALLS]
     if unknown:
         p.error(f"--calls: {unknown} not among {', '.join(CALLS)}")
     if a.worker:
         print(json.dumps(run(a)))
         return
     rows = []
-    for call in a.calls.split(","):
+    for call in calls:
         for layout in ("one process", "per core"):
             row = measure(a, call, layout)
             rows.append(row)

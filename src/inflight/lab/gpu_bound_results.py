@@ -309,19 +309,18 @@ def text_summary(root: Path) -> dict[str, Any] | None:
     if not vs:
         return None
     # the newest sitting that served the ensemble as built (a sitting of other splits alone is an experiment)
-    as_built = [v for v in vs if _is_text(v) and set(v["overrides"]) <= AS_BUILT_KEYS]
-    last = (as_built or vs)[-1]["path"].parent
+    ensembles_as_built = [v for v in vs if _is_text(v) and set(v["overrides"]) <= AS_BUILT_KEYS]
+    last = (ensembles_as_built or vs)[-1]["path"].parent
     newest = [v for v in vs if v["path"].parent == last]
     # NAME_text@encoder=NAME_null: the text path's own bound (no GPU work), never a configuration to rank
     every_path = [v for v in vs if _is_text(v) and ENCODER in v["overrides"] and v["kind"] == "null"]
     paths = [v for v in every_path if v["path"].parent == every_path[-1]["path"].parent] if every_path else []
     texts = [v for v in newest if _is_text(v) and v not in every_path]
-    built = [v for v in texts if set(v["overrides"]) <= AS_BUILT_KEYS]
+    built = [v for v in ensembles_as_built if v["path"].parent == last]
     # the sitting's own bound, else the newest measured before it (a sitting may skip it: TOKENIZER_BOUND=0)
     every = tokenizer_bounds(root)
-    bounds = [b for b in every if b["path"].parent == newest[0]["path"].parent] or [
-        b for b in every if b["path"].parent.name <= newest[0]["path"].parent.name
-    ][-1:]
+    before = [b for b in every if b["path"].parent.name <= last.name]
+    bounds = [b for b in every if b["path"].parent == last] or before[-1:]
     path = max(paths, key=rank) if paths else None
     # the encoder's own text input is a text configuration too; a null model or the path's bound never is
     candidates = texts or [v for v in newest if v not in every_path and v["kind"] != "null"]

@@ -254,7 +254,8 @@ def listens_on(pid: int, port: int) -> bool | None:
         for table in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")):
             with contextlib.suppress(FileNotFoundError):
                 for row in table.read_text().splitlines()[1:]:
-                    local, state, inode = row.split()[1], row.split()[3], row.split()[9]
+                    fields = row.split()
+                    local, state, inode = fields[1], fields[3], fields[9]
                     if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
                         inodes.add(f"socket:[{inode}]")
         fds = os.listdir(f"/proc/{pid}/fd")
