@@ -296,3 +296,33 @@ def test_a_variant_an_interrupted_run_never_reached_is_left_out(tmp_path: Path) 
     got = g.variants(tmp_path, g.TEXT_FOLDER)
     assert [v["spec"] for v in got] == ["minilm_text@capture_at_load=false,mode=pipelined"]
     assert got[0]["capacities"] == [0.0]  # one window, p99 361 ms: it held nothing, which is a measurement
+
+
+def _engine_row(variant: str, tokens_per_s: float) -> dict[str, object]:
+    timed = {"seconds": 1.0, "real_tokens": 1, "tokens_per_s": tokens_per_s}
+    return {"variant": variant, "uniform": timed, "mixed": timed, "unpadded": timed, "cosine_min_vs_fp32": 0.9997}
+
+
+def test_the_engine_table_shows_the_newest_fp8_rows_and_a_real_checkpoints_fp8_cost(tmp_path: Path) -> None:
+    from inflight.lab.sections import gpu_bound
+
+    shape = {"layers": 6, "hidden": 384, "heads": 12, "ffn": 1536}
+    for folder, variants in (
+        ("engine-minilm-1", [_engine_row("fp8", 1.0e6), _engine_row("served", 2.0e6)]),
+        ("engine-minilm-2", [_engine_row("served", 17.0e6), _engine_row("fp8", 16.0e6)]),
+    ):
+        f = tmp_path / "results" / folder / "encoder-engine-x.json"
+        f.parent.mkdir(parents=True)
+        f.write_text(json.dumps({"device": "H200", "shape": shape, "rows": 2048, "variants": variants}))
+    cost = {"cosine_min": 0.99, "cosine_mean": 0.997, "same_nearest_neighbour": 0.92}
+    acc = {"checkpoint": "/x/ckpt/model", "texts": {"calibration": 5, "evaluated": 6}, "fp8": cost}
+    (tmp_path / "results" / "engine-minilm-2" / "fp8-accuracy-cpu.json").write_text(json.dumps(acc))
+    e = g.engine(tmp_path)
+    assert e is not None and set(e["fp8"]) == {"fp8"} and e["fp8"]["fp8"]["uniform"]["tokens_per_s"] == 16.0e6
+    data = gpu_bound.collect(tmp_path)
+    assert data is not None
+    text = "\n".join(gpu_bound.render(data))
+    assert "| fp8, calibrated scales (`fp8`) | 16.00M |" in text, "the newest file's fp8 row"
+    assert "per-call scales" not in text, "a variant never measured has no row"
+    assert "`fp8` cosine min 0.990000, mean 0.997000, the same nearest other text for 92%" in text
+    assert "6 sentences" in text and "`ckpt`" in text

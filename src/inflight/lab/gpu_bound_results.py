@@ -105,14 +105,22 @@ def token_flops(shape: Mapping[str, int], length: int = 64) -> float:
     return Architecture(shape=s).token_flops() + 4 * length * s.hidden * s.layers
 
 
+#: The fp8 variants of ``scripts/lab/encoder_engine.py`` (every linear layer in fp8 e4m3), newest of each shown.
+FP8_VARIANTS = ("fp8", "fp8_dynamic")
+
+
 def engine(root: Path, device: str | None = None) -> dict[str, Any] | None:
-    """The newest ``served`` engine row with an unpadded figure, and the before (``opaque_ffn``) beside it.
+    """The newest ``served`` engine row with an unpadded figure, the before (``opaque_ffn``) and fp8 rows beside it.
 
     Args:
         root: The repository.
         device: Only files of this GPU (its name as the files give it); None: any.
+
+    Returns:
+        ``served``, ``before`` and ``fp8`` (variant -> its newest row; only those measured), or None: no served row.
     """
     served = before = None
+    fp8: dict[str, dict[str, Any]] = {}
     for f in _engine_files(root):
         doc = json.loads(f.read_text())
         if device is not None and doc["device"] != device:
@@ -124,9 +132,17 @@ def engine(root: Path, device: str | None = None) -> dict[str, Any] | None:
                 served = {**v, "path": f, "doc": doc}
             if v["variant"] == "opaque_ffn":
                 before = {**v, "path": f}
+            if v["variant"] in FP8_VARIANTS:
+                fp8[v["variant"]] = {**v, "path": f}
     if served is None:
         return None
-    return {"served": served, "before": before}
+    return {"served": served, "before": before, "fp8": fp8}
+
+
+def fp8_accuracy(root: Path) -> dict[str, Any] | None:
+    """The newest real checkpoint's fp8 cost (``encoder_engine.py --fp8-accuracy``), its ``path`` added; None: none."""
+    files = sorted((root / "results").glob("engine-minilm-*/fp8-accuracy-*.json"))
+    return {**json.loads(files[-1].read_text()), "path": files[-1]} if files else None
 
 
 def _rounds(doc: Mapping[str, Any], label: str) -> list[list[ol.RatePoint]]:

@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from inflight.lab.gpu_bound_results import (
+    FP8_VARIANTS,
     H100_DENSE_FLOPS,
     TEXT_FOLDER,
     ab_docs,
     engine,
+    fp8_accuracy,
     kept_schedule,
     nsys_captures,
     summary,
@@ -51,6 +53,7 @@ def collect(root: Path) -> dict[str, Any] | None:
     return {
         "root": root,
         "engine": e,
+        "fp8_accuracy": fp8_accuracy(root),
         "variants": vs,
         "captures": nsys_captures(root),
         "docs": ab_docs(root),
@@ -58,6 +61,26 @@ def collect(root: Path) -> dict[str, Any] | None:
         "text_docs": ab_docs(root, TEXT_FOLDER),
         "tokenizer": tokenizer_bounds(root),
     }
+
+
+def _fp8_lines(root: Path, acc: Mapping[str, Any] | None) -> list[str]:
+    """What fp8 costs a real checkpoint's embeddings, from ``encoder_engine.py --fp8-accuracy``'s file."""
+    if acc is None:
+        return []
+    rel = acc["path"].relative_to(root)
+    cost = "; ".join(
+        f"`{name}` cosine min {acc[name]['cosine_min']:.6f}, mean {acc[name]['cosine_mean']:.6f}, the same nearest "
+        f"other text for {acc[name]['same_nearest_neighbour']:.0%}"
+        for name in ("fp16", *FP8_VARIANTS)
+        if name in acc
+    )
+    return [
+        f"What fp8 costs a real checkpoint ([`{rel}`]({rel}), on the CPU: `{Path(acc['checkpoint']).parent.name}`'s "
+        f"embeddings of {acc['texts']['evaluated']} sentences of this repository's docs against its fp32 ones, fp8 "
+        f"scales calibrated on {acc['texts']['calibration']} others): {cost}. The cosine column above is random "
+        "weights', which hide that cost. fp8 is slower here and costs accuracy, so it is not offered.",
+        "",
+    ]
 
 
 def render(data: Mapping[str, Any]) -> list[str]:
@@ -76,9 +99,18 @@ def render(data: Mapping[str, Any]) -> list[str]:
             "cosine vs fp32 |",
             "|---|---|---|---|---|---|",
         ]
-        for name, v in (("before issue 53 (`opaque_ffn`)", e["before"]), ("served now", s)):
+        fp8 = e.get("fp8", {})
+        rows = [
+            ("before issue 53 (`opaque_ffn`)", e["before"]),
+            ("served now", s),
+            ("fp8, calibrated scales (`fp8`)", fp8.get("fp8")),
+            ("fp8, per-call scales (`fp8_dynamic`)", fp8.get("fp8_dynamic")),
+        ]
+        for name, v in rows:
             if v is None:
                 continue
+            if v["path"] != s["path"]:
+                name += f" ([`{v['path'].parent.name}`]({v['path'].relative_to(root)}))"
             un = v["unpadded"].get("tokens_per_s", 0.0)
             lines.append(
                 f"| {name} | {v['uniform']['tokens_per_s'] / 1e6:.2f}M | {v['mixed']['tokens_per_s'] / 1e6:.2f}M | "
@@ -90,6 +122,7 @@ def render(data: Mapping[str, Any]) -> list[str]:
             f"{s['uniform']['tokens_per_s'] / roof:.0%} of it.",
             "",
         ]
+        lines += _fp8_lines(root, data.get("fp8_accuracy"))
     if vs:
         lines += [
             f"Served on one-GPU hosts ({', then '.join(dict.fromkeys(v['device'] for v in vs))}: each file's "
