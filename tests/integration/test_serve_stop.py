@@ -146,3 +146,32 @@ def test_serve_killed_with_sigkill_takes_tritonserver_with_it(
         time.sleep(0.2)
     assert s.left() == [], "tritonserver outlived serve killed with SIGKILL"
     assert all(port_free(p) for p in s.ports)
+
+
+def test_ctrl_c_while_another_launcher_starts_its_server_stops_at_once(
+    repository: Path, tmp_path: Path, serves: list[Serve], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Launchers on one host take turns starting servers (the HTTP reply buffer's lock); a Ctrl+C while waiting ends it.
+
+    The lock is this test's own (``TMPDIR`` moves it), held as another launcher would hold it. A CI run's ``serve``
+    went on waiting past its 15 s there, for another xdist worker's server start.
+    """
+    import fcntl
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    with (tmp_path / "inflight-wmem_default.lock").open("a+") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        s = Serve(repository, tmp_path / "serve", "linear_head_sync")
+        serves.append(s)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("waiting for it" in line for line in s.err):
+            assert s.proc.poll() is None, s.text()[-3000:]
+            time.sleep(0.1)
+        assert any("waiting for it" in line for line in s.err), f"serve never waited for the lock:\n{s.text()[-3000:]}"
+        s.proc.send_signal(signal.SIGINT)
+        code = s.wait_exit(5.0)
+        assert code is not None, f"serve still waits 5 s after SIGINT:\n{s.text()[-3000:]}"
+    text = s.text()
+    assert code == 0 and "no tritonserver was started" in text and "Traceback" not in text, (code, text[-3000:])
+    assert "serving " not in text, "a stop before serving must not print the serving line"
+    assert s.left() == [] and all(port_free(p) for p in s.ports)

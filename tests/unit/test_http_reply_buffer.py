@@ -5,13 +5,14 @@ from __future__ import annotations
 import fcntl
 import logging
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from inflight.server.config import ServerConfig
 from inflight.server.reply_buffer import HTTP_REPLY_BUFFER_BYTES, ensure_http_reply_buffer, http_reply_buffer
-from inflight.tool_errors import ServerError
+from inflight.tool_errors import ServerError, StopRequested
 
 
 def test_raises_a_small_default_and_returns_the_old_value(tmp_path: Path) -> None:
@@ -85,4 +86,27 @@ def test_a_held_lock_times_out_with_a_fix(tmp_path: Path) -> None:
             http_reply_buffer(8 << 20, f, lock, lock_timeout_s=0.5),
         ):
             pass
+    assert f.read_text() == "212992\n"  # never touched without the lock
+
+
+def test_a_stop_requested_while_waiting_for_the_lock_ends_the_wait_at_once(tmp_path: Path) -> None:
+    # a Ctrl+C of `inflight serve` while another launcher holds the lock: serve must stop within seconds, not wait
+    # for the other server (a CI run's serve waited past its 15 s for another xdist worker's start)
+    f, lock = tmp_path / "wmem_default", tmp_path / "wmem.lock"
+    f.write_text("212992\n")
+    polls: list[float] = []
+
+    def stop_requested() -> bool:
+        polls.append(time.monotonic())
+        return len(polls) >= 3  # the stop comes while the launcher waits
+
+    with lock.open("a+") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        t0 = time.monotonic()
+        with (
+            pytest.raises(StopRequested, match="no tritonserver was started"),
+            http_reply_buffer(8 << 20, f, lock, lock_timeout_s=30.0, stop_requested=stop_requested),
+        ):
+            pass
+        assert time.monotonic() - t0 < 5.0
     assert f.read_text() == "212992\n"  # never touched without the lock

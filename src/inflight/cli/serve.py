@@ -108,6 +108,7 @@ def serve_cmd(
                 fail(e)
             typer.echo(f"{e}; tritonserver stopped (exit code {code})")
             _exit_for(server, code)
+            raise typer.Exit(0) from None  # a clean stop before serving: never on to the "serving" line
         typer.echo(
             f"serving {repository} (HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}); "
             f"log: {server.log_path}; Ctrl+C stops"

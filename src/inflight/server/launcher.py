@@ -211,15 +211,15 @@ class TritonServer:
         On a port taken first, a ``ports_picked`` config starts again on new ports (:data:`PORT_ATTEMPTS` in all).
 
         Args:
-            stop_requested: Polled while waiting for readiness; when it returns True the server is
-                stopped and ``ServerError`` raised (e.g. Ctrl+C during a long model load).
+            stop_requested: Polled while waiting for another launcher's start (``http_reply_buffer``'s lock) and
+                for readiness; when it returns True ``StopRequested`` is raised (e.g. Ctrl+C during a long model load).
 
         Raises:
             ServerError: on a taken port, numpy >= 2, no server binary, or a server that exits or
                 does not become ready (the message quotes the end of the server log); the server is
                 stopped then.
-            StopRequested: when ``stop_requested()`` turned True; the server still runs, for the
-                caller to ``stop()``.
+            StopRequested: when ``stop_requested()`` turned True; the server (if it was started) still runs, for
+                the caller to ``stop()``.
         """
         c = self.config
         for _ in range(PORT_ATTEMPTS - 1):
@@ -258,7 +258,11 @@ class TritonServer:
         log.flush()
         self._env_dirs_before = set(PYTHON_ENV_DIRS.parent.glob(PYTHON_ENV_DIRS.name))
         self.exit_reason = None
-        buffer = http_reply_buffer(c.http_reply_buffer_bytes) if c.http_reply_buffer_bytes else contextlib.nullcontext()
+        buffer = (
+            http_reply_buffer(c.http_reply_buffer_bytes, stop_requested=stop_requested)
+            if c.http_reply_buffer_bytes
+            else contextlib.nullcontext()
+        )
         with buffer:
             try:
                 self.process = subprocess.Popen(

@@ -7,10 +7,10 @@ import fcntl
 import logging
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from inflight.tool_errors import ServerError
+from inflight.tool_errors import ServerError, StopRequested
 
 LOGGER = logging.getLogger(__name__)
 
@@ -25,14 +25,23 @@ WMEM_LOCK = Path(tempfile.gettempdir()) / "inflight-wmem_default.lock"
 
 @contextlib.contextmanager
 def http_reply_buffer(
-    min_bytes: int, path: Path = WMEM_DEFAULT, lock_path: Path = WMEM_LOCK, lock_timeout_s: float = 600.0
+    min_bytes: int,
+    path: Path = WMEM_DEFAULT,
+    lock_path: Path = WMEM_LOCK,
+    lock_timeout_s: float = 600.0,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> Iterator[None]:
     """Hold ``net.core.wmem_default`` at ``min_bytes`` or more while the block starts a server, then restore it.
 
     The value is host-wide (per network namespace) and read when a socket is created, so two
     launchers starting servers side by side (one lane per GPU) must not interleave: one could
     restore the old value before the other server created its sockets. A lock file serializes them;
-    a launcher that finds the lock taken waits (logged) until the other server is ready.
+    a launcher that finds the lock taken waits (logged) until the other server is ready, or until
+    ``stop_requested()`` returns True (Ctrl+C meanwhile).
+
+    Raises:
+        StopRequested: when ``stop_requested()`` turned True while waiting for the lock (no server was started).
+        ServerError: when the lock stayed taken for ``lock_timeout_s``.
     """
     lock = None
     with contextlib.suppress(OSError):
@@ -45,6 +54,10 @@ def http_reply_buffer(
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if stop_requested is not None and stop_requested():
+                    raise StopRequested(
+                        "stop requested while waiting for another launcher's server start; no tritonserver was started"
+                    ) from None
                 if not waiting:
                     LOGGER.info(
                         "another launcher is starting a tritonserver on this host (%s); waiting for it", lock_path
