@@ -19,6 +19,10 @@ from tests.helpers import ab_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow(seconds=340)]
 
+#: The share of a control arm's sends (64 connections or call slots) that may go out
+#: over 10 ms late: the 2-core host's scheduling, not a wait for a connection; the one-connection arm's are > 30%
+LATE_CONTROL = 0.15
+
 
 def _ab(repository: Path, out: Path, *args: str) -> dict:  # type: ignore[type-arg]
     cmd = ab_command(*args, repository=repository, out=out, window=4)
@@ -193,7 +197,9 @@ def test_asyncio_generator_counts_the_wait_for_a_connection(server: object, repo
     assert one["connection_waits"] >= one["lateness"]["very_late"] > 0
     assert many["connection_waits"] < 0.05 * many["lateness"]["scheduled"]
     assert one["lateness"]["very_late_fraction"] > 0.3 and np.percentile(lat_one, 99) > 300
-    assert many["lateness"]["very_late_fraction"] < 0.05 and np.percentile(lat_many, 50) < 100
+    # the control keeps its schedule: on the 2-core host beside three other test workers a few sends still go out
+    # late that waited for no connection (5.8% in a CI run of 2026-12-01); the waits themselves are asserted above
+    assert many["lateness"]["very_late_fraction"] < LATE_CONTROL and np.percentile(lat_many, 50) < 100
     assert many["rps"] > 1.5 * one["rps"]
     # what a profile's summary reads from the load's log: this generator fell behind (the server was saturated)
     from inflight.loadtest.rategen import fell_behind
@@ -253,5 +259,7 @@ def test_grpc_generator_counts_the_wait_for_a_call_slot(server: object, reposito
     assert one["urls"] == [grpc_url] and one["rps"] < 70
     assert one["connection_waits"] >= one["lateness"]["very_late"] > 0
     assert one["lateness"]["very_late_fraction"] > 0.3 and np.percentile(lat_one, 99) > 300
-    assert many["lateness"]["very_late_fraction"] < 0.05 and np.percentile(lat_many, 50) < 100
+    # as over HTTP: the control's waits for a call slot are few, and its late sends the host's (7.3% in a CI run)
+    assert many["connection_waits"] < 0.05 * many["lateness"]["scheduled"]
+    assert many["lateness"]["very_late_fraction"] < LATE_CONTROL and np.percentile(lat_many, 50) < 100
     assert many["rps"] > 1.5 * one["rps"]
