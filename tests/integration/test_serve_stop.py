@@ -90,6 +90,8 @@ def test_five_ctrl_c_at_random_moments_each_stop_within_15_s(
             # stopped during start-up: Triton 2.51 dies of SIGTERM before it serves (unclean, said so), or stops
             assert "stop requested" in text and "Traceback" not in text, (seed, text[-3000:])
             assert code == 0 or (code == 1 and "had not started serving" in text), (seed, text[-3000:])
+        elif "no tritonserver was started" in text:  # while another launcher's start held the lock: a clean stop
+            assert code == 0 and "Traceback" not in text, (seed, text[-3000:])
         else:  # before the handlers were installed: Python's KeyboardInterrupt, no server was started
             assert code != 0, (seed, text[-3000:])
     print(f"seed {seed}: " + "; ".join(report))
