@@ -99,7 +99,7 @@ def render(data: Mapping[str, Any]) -> list[str]:
             "cosine vs fp32 |",
             "|---|---|---|---|---|---|",
         ]
-        fp8 = e.get("fp8", {})
+        fp8 = e["fp8"]
         rows = [
             ("before issue 53 (`opaque_ffn`)", e["before"]),
             ("served now", s),
@@ -122,7 +122,7 @@ def render(data: Mapping[str, Any]) -> list[str]:
             f"{s['uniform']['tokens_per_s'] / roof:.0%} of it.",
             "",
         ]
-        lines += _fp8_lines(root, data.get("fp8_accuracy"))
+        lines += _fp8_lines(root, data["fp8_accuracy"])
     if vs:
         lines += [
             f"Served on one-GPU hosts ({', then '.join(dict.fromkeys(v['device'] for v in vs))}: each file's "
