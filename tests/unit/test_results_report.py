@@ -127,9 +127,9 @@ def test_ceiling_section_says_when_the_ceiling_allows_the_target(tmp_path: Path)
 def test_every_closed_loop_run_is_one_row_with_its_unloads(pages: dict[str, str]) -> None:
     """The runs page lists each closed-loop run once, linking its JSON, with how many of its windows stalled."""
     page = pages[rr.AB_RUNS_PAGE]
-    listed = [p for p, _ in ab_runs.collect(ROOT)]
+    listed = [p for p, _ in ab_runs.closed_loop_runs(ROOT)]
     assert listed
-    for rel, doc in ab_runs.collect(ROOT):
+    for rel, doc in ab_runs.closed_loop_runs(ROOT):
         (row,) = [line for line in page.splitlines() if line.startswith(f"| [`{rel}`](../{rel}) |")]
         assert row.endswith(f"| {ab_runs.unload_cell(doc)} |")
         timed = [r for r in doc["runs"] if r.get("unload_s") is not None]

@@ -114,7 +114,7 @@ def _links(companion: Sequence[str], runs: int) -> list[str]:
 def render_pages(root: Path) -> dict[str, str]:
     """The generated pages by path from ``root``: :data:`MAIN_PAGE`, then :data:`AB_RUNS_PAGE`."""
     body = {page: [line for s in sections for line in s.lines(root)] for page, sections in PAGES.items()}
-    main = body[MAIN_PAGE] + _links(body[AB_RUNS_PAGE], len(ab_runs.collect(root)))
+    main = body[MAIN_PAGE] + _links(body[AB_RUNS_PAGE], len(ab_runs.closed_loop_runs(root)))
     return {
         MAIN_PAGE: "\n".join(_HEADERS[MAIN_PAGE] + main) + "\n",
         AB_RUNS_PAGE: "\n".join(_HEADERS[AB_RUNS_PAGE] + body[AB_RUNS_PAGE]) + "\n",

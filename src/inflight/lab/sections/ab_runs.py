@@ -1,7 +1,8 @@
-"""RESULTS-ab-runs' "Every closed-loop A/B run": one row per run, linking its JSON.
+"""RESULTS-ab-runs' "Every A/B run": every open-loop run linked by kind, then one row per closed-loop run.
 
-Every closed-loop run (every ``ab-*.json`` under ``results/`` but the open-loop files). A run's full tables, its
-configuration and how to reproduce it are in its JSON (``inflight ab-report FILE`` renders them).
+Every ``ab-*.json`` under ``results/``. A run's full tables, its configuration and how to reproduce it are in its
+JSON (``inflight ab-report FILE`` renders them); an open-loop run's latency-against-rate table and plot are in the
+Markdown report beside it.
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab.entries import read_ab
+from inflight.lab.entries import open_loop_files, read_ab
 from inflight.lab.sections import Section, fmt, markdown_table
 
-TITLE = "Every closed-loop A/B run"
+TITLE = "Every A/B run"
 
 
-def collect(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+def closed_loop_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     """Every closed-loop A/B file under ``results/``, in path order."""
     out = []
     for p in sorted((root / "results").rglob("ab-*.json")):
@@ -24,6 +25,26 @@ def collect(root: Path) -> list[tuple[Path, dict[str, Any]]]:
         if (doc.get("load") or {}).get("closed_loop", True):
             out.append((p.relative_to(root), doc))
     return out
+
+
+def collect(root: Path) -> dict[str, Any] | None:
+    """Every open-loop report and every closed-loop run under ``results/`` (None when there is neither)."""
+    files = [p.relative_to(root) for p in open_loop_files(root / "results")]
+    closed = closed_loop_runs(root)
+    return {"open_loop": files, "closed_loop": closed} if files or closed else None
+
+
+def open_loop_lines(files: list[Path]) -> list[str]:
+    """One line per kind of result (a folder of ``results/``) linking its open-loop reports, sittings apart."""
+    by_sitting: dict[Path, list[Path]] = {}
+    for md in files:
+        by_sitting.setdefault(md.parents[1] if len(md.parents) > 3 else md.parent, []).append(md)
+    by_kind: dict[Path, list[str]] = {}
+    for sitting, mds in by_sitting.items():
+        links = ", ".join(f"[{md.parent.name if md.parent != sitting else md.stem}](../{md})" for md in mds)
+        kind = Path(*sitting.parts[:2])
+        by_kind.setdefault(kind, []).append(links if sitting == kind else f"`{sitting.name}`: {links}")
+    return [f"- `{kind}`: {'; '.join(parts)}" for kind, parts in by_kind.items()]
 
 
 def unload_cell(doc: Mapping[str, Any]) -> str:
@@ -39,10 +60,10 @@ def unload_cell(doc: Mapping[str, Any]) -> str:
     return f"**{len(stalled)} of {len(runs)} not unloaded** within the timeout{held}"
 
 
-def render(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
-    """One row per run: device, load, each variant's req/s and p99, failures, the unloads."""
+def render(data: Mapping[str, Any]) -> list[str]:
+    """The open-loop runs by kind, then one row per closed-loop run: device, load, req/s and p99, the unloads."""
     rows = []
-    for path, doc in runs:
+    for path, doc in data["closed_loop"]:
         load, dev = doc.get("load") or {}, doc.get("device") or {}
         variants = "; ".join(
             f"{s['variant']} `{s['spec']}` {fmt(s.get('rps'))} req/s, "
@@ -62,7 +83,12 @@ def render(runs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
             ]
         )
     return [
-        "## Every closed-loop A/B run",
+        "## Every A/B run",
+        "",
+        "Every open-loop run, with its latency-against-rate table and plot, one line per kind of result "
+        "(its sittings separated by semicolons):",
+        "",
+        *open_loop_lines(data["open_loop"]),
         "",
         "One row per closed-loop run under `results/`; its JSON holds every table, its configuration and how to "
         "reproduce it (`inflight ab-report FILE` writes them as Markdown).",

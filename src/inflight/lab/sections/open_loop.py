@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab.entries import open_loop_files, sittings, summary_block
+from inflight.lab.entries import sittings, summary_block
 from inflight.lab.open_loop_results import summary, summary_with_two_gpu
 from inflight.lab.sections import Section, fmt
 from inflight.loadtest.openloop import LIMIT_LATE_MS
@@ -43,7 +43,7 @@ def _binding_limit(block: Mapping[str, Any]) -> str | None:
 
 
 def collect(root: Path) -> dict[str, Any] | None:
-    """The ``open_loop`` block of ``results/summary.json``, every sitting's own block, and every open-loop file."""
+    """The ``open_loop`` block of ``results/summary.json`` and every sitting's own block."""
     block = summary_block(root, "open_loop")
     if not block:
         return None
@@ -51,12 +51,11 @@ def collect(root: Path) -> dict[str, Any] | None:
     return {
         "block": block,
         "sittings": every,
-        "files": [p.relative_to(root) for p in open_loop_files(root / "results")],
     }
 
 
 def render(data: Mapping[str, Any]) -> list[str]:
-    """The section: the targets, the best configurations, the limits beside them, every sitting and every run."""
+    """The section: the targets, the best configurations, the limits beside them, every sitting."""
     block = data["block"]
     generator = (
         "the asyncio generator `inflight.loadtest.rategen`"
@@ -202,21 +201,6 @@ def render(data: Mapping[str, Any]) -> list[str]:
             f"{cap('two_gpu')} | {cap('null_model')} | {fmt(b.get('engine_bound_rps'))} | "
             f"{'n/a' if over is None else f'{over:.2f}x'} |"
         )
-    lines += [
-        "",
-        "Every open-loop run, with its latency-against-rate table and plot, one line per kind of result "
-        "(its sittings separated by semicolons):",
-        "",
-    ]
-    by_sitting: dict[Path, list[Path]] = {}
-    for md in data["files"]:
-        by_sitting.setdefault(md.parents[1] if len(md.parents) > 3 else md.parent, []).append(md)
-    by_kind: dict[Path, list[str]] = {}
-    for sitting, mds in by_sitting.items():
-        links = ", ".join(f"[{md.parent.name if md.parent != sitting else md.stem}](../{md})" for md in mds)
-        kind = Path(*sitting.parts[:2])
-        by_kind.setdefault(kind, []).append(links if sitting == kind else f"`{sitting.name}`: {links}")
-    lines += [f"- `{kind}`: {'; '.join(parts)}" for kind, parts in by_kind.items()]
     lines.append("")
     return lines
 
