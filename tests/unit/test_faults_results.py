@@ -1,15 +1,12 @@
-"""The faults driver's tallies and the RESULTS "Faults" section, from a small file and from the committed sittings."""
+"""The faults driver's tallies, memory and metrics readers, and its printed lines, from a small file."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from inflight.lab import faults
-from inflight.lab.sections import faults as faults_section
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "fixtures" / "faults.json"
 
 
@@ -55,37 +52,10 @@ def test_samples_reads_the_metrics_of_one_model() -> None:
     assert faults.samples(text, "nv_inference_pending_request_count", "m") == {"": 2.0}
 
 
-def test_the_section_renders_each_fault_from_the_file(tmp_path: Path) -> None:
-    sitting = tmp_path / "results" / "faults" / "20990101-test"
-    sitting.mkdir(parents=True)
-    shutil.copy(FIXTURE, sitting / "faults.json")
-    text = "\n".join(faults_section.SECTION.lines(tmp_path))
-    assert "## Faults under load" in text and "results/faults/20990101-test/faults.json" in text
-    rows = [line for line in text.splitlines() if line.startswith("| (")]
-    assert len(rows) == 4
-    a, b, c, d = (line.split(" | ") for line in rows)
-    assert a[3:7] == ["101", "40", "61", "0"]  # sent, answered, failed, lost
-    assert "61 x connection: ConnectionRefusedError" in a[8] and a[9].startswith("yes (a new inflight serve; 8/8")
-    assert b[6] == "13" and "Stub process" in b[8] and b[9].startswith("yes (unload and reload failed")
-    assert c[3:7] == ["300", "200", "100", "0"] and "100 x HTTP 404" in c[8]
-    assert d[7] == "2" and d[8] == "none" and "400 -> 402; 401 -> 450 MiB (NOT flat)" in d[11]
-    did = next(line for line in text.splitlines() if line.startswith("What Triton did on (b)"))
-    assert "did not restart it" in did and "13 requests got neither" in did and "in-flight gauge: 4 batch(es)" in did
-    assert "exit code 1 and a new one answered 8/8 correctly" in did
-
-
-def test_no_sitting_no_section(tmp_path: Path) -> None:
-    assert faults_section.SECTION.lines(tmp_path) == []
-
-
-def test_the_results_page_holds_the_current_section() -> None:
-    files = faults_section.sittings(ROOT / "results")
-    assert files, "no sitting under results/faults"
-    # a sitting may hold some of the faults (a device call's time ran out); the CPU host's holds all four
-    for path in files:
-        doc = json.loads(path.read_text())
-        assert doc["faults"] and {f["fault"] for f in doc["faults"]} <= set(faults.FAULTS), path
-    cpu = [json.loads(p.read_text()) for p in files if p.parent.name.endswith("-cpu")]
-    assert cpu and {f["fault"] for f in cpu[-1]["faults"]} == set(faults.FAULTS)
-    section = "\n".join(faults_section.SECTION.lines(ROOT))
-    assert section and section in (ROOT / "docs" / "RESULTS.md").read_text()
+def test_the_driver_prints_one_line_per_fault_of_its_file() -> None:
+    doc = json.loads(FIXTURE.read_text())
+    lines = faults.section_rows(doc)
+    assert len(lines) == len(doc["faults"]) == 4
+    first = doc["faults"][0]
+    assert lines[0].startswith(f"({first['fault']}) {first['name']}: sent {first['sent']}, ")
+    assert all(", lost " in line and "; recovered " in line for line in lines)

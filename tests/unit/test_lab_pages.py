@@ -9,13 +9,12 @@ from pathlib import Path
 
 from inflight.lab import entries, results_report
 from inflight.lab.sections import Section
-from inflight.runtime import record
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "src" / "inflight" / "lab"
 
-#: The keys of results/summary.json that README, RESULTS and the issues read: the sections' blocks and the
-#: published plan's top-level figures (written by ``inflight experiments summary``, kept as they are).
+#: The keys of results/summary.json that README, RESULTS and the issues read: the live sections' blocks, the
+#: frozen ones of the archive and the published plan's top-level figures (kept as they are).
 SUMMARY_KEYS = {
     "cpu_per_request",
     "detail",
@@ -81,19 +80,6 @@ def test_a_section_without_a_block_refuses_to_write_one(tmp_path: Path) -> None:
         assert "owns no block" in str(e)
     else:
         raise AssertionError("a section without summary_key wrote a block")
-
-
-def test_auto_in_band_counters_come_from_the_runtime_record() -> None:
-    """auto counts each batch once: deferred, or in-band for one of its reasons (the record's summed counts)."""
-    assert set(entries.IN_BAND_BATCHES) == {
-        "auto_inline",
-        "auto_unsaturated",
-        "auto_reference",
-        "auto_no_gain",
-        "auto_explored",
-    }
-    assert all(k in record.FIGURES or k in record.RETIRED for k in entries.IN_BAND_BATCHES)
-    assert entries.in_band_batches({"auto_inline": 2, "auto_no_gain": 3, "auto_deferred": 7, "auto_policy_s": 9}) == 5
 
 
 def test_the_lab_imports_no_private_name_of_the_runtime() -> None:

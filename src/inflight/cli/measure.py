@@ -1,4 +1,4 @@
-"""``inflight`` commands that measure and report: ``bench-engine``, ``demo``, ``results-report``, ``experiments``."""
+"""``inflight`` commands that measure and report: ``bench-engine``, ``demo``, ``results-report``."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def bench_engine_cmd(
     setup_logging(verbose)
     from inflight.bench.config import BenchConfig
     from inflight.bench.engine_bench import run, write
-    from inflight.lab.open_loop_results import executor_rows, is_executor_row
+    from inflight.lab.entries import executor_rows, is_executor_row
 
     cfg = BenchConfig(
         model=model,
@@ -218,52 +218,14 @@ def results_report_cmd(
     """Generate docs/RESULTS.md and the A/B runs page it links from the JSON files under results/ only."""
     from inflight.lab.results_report import write
 
-    typer.echo(f"wrote {write(root, out)}")
-
-
-def experiments_cmd(
-    what: Annotated[str, typer.Argument(help="plan PART | best sync|pipelined | batches | summary")],
-    arg: Annotated[Optional[str], typer.Argument(help="The part (plan) or the mode (best).")] = None,  # noqa: UP045
-    root: Annotated[Path, typer.Option(help="The experiments folder.")] = Path("results/experiments"),
-    out: Annotated[Path, typer.Option(help="summary: where to write it.")] = Path("results/summary.json"),
-) -> None:
-    """The published experiment plan (see scripts/lab/run_experiments.sh): its parts and its summary."""
-    from inflight.lab import experiments as ex
-
-    if what == "plan":
-        if arg not in ex.PLAN:
-            fail(f"unknown part {arg!r}; parts: {', '.join(ex.PLAN)}")
-        typer.echo("\n".join(ex.PLAN[arg]))
-    elif what == "best":
-        parts = {"sync": ex.SYNC_PARTS, "pipelined": ex.PIPELINED_PARTS}.get(arg or "")
-        if parts is None:
-            fail("best needs sync or pipelined")
-        found = ex.best(root, parts)
-        if found is None:
-            fail(f"no valid result under {root} for parts {list(parts)}; run them first")
-        typer.echo(found[1]["spec"])
-    elif what == "batches":
-        sizes = ex.formed_batches(root)
-        if not sizes:
-            fail(f"no bert_tiny A/B result under {root} yet; run the sync and pipelined parts first")
-        typer.echo(" ".join(str(b) for b in sizes))
-    elif what == "summary":
-        try:
-            doc = ex.summary(root)
-        except ValueError as e:
-            fail(str(e))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        kept = json.loads(out.read_text()) if out.is_file() else {}
-        kept.update(doc)  # other blocks of the file (e.g. open_loop, from inflight results-report) stay
-        out.write_text(json.dumps(kept, indent=1) + "\n")
-        typer.echo(f"wrote {out}: {json.dumps({k: v for k, v in doc.items() if k != 'detail'})}")
-    else:
-        fail(f"unknown command {what!r}: use plan, best, batches or summary")
+    try:
+        typer.echo(f"wrote {write(root, out)}")
+    except ValueError as e:
+        fail(str(e))
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``bench-engine``, ``demo``, ``results-report`` and ``experiments`` to ``app`` (``inflight``)."""
+    """Add ``bench-engine``, ``demo`` and ``results-report`` to ``app`` (``inflight``)."""
     app.command("bench-engine")(bench_engine_cmd)
     app.command("demo")(demo_cmd)
     app.command("results-report")(results_report_cmd)
-    app.command("experiments")(experiments_cmd)

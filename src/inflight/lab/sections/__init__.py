@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,6 @@ class Section:
         render: The section's Markdown lines from what ``collect`` returned.
         summary_key: The block of ``results/summary.json`` the section owns, if any.
         summarize: That block computed from the result files (None: nothing to summarize yet).
-        summary_allows_nan: Whether the block may hold NaN (a ratio not measured); readers of a block that must
-            not get it (the open-loop block, read by tools that reject NaN) set False.
     """
 
     title: str
@@ -35,7 +33,6 @@ class Section:
     render: Callable[[Any], list[str]]
     summary_key: str | None = None
     summarize: Callable[[Path], dict[str, Any] | None] | None = None
-    summary_allows_nan: bool = True
 
     def lines(self, root: Path) -> list[str]:
         """The section's lines for the repository at ``root`` (none when it has nothing to show)."""
@@ -58,7 +55,7 @@ class Section:
             path = root / "results" / "summary.json"
             doc = json.loads(path.read_text()) if path.is_file() else {}
             doc[self.summary_key] = block
-            path.write_text(json.dumps(doc, indent=1, allow_nan=self.summary_allows_nan) + "\n")
+            path.write_text(json.dumps(doc, indent=1) + "\n")
         return block
 
 
@@ -69,34 +66,6 @@ def fmt(v: Any, spec: str = ",.0f", suffix: str = "") -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "n/a"
     return f"{format(v, spec)}{suffix}"
-
-
-def capacity_cell(ref: Mapping[str, Any] | None) -> str:
-    """A variant's capacity at the SLO as a cell: ``(lower bound)`` when every rate met it, the generator's caveat.
-
-    ``ref`` holds ``capacity_rps``, ``capacity_bounded`` and ``comparable``; "not run" when it is None.
-    """
-    if ref is None:
-        return "not run"
-    cap = fmt(ref["capacity_rps"]) + ("" if ref["capacity_bounded"] else " (lower bound)")
-    return cap + ("" if ref["comparable"] else " (generator behind at or below it)")
-
-
-def pct(v: Any) -> str:
-    """A share as a percentage cell with one decimal (n/a when missing)."""
-    return "n/a" if v is None else f"{100 * v:.1f}%"
-
-
-def span(values: Iterable[float]) -> str:
-    """``1.20x`` for one value (or equal ones), ``1.10x to 1.20x`` for several."""
-    v = list(values)
-    lo, hi = f"{min(v):.2f}x", f"{max(v):.2f}x"
-    return lo if lo == hi else f"{lo} to {hi}"
-
-
-def verdict(ok: bool | None) -> str:
-    """A target's verdict cell: met, **missed**, or n/a when not measured."""
-    return "n/a" if ok is None else ("met" if ok else "**missed**")
 
 
 def markdown_table(header: list[str], rows: Iterable[list[str]]) -> list[str]:

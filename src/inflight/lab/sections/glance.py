@@ -1,7 +1,8 @@
 """RESULTS' "At a glance": every target the issues set, its newest figure and verdict, and the section behind it.
 
-Each area's rows are read from its block of ``results/summary.json`` (the engine's from the engine bench), so
-the verdicts here are the ones the sections below and the README's decision rows are computed from.
+The live questions' rows are read from their blocks of ``results/summary.json``, so the verdicts here are the ones
+the sections below and the README's decision rows are computed from; the closed questions' rows are the ones their
+sections gave when they were frozen (:mod:`inflight.lab.archive`).
 """
 
 from __future__ import annotations
@@ -11,85 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab.entries import is_executor_row
-from inflight.lab.modes_results import (
-    TARGET_CAPACITY_RATIO,
-    TARGET_DEFAULT_SHARE,
-    TARGET_ONE_INSTANCE_RATIO,
-    TARGET_P99_RATIO,
-)
-from inflight.lab.sections import Section, fmt, markdown_table, verdict
-from inflight.lab.sections.cost import cost_verdict
-from inflight.lab.sections.engine import engine_targets
-from inflight.lab.sections.modes import basis, pooled_cell
-from inflight.lab.sections.open_loop import target_cells
+from inflight.lab import archive
+from inflight.lab.sections import Section, markdown_table
 
 TITLE = "At a glance"
-
-
-def modes_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
-    """RESULTS' "At a glance" rows of the ``modes`` block: [figure, value, target, verdict] per core budget and model.
-
-    One row per core budget holds its three targets (capacity, p99 at 20/50/80%, the default as built); the
-    verdict names the ones missed. A pipelined capacity that is a lower bound counts as at least its value.
-    """
-    if not block:
-        return []
-    rows = []
-    for c in block.get("capacity") or []:
-        at_least = ">= " if c.get("best_pipelined_is_lower_bound") else ""
-        # the ratios as core_budget judged them (None: a side held no comparable search, so no verdict of met)
-        cap = c.get("capacity_ratio")
-        p99 = c.get("p99_ratio_max")
-        share = c.get("default_share")
-        checks = {
-            "capacity": cap is not None and cap >= TARGET_CAPACITY_RATIO,
-            "p99": p99 is not None and p99 <= TARGET_P99_RATIO,
-            "default": share is not None and share >= TARGET_DEFAULT_SHARE,
-        }
-        missed = [k for k, ok in checks.items() if not ok]
-        verdict = "met" if not missed else f"**missed** ({', '.join(missed)})"
-        spread = c.get("p99_sync_spread_max")
-        if not checks["p99"] and p99 is not None and spread is not None and p99 <= spread:
-            # the ratio is not read as a mode's cost where sync against itself differs by more
-            verdict += f"; p99 ratio within sync's own spread over rounds ({spread:.2f})"
-        # how often a random labelling of the same searches (rounds) is as far apart (permutation_p)
-        chances = [
-            f"{what} p {c[key]:.2f}"
-            for key, what in (("capacity_ratio_p", "capacity"), ("p99_ratio_max_p", "p99"))
-            if not checks[what] and c.get(key) is not None
-        ]
-        if chances:
-            verdict += "; as far apart under a random labelling of the same runs: " + ", ".join(chances)
-        pooled = c.get("p99_pooled") or {}
-        if not checks["p99"] and pooled:
-            verdict += "; p99 ratio over every sitting's paired rounds " + pooled_cell(pooled)
-        rows.append(
-            [
-                f"bert-tiny, {c['device']}, {c['server_cpus']} server cores: pipelined / sync capacity"
-                f"{basis(c)}; worst p99 ratio at 20/50/80%; default as built / best",
-                (f"{at_least}{cap:.2f}x" if cap is not None else "n/a") + f"; {fmt(p99, '.2f')}; {fmt(share, '.0%')}",
-                f">= {TARGET_CAPACITY_RATIO:g}x; <= {TARGET_P99_RATIO:g}x; >= {TARGET_DEFAULT_SHARE:.0%}",
-                verdict,
-            ]
-        )
-    reg = block.get("regime")
-    if reg:
-        where = f"({reg['model']}, {reg['device']})"
-        kinds = [("one_instance_ratio", "one pipelined instance")]
-        if reg.get("auto_one_instance_ratio") is not None:  # what the repository as built chose there (item 7)
-            kinds.append(("auto_one_instance_ratio", f"one `{reg['model']}_inflight` instance as built (`auto`)"))
-        for key, what in kinds:
-            ratio = reg[key]
-            rows.append(
-                [
-                    f"{what} / one sync instance {where}",
-                    (">= " if reg.get(f"{key}_is_lower_bound") else "") + f"{ratio:.2f}x",
-                    f">= {TARGET_ONE_INSTANCE_RATIO:g}x",
-                    "met" if ratio >= TARGET_ONE_INSTANCE_RATIO else "**missed**",
-                ]
-            )
-    return rows
 
 
 def gpu_bound_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
@@ -174,55 +100,28 @@ def gpu_bound_rows(block: Mapping[str, Any] | None) -> list[list[str]]:
 
 
 def collect(root: Path) -> dict[str, Any] | None:
-    """``results/summary.json`` and the engine bench's engine rows (None when neither exists)."""
-    results = root / "results"
-    sj, eb = results / "summary.json", results / "engine_bench.json"
+    """``results/summary.json`` and the frozen rows of the archive (None when there is neither)."""
+    sj = root / "results" / "summary.json"
     d = json.loads(sj.read_text()) if sj.is_file() else {}
-    bench = json.loads(eb.read_text()) if eb.is_file() else None
-    return {"summary": d, "bench": bench} if d or bench else None
+    frozen = archive.glance_rows(root)
+    return {"summary": d, "frozen": frozen} if d or frozen else None
 
 
 def render(data: Mapping[str, Any]) -> list[str]:
     """One screen: every target of the issues with its newest figure and verdict, and where it comes from."""
-    rows: list[list[str]] = []
     d = data["summary"]
-    ol = d.get("open_loop") or {}
-    for t in ol.get("targets", []):
-        value, shown = target_cells(t)
-        rows.append(["open loop", t["figure"], value, t["target"], shown, "Open loop"])
-    doc = data["bench"]
-    if doc is not None:
-        engine_rows = [
-            r for r in doc.get("rows", []) if not is_executor_row(r) and r.get("engine_us_per_batch") is not None
-        ]
-        for f, v, w, ok in engine_targets(engine_rows, doc.get("mixed_length_token_ratio")):
-            rows.append(["engine", f, v, w, verdict(ok), "Engine level"])
-    cost = d.get("cpu_per_request") or {}
-    for t in cost.get("targets", []):
-        v = t["value"]
-        rows.append(
-            [
-                "pipelined cost",
-                t["figure"],
-                "n/a" if v is None else f"{v:.3f}",
-                t["target"],
-                cost_verdict(t),
-                "Pipelining at the sync mode's cost",
-            ]
-        )
-    rows += [["modes", *r, "Sync against pipelined"] for r in modes_rows(d.get("modes"))]
+    rows = list(data["frozen"])
     rows += [["GPU-bound (MiniLM)", *r, "Where the GPU is the bound"] for r in gpu_bound_rows(d.get("gpu_bound"))]
     if not rows:
         return []
     met = sum(r[4] == "met" for r in rows)
-    named = (ol.get("device"), cost.get("device"), (d.get("modes") or {}).get("device"))
-    devices = sorted({one for x in named if x for one in str(x).split(", ")})
     return [
         "## At a glance",
         "",
-        f"Every target the issues set, with its newest figure ({met} of {len(rows)} met; measured on "
-        f"{', '.join(devices) or 'the GPU host'}); the last column names the section below that holds the "
-        "run, its configuration and how to reproduce it.",
+        f"Every target the issues set, with its newest figure ({met} of {len(rows)} met); the last column names the "
+        "section that holds the run, its configuration and how to reproduce it: below, or, marked (archive), on "
+        f"[{Path(archive.ARCHIVE_PAGE).name}]({Path(archive.ARCHIVE_PAGE).name}), where the questions whose issues "
+        "have ended were rendered for the last time.",
         "",
         *markdown_table(["area", "figure", "value", "target", "verdict", "section"], rows),
         "",
