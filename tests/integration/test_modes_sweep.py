@@ -54,12 +54,22 @@ def test_capacity_search_of_sync_default_and_plain_writes_the_modes_keys(reposit
     assert doc["valid"], doc["problems"]
     assert doc["load"]["cpu_sets"]["server"] == str(cores[0]) and doc["load"]["cpu_sets"]["client"] == str(cores[1])
     assert doc["load"]["cpu_sets"]["isolated"] is True
+    # the search: each variant's high end first, then its low end, then one midpoint (--search-steps 1)
+    for name in ("bert_tiny_sync", "bert_tiny_inflight", "bert_tiny_plain"):
+        rates = [r["rate"] for r in doc["runs"] if r["model_name"] == name]
+        assert rates[:2] == [5000.0, 10.0] and len(rates) == 3 and rates[2] == pytest.approx(2505.0), (name, rates)
+        high = next(r for r in doc["runs"] if r["model_name"] == name and r["rate"] == 5000.0)
+        assert high["slo_misses"], "the high end missed the SLO and says why"
+        search = [r for r in doc["runs"] if r["model_name"] == name][-1]["capacity_search"]
+        assert search["points"][0]["offered_rps"] == 5000.0 and search["bounded"] is True
     caps = {s["model_name"]: s for s in doc["summary"]}
     assert set(caps) == {"bert_tiny_sync", "bert_tiny_inflight", "bert_tiny_plain"}
     for name, s in caps.items():
         # the search bracketed each: a rate met, a higher one missed
         assert s["capacity_bounded"] is True, (name, s["sweep"])
         assert s["capacity_rps"] is not None and 10 <= s["capacity_rps"] < s["capacity_upper_rps"] <= 5000, name
+        # the capacity is the highest rate met and the upper bound the lowest missed, of the points searched
+        assert (s["capacity_rps"], s["capacity_upper_rps"]) in ((10.0, 2505.0), (2505.0, 5000.0)), name
     # the default as built for this host: one instance a core of the host, in mode auto
     (default,) = [v for v in doc["variants"] if v["model_name"] == "bert_tiny_inflight"]
     assert default["config"]["instance_group"][0]["count"] == len(cores)

@@ -1,7 +1,8 @@
 """The open-loop sweep end to end on the CPU host: a real tritonserver, real Locust (OpenLoopHttpUser).
 
 Two rates, 4 s windows, against the null control model and a sync variant (4 items of 16 tokens per
-request, so that the 2-core host keeps up at these rates), then a tiny capacity search. The runner
+request, so that the 2-core host keeps up at these rates), with each generator and protocol; the capacity search
+(its bisection) runs in ``test_modes_sweep.py``, on the search that test needs anyway. The runner
 starts its own server on free ports; the JSON, the Markdown report and the latency-vs-rate plot must
 come out with the figures the issue asks for.
 """
@@ -73,36 +74,6 @@ def test_rate_sweep_against_the_null_model_and_a_sync_variant(repository: Path, 
     png = path.parent / f"{path.stem}-open-loop.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "capacity at p99 <= 50 ms" in doc["_stdout"] and " offered " in doc["_stdout"]
-
-
-def test_capacity_search_by_bisection(repository: Path, tmp_path: Path) -> None:
-    # Rates far from the 2-core CPU host's capacity on both sides: at 10 req/s its p99 is about
-    # 50 ms alone, missed 150 ms beside another test and 1 s beside three (scripts/test.sh runs four at a
-    # time: a stall of the whole host), so the SLO is 5 s; 3,000 req/s already answers well under 98% of the
-    # requests due, so the high end (6,000) and the one midpoint (3,005) miss whatever the host's day and the SLO
-    doc = _ab(
-        repository,
-        tmp_path / "search",
-        "bert_tiny_sync",
-        "--search",
-        "10,6000",
-        "--search-steps",
-        "1",
-        "--slo",
-        "5000",
-    )
-    assert doc["valid"], doc["problems"]
-    (s,) = doc["summary"]
-    rates = [r["rate"] for r in doc["runs"]]
-    # the high end first, then the low end, then one midpoint
-    assert rates[:2] == [6000.0, 10.0] and len(rates) == 3 and rates[2] == pytest.approx(3005.0), rates
-    search = doc["runs"][-1]["capacity_search"]
-    assert search["points"][0]["offered_rps"] == 6000.0 and search["bounded"] is True
-    assert s["capacity_rps"] == 10.0 and s["capacity_upper_rps"] == 3005.0 and s["capacity_bounded"] is True
-    assert search["capacity_rps"] == 10.0 and search["upper_rps"] == 3005.0
-    # the high end missed the SLO and says why
-    high = next(r for r in doc["runs"] if r["rate"] == 6000.0)
-    assert high["slo_misses"]
 
 
 def test_asyncio_generator_sweep_gives_the_same_figures(repository: Path, tmp_path: Path) -> None:

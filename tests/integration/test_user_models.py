@@ -225,11 +225,12 @@ def test_a_config_that_does_not_match_its_artifact_fails_the_load_saying_so(serv
 def test_the_load_test_draws_a_repository_models_inputs_from_its_config(
     repository: Path, minilm_repo: str, tmp_path: Path, tokens: str
 ) -> None:
-    """``inflight ab`` open loop against ``minilm_inflight`` and a second variant: texts, or token ids of real lengths.
+    """``inflight ab`` open loop against a repository model: texts, or token ids of real lengths.
 
-    Token ids go to ``minilm_plain`` too; texts go to the text ensemble ``minilm_text`` (the runner loads its encoder
-    with the spec's keys, its tokenizer with ``tokenizer_instances``, then the ensemble, and unloads all three;
-    ``_plain``'s own text input is checked against sentence-transformers above).
+    Texts go to ``minilm_inflight`` (its own text input) and to the text ensemble ``minilm_text`` (the runner loads
+    its encoder with the spec's keys, its tokenizer with ``tokenizer_instances``, then the ensemble, and unloads all
+    three); token ids of real lengths go to ``minilm_plain`` alone (the token ids of every variant are checked
+    against sentence-transformers above; a second variant here would only load another MiniLM).
     """
     import json
     import subprocess
@@ -238,9 +239,9 @@ def test_the_load_test_draws_a_repository_models_inputs_from_its_config(
 
     out = tmp_path / tokens
     ensemble = ["minilm_text@kind=cpu,instances=1,tokenizer_instances=2"] if tokens == "text" else []
+    variants = ["minilm_inflight@kind=cpu,instances=1", *ensemble] if ensemble else ["minilm_plain@kind=cpu"]
     cmd = ab_command(
-        "minilm_inflight@kind=cpu,instances=1",
-        *(ensemble or ["minilm_plain@kind=cpu"]),
+        *variants,
         "--rate",
         "2",
         "--token-dist",
