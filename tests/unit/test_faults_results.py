@@ -59,3 +59,15 @@ def test_the_driver_prints_one_line_per_fault_of_its_file() -> None:
     first = doc["faults"][0]
     assert lines[0].startswith(f"({first['fault']}) {first['name']}: sent {first['sent']}, ")
     assert all(", lost " in line and "; recovered " in line for line in lines)
+
+
+def test_a_sitting_records_its_host_versions_and_configuration(tmp_path: Path) -> None:
+    """``faults.json`` opens with the host (the load test's device record), the versions and the configuration."""
+    cfg = faults.FaultConfig(repository=tmp_path / "repo", workdir=tmp_path / "work", server_cpus="0")
+    doc = json.loads(faults.run_sitting(cfg, tmp_path / "out", keys=[]).read_text())
+    assert doc["faults"] == [] and doc["config"]["serve_model_arg"] == cfg.spec
+    host = doc["host"]
+    assert host["cpu_count"] >= 1 and host["device"] == host["device_info"]["name"]
+    assert doc["cpu_sets"] == {"client": host["client_cpus"], "server": "0"} and host["client_cpus"][0].isdigit()
+    want = {"python", "torch", "numpy", "tritonclient", "inflight", "nvidia_pytriton", "git_commit"}
+    assert want <= set(doc["versions"]), doc["versions"]

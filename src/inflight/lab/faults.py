@@ -19,9 +19,10 @@ Afterwards the server (or its replacement) must answer correctly (the same outpu
 fault) and no slot may stay busy (the backend's ``inflight_in_flight`` gauge of every instance that
 ran a probe batch, and Triton's ``nv_inference_pending_request_count``, are 0).
 
-``python -m inflight.lab.faults --out results/faults/<date>-<device>`` writes ``faults.json`` there;
-the RESULTS section ``inflight.lab.sections.faults`` reads the sittings under ``results/faults``. The server
-under test is :mod:`inflight.lab.serve_process`'s, the load :mod:`inflight.lab.fault_load`'s.
+``python -m inflight.lab.faults --out DIR`` writes ``faults.json`` there. The sittings under ``results/faults`` are
+on docs/RESULTS-archive.md ("Faults under load"), frozen: a new one there reopens that section
+(:mod:`inflight.lab.archive`). The server under test is :mod:`inflight.lab.serve_process`'s, the load
+:mod:`inflight.lab.fault_load`'s.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import argparse
 import collections
 import datetime as dt
 import functools
+import importlib.metadata
 import json
 import os
 import platform
@@ -43,7 +45,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import inflight
 from inflight.lab.fault_load import (
     ANSWER_WITHIN_S,
     DEFAULT_FAULT_AT_S,
@@ -59,6 +60,8 @@ from inflight.lab.fault_load import (
     tally,
 )
 from inflight.lab.serve_process import RSS_FLAT_MIB, SRC, RssSampler, ServeProcess, log_lines, model_ready, rss_flat
+from inflight.loadtest.openloop import format_cpus
+from inflight.loadtest.runner.document import device_info, versions
 from inflight.server.config import port_free
 from inflight.tool_errors import ServerError
 
@@ -95,7 +98,6 @@ FAULTS = {
 DEFAULT_LOAD_S = {"a": 10.0, "b": 20.0, "c": 16.0, "d": 120.0}
 #: How long the recovery of (b) waits for the unload before it replaces the server instead.
 RELOAD_TIMEOUT_S = 60.0
-FAULTS_DIR = "faults"
 
 
 @dataclass
@@ -286,14 +288,12 @@ def run_fault(key: str, cfg: FaultConfig, log: Callable[[str], None] = print) ->
 
 
 def _versions() -> dict[str, Any]:
-    out: dict[str, Any] = {"python": platform.python_version(), "inflight": inflight.__version__}
-    for name in ("numpy", "torch", "tritonclient", "nvidia_pytriton"):
-        try:
-            from importlib.metadata import version
-
-            out[name] = version(name.replace("_", "-"))
-        except Exception:  # a package not installed is recorded as such
-            out[name] = None
+    """The load test's versions (no server asked), the Triton wheel's and the checkout's commit."""
+    out: dict[str, Any] = dict(versions(None))
+    try:
+        out["nvidia_pytriton"] = importlib.metadata.version("nvidia-pytriton")
+    except importlib.metadata.PackageNotFoundError:
+        out["nvidia_pytriton"] = None
     try:
         out["git_commit"] = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=SRC, capture_output=True, text=True, timeout=10, check=True
@@ -304,52 +304,16 @@ def _versions() -> dict[str, Any]:
 
 
 def host_info() -> dict[str, Any]:
-    """The host: name, CPU model, cores, this process's CPU set, the GPU (``nvidia-smi``) if any."""
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in _read("/proc/cpuinfo").splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    gpus: list[str] = []
-    if shutil.which("nvidia-smi"):
-        try:
-            r = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=30,
-            )  # fmt: skip
-            gpus = [line.strip() for line in r.stdout.splitlines() if line.strip()]
-        except (OSError, subprocess.SubprocessError):
-            pass
+    """The host: name, OS, cores, this process's CPU set, and the device as the load test records it."""
+    dev = device_info()
     return {
         "hostname": platform.node(),
         "os": platform.platform(),
-        "cpu": cpu,
         "cpu_count": os.cpu_count(),
-        "client_cpus": _cpu_list(sorted(os.sched_getaffinity(0))),
-        "gpus": gpus,
-        "device": gpus[0].split(",")[0] if gpus else "CPU (no GPU)",
+        "client_cpus": format_cpus(sorted(os.sched_getaffinity(0))),
+        "device": dev["name"],
+        "device_info": dev,
     }
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return ""
-
-
-def _cpu_list(cpus: Sequence[int]) -> str:
-    """``0-3,6`` from ``[0, 1, 2, 3, 6]``."""
-    parts: list[str] = []
-    for c in cpus:
-        if parts and int(parts[-1].rsplit("-", 1)[-1]) == c - 1:
-            parts[-1] = f"{parts[-1].split('-')[0]}-{c}"
-        else:
-            parts.append(str(c))
-    return ",".join(parts)
 
 
 def run_sitting(cfg: FaultConfig, out: Path, keys: Sequence[str], log: Callable[[str], None] = print) -> Path:
