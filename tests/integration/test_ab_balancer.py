@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import psutil
@@ -45,8 +46,13 @@ def nginx_env() -> dict[str, str]:
     return env
 
 
-def _started_under(pid: int) -> dict[int, str]:
-    """The tritonserver and nginx processes among ``pid``'s descendants now (pid -> name; servers, not their stubs)."""
+def _started_under(pid: int, known: Collection[int] = ()) -> dict[int, str]:
+    """The tritonserver and nginx processes among ``pid``'s descendants now (pid -> name; servers, not their stubs).
+
+    ``known``: the processes seen before; a child of one of them is its worker or stub. An nginx worker outliving its
+    master by a moment at the stop once counted as a second nginx (a CI run of 2026-12-02): its parent was gone
+    from the snapshot, so workers are also told apart by the title their master gives them.
+    """
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
@@ -55,10 +61,13 @@ def _started_under(pid: int) -> dict[int, str]:
     for c in children:
         with contextlib.suppress(psutil.Error):
             # not the runner's `nginx -v` (its version, read before the start): caught alive on a busy host
-            if c.name() in ("tritonserver", "nginx") and "-v" not in c.cmdline()[1:]:
+            argv = c.cmdline()
+            # nor an nginx worker (its master titles it so): by its title, as its parent may be gone already
+            worker = " ".join(argv).startswith("nginx: worker process")
+            if c.name() in ("tritonserver", "nginx") and "-v" not in argv[1:] and not worker:
                 found[c.pid] = (c.name(), c.ppid())
     # a stub is forked by its server and named tritonserver until it execs; nginx's workers are its master's children
-    return {p: name for p, (name, parent) in found.items() if parent not in found}
+    return {p: name for p, (name, parent) in found.items() if parent not in found and parent not in known}
 
 
 def _run_ab(
@@ -76,7 +85,7 @@ def _run_ab(
             deadline = time.monotonic() + RUN_TIMEOUT_S
             interrupted = False
             while proc.poll() is None:
-                seen |= _started_under(proc.pid)
+                seen |= _started_under(proc.pid, seen)
                 if interrupt_when and not interrupted and interrupt_when in seen.values():
                     time.sleep(2.0)  # into the run: the variant loading or the generator sending
                     proc.send_signal(signal.SIGINT)
