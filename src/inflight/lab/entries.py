@@ -46,11 +46,6 @@ def is_open_loop(doc: Mapping[str, Any]) -> bool:
     return not (doc.get("load") or {}).get("closed_loop", True)
 
 
-def open_loop_files(results: Path) -> list[Path]:
-    """Every open-loop A/B file anywhere under ``results``."""
-    return [p for p in sorted(results.rglob("ab-*.json")) if is_open_loop(read_ab(p))]
-
-
 def is_executor_row(row: Mapping[str, Any]) -> bool:
     """Whether an engine bench row is one the executors measured (bucket, engine-only bound, sync items/s).
 

@@ -31,7 +31,6 @@ import argparse
 import collections
 import datetime as dt
 import functools
-import importlib.metadata
 import json
 import os
 import platform
@@ -61,7 +60,7 @@ from inflight.lab.fault_load import (
 )
 from inflight.lab.serve_process import RSS_FLAT_MIB, SRC, RssSampler, ServeProcess, log_lines, model_ready, rss_flat
 from inflight.loadtest.openloop import format_cpus
-from inflight.loadtest.runner.document import device_info, versions
+from inflight.loadtest.runner.document import device_info, package_version, versions
 from inflight.server.config import port_free
 from inflight.tool_errors import ServerError
 
@@ -289,11 +288,7 @@ def run_fault(key: str, cfg: FaultConfig, log: Callable[[str], None] = print) ->
 
 def _versions() -> dict[str, Any]:
     """The load test's versions (no server asked), the Triton wheel's and the checkout's commit."""
-    out: dict[str, Any] = dict(versions(None))
-    try:
-        out["nvidia_pytriton"] = importlib.metadata.version("nvidia-pytriton")
-    except importlib.metadata.PackageNotFoundError:
-        out["nvidia_pytriton"] = None
+    out: dict[str, Any] = {**versions(None), "nvidia_pytriton": package_version("nvidia-pytriton")}
     try:
         out["git_commit"] = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=SRC, capture_output=True, text=True, timeout=10, check=True
@@ -320,12 +315,13 @@ def run_sitting(cfg: FaultConfig, out: Path, keys: Sequence[str], log: Callable[
     """Run the faults ``keys`` one after the other; write ``out/faults.json`` after each; return its path."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "faults.json"
+    host = host_info()
     doc: dict[str, Any] = {
         "schema": 1,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": host_info(),
+        "host": host,
         "versions": _versions(),
-        "cpu_sets": {"client": host_info()["client_cpus"], "server": cfg.server_cpus},
+        "cpu_sets": {"client": host["client_cpus"], "server": cfg.server_cpus},
         "config": cfg.as_dict(),
         "command": " ".join(["python -m inflight.lab.faults", *sys.argv[1:]]),
         "faults": [],

@@ -65,8 +65,8 @@ def _links(root: Path) -> list[str]:
     lines += [
         "## Through the server: A/B load tests",
         "",
-        f"Every open-loop run, and the {runs} closed-loop A/B runs, one row each with a link to its JSON (every "
-        "table, its configuration and how to reproduce it): [RESULTS-ab-runs.md](RESULTS-ab-runs.md).",
+        f"Every open-loop run, linked by kind, and the {runs} closed-loop A/B runs, one row each with a link to its "
+        "JSON (every table, its configuration and how to reproduce it): [RESULTS-ab-runs.md](RESULTS-ab-runs.md).",
         "",
     ]
     return lines

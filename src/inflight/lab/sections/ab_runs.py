@@ -11,26 +11,33 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from inflight.lab.entries import open_loop_files, read_ab
+from inflight.lab.entries import is_open_loop, read_ab
 from inflight.lab.sections import Section, fmt, markdown_table
 
 TITLE = "Every A/B run"
 
 
-def closed_loop_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every closed-loop A/B file under ``results/``, in path order."""
-    out = []
+def runs(root: Path) -> tuple[list[Path], list[tuple[Path, dict[str, Any]]]]:
+    """Every A/B file under ``results/``, in path order: the open-loop ones' paths, the closed-loop ones' documents."""
+    open_loop: list[Path] = []
+    closed: list[tuple[Path, dict[str, Any]]] = []
     for p in sorted((root / "results").rglob("ab-*.json")):
         doc = read_ab(p)
-        if (doc.get("load") or {}).get("closed_loop", True):
-            out.append((p.relative_to(root), doc))
-    return out
+        if is_open_loop(doc):
+            open_loop.append(p.relative_to(root))
+        else:
+            closed.append((p.relative_to(root), doc))
+    return open_loop, closed
+
+
+def closed_loop_runs(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every closed-loop A/B file under ``results/``, in path order, with its document."""
+    return runs(root)[1]
 
 
 def collect(root: Path) -> dict[str, Any] | None:
     """Every open-loop report and every closed-loop run under ``results/`` (None when there is neither)."""
-    files = [p.relative_to(root) for p in open_loop_files(root / "results")]
-    closed = closed_loop_runs(root)
+    files, closed = runs(root)
     return {"open_loop": files, "closed_loop": closed} if files or closed else None
 
 

@@ -288,15 +288,16 @@ def device_info() -> dict[str, Any]:
     return {"name": "cpu", "driver": None, "cpu_model": cpu, "cpus": os.cpu_count()}
 
 
+def package_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` (None when it is not installed)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def versions(http_url: str | None) -> dict[str, str | None]:
     """Versions of tritonserver (asked from the server), locust, torch, inflight and friends."""
-
-    def dist(name: str) -> str | None:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
     server: str | None = None
     if http_url:
         client = control.http_client(http_url)
@@ -308,11 +309,11 @@ def versions(http_url: str | None) -> dict[str, str | None]:
             client.close()
     return {
         "tritonserver": server,
-        "locust": dist("locust"),
-        "torch": dist("torch"),
+        "locust": package_version("locust"),
+        "torch": package_version("torch"),
         "inflight": inflight.__version__,
-        "tritonclient": dist("tritonclient"),
-        "numpy": dist("numpy"),
+        "tritonclient": package_version("tritonclient"),
+        "numpy": package_version("numpy"),
         "python": platform.python_version(),
     }
 
