@@ -477,9 +477,10 @@ def test_auto_defers_when_the_device_wait_is_most_of_the_cycle_and_answers_every
     # the first batch measured the bound in-band (20 ms wait in a cycle of about 20.5 ms); then
     # deferred (gain_min 0: no probe needed)
     assert (ps.auto_inline, ps.auto_reference, ps.auto_no_gain, ps.auto_deferred) == (1, 0, 0, 13), ps.snapshot()
-    # the bound says the wait is most of the cycle: ~41 for 20 ms in 20.5, and 9.9 in a fresh-clone CI run of 2026-12-01
-    # whose busy 2 cores stretched the stub's own 0.5 ms (beside three other test workers); deferring needs 1.25
-    assert ps.auto_bound > 4 and ps.deferred_requests == 13 * 4
+    # the bound says the wait is most of the cycle (bound > 2: the wait is over half of it): ~41 for 20 ms in 20.5 on an
+    # idle host; busy 2-core CI hosts stretched the stub's own 0.5 ms (beside three other test workers) to 9.9 on
+    # 2026-12-01 and to 3.8 on 2026-12-02; deferring needs 1.25
+    assert ps.auto_bound > 2 and ps.deferred_requests == 13 * 4
     assert mode.counters() == (mode.stats, ps)
     for request, returned in sent:
         response = _answer(request, returned)
