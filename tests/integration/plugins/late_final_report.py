@@ -2,7 +2,7 @@
 
 Locust runs a worker's ``test_stop`` listeners inside ``stop()``, before it sends its last report; sleeping
 there makes that report arrive later than the 0.5 s Locust's master waits for it at quit (as a busy host
-does), so the test sees whether the master still counts it (``locustfile.wait_for_final_reports``).
+does), so the test sees whether the master still counts it (``inflight.loadtest.locust_master.wait_for_final_reports``).
 """
 
 from __future__ import annotations
