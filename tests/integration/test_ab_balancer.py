@@ -60,12 +60,18 @@ def _started_under(pid: int, known: Collection[int] = ()) -> dict[int, str]:
     found: dict[int, tuple[str, int]] = {}
     for c in children:
         with contextlib.suppress(psutil.Error):
-            # not the runner's `nginx -v` (its version, read before the start): caught alive on a busy host
+            name = c.name()
             argv = c.cmdline()
+            # a child caught between its fork and its exec still shows its parent's command line: read both again
+            # (the runner's `nginx -v` once counted as a second nginx so, its name read after the exec and its
+            # command line, the runner's own, before; a CI run of 2026-12-02)
+            if not argv or c.name() != name or not Path(argv[0].split(":")[0]).name == name:
+                continue
+            # not the runner's `nginx -v` (its version, read before the start): caught alive on a busy host
             # nor an nginx worker (its master titles it so): by its title, as its parent may be gone already
             worker = " ".join(argv).startswith("nginx: worker process")
-            if c.name() in ("tritonserver", "nginx") and "-v" not in argv[1:] and not worker:
-                found[c.pid] = (c.name(), c.ppid())
+            if name in ("tritonserver", "nginx") and "-v" not in argv[1:] and not worker:
+                found[c.pid] = (name, c.ppid())
     # a stub is forked by its server and named tritonserver until it execs; nginx's workers are its master's children
     return {p: name for p, (name, parent) in found.items() if parent not in found and parent not in known}
 

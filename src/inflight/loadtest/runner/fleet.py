@@ -390,11 +390,14 @@ class ServerFleet:
     def drain(self, endpoints: Sequence[Endpoints], v: Variant, timeout_s: float = DRAIN_TIMEOUT_S) -> float | None:
         """Wait until ``v`` has no request queued and its answered count stopped moving on every server.
 
+        An ensemble's steps are waited for too: a request between its steps is queued in neither.
+
         Returns the seconds it took; None when a metrics endpoint cannot tell (the wait is then
         skipped) or the timeout passed (a warning says so; the next window's figures then include
         the backlog).
         """
         t0 = time.monotonic()
+        models = [v.name, *(v.ensemble.step_models() if v.ensemble is not None else [])]
         last: tuple[tuple[int | None, int | None], ...] | None = None
         while time.monotonic() - t0 < timeout_s:
             states = []
@@ -402,7 +405,7 @@ class ServerFleet:
                 text = scrape(e.metrics)
                 if text is None:
                     return None
-                states.append(st.request_state(text, v.name))
+                states += [st.request_state(text, m) for m in models]
             now = tuple((c.get("success"), c.get("failure")) for c in states)
             if all(c.get("pending") in (0, None) for c in states) and now == last:
                 return round(time.monotonic() - t0, 2)
