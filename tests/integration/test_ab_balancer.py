@@ -62,10 +62,10 @@ def _started_under(pid: int, known: Collection[int] = ()) -> dict[int, str]:
         with contextlib.suppress(psutil.Error):
             name = c.name()
             argv = c.cmdline()
-            # a child caught between its fork and its exec still shows its parent's command line: read both again
-            # (the runner's `nginx -v` once counted as a second nginx so, its name read after the exec and its
-            # command line, the runner's own, before; a CI run of 2026-12-02)
-            if not argv or c.name() != name or Path(argv[0].split(":")[0]).name != name:
+            # a child caught between its fork and its exec can show its new name beside its parent's command line:
+            # skip it until the two agree (the runner's `nginx -v` once counted as a second nginx so, its name read
+            # after the exec and its command line, the runner's own, before; a CI run of 2026-12-02)
+            if not argv or Path(argv[0].split(":")[0]).name != name:
                 continue
             # not the runner's `nginx -v` (its version, read before the start): caught alive on a busy host
             # nor an nginx worker (its master titles it so): by its title, as its parent may be gone already
